@@ -1,0 +1,68 @@
+"""AdaGRPOConfig: defaults follow the reference, bad values fail early with the field and the fix."""
+
+import pytest
+
+from trl_ada import AdaGRPOConfig
+
+
+def make(**kwargs):
+    base = dict(output_dir="unused", num_generations=4, per_device_train_batch_size=8, use_cpu=True, report_to="none")
+    base.update(kwargs)
+    return AdaGRPOConfig(**base)
+
+
+def test_defaults_reproduce_the_reference():
+    args = make()
+    assert args.multiround_adaptive_downsampling is True
+    assert (args.reinforce_ada_choice, args.positive_threshold, args.max_rounds, args.round_repeat) == (
+        "balanced", 0.7, 4, 8)
+    assert args.global_stat_est is True and args.pool_std_scaling is False
+    assert args.advantage_estimator == "reinforce_ada"
+    assert (args.pool_baseline, args.pool_selection) == ("threshold_fraction", "earliest")
+
+
+def test_readme_spelling_is_normalised():
+    assert make(reinforce_ada_choice="positive-focused").reinforce_ada_choice == "positive_focused"
+
+
+def test_adaptive_off_defaults_to_grpo():
+    assert make(multiround_adaptive_downsampling=False).advantage_estimator == "grpo"
+    assert make(multiround_adaptive_downsampling=False, advantage_estimator="reinforce_rej").advantage_estimator == (
+        "reinforce_rej")
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"reinforce_ada_choice": "greedy"}, ["reinforce_ada_choice", "'greedy'", "balanced"]),
+        ({"advantage_estimator": "ppo"}, ["advantage_estimator", "'ppo'", "reinforce_ada"]),
+        ({"pool_baseline": "median"}, ["pool_baseline", "threshold_fraction"]),
+        ({"pool_selection": "best"}, ["pool_selection", "earliest"]),
+        ({"round_repeat": 2}, ["round_repeat=2", "num_generations (4)", "round_repeat >= 4"]),
+        ({"max_rounds": 0}, ["max_rounds=0", ">= 1"]),
+        ({"positive_threshold": float("nan")}, ["positive_threshold", "finite"]),
+        ({"positive_threshold": float("inf")}, ["positive_threshold", "finite"]),
+        # One process: TRL's own generation_batch_size check fires first (tests/test_multiprocess.py checks ours).
+        ({"per_device_train_batch_size": 6}, ["generation_batch_size (6)", "num_generations (4)"]),
+        ({"multiround_adaptive_downsampling": False, "advantage_estimator": "reinforce_ada"},
+         ["multiround_adaptive_downsampling=True", "advantage_estimator='grpo'"]),
+        ({"pool_std_scaling": True, "global_stat_est": False}, ["pool_std_scaling", "global_stat_est=True"]),
+        ({"multi_objective_aggregation": "normalize_then_sum"}, ["multi_objective_aggregation", "sum_then_normalize"]),
+        ({"use_transformers_continuous_batching": True}, ["use_transformers_continuous_batching"]),
+    ],
+)
+def test_bad_values_name_the_field_and_the_fix(kwargs, words):
+    with pytest.raises(ValueError) as excinfo:
+        make(**kwargs)
+    for word in words:
+        assert word in str(excinfo.value)
+
+
+def test_straddling_check_counts_steps_per_generation():
+    # 2 rows per step * 2 steps per generation = 4 rows: whole groups of 4 on this process.
+    args = make(per_device_train_batch_size=2, steps_per_generation=2)
+    assert args.generation_batch_size == 4
+
+
+def test_plain_grpo_does_not_need_whole_groups_per_process():
+    make(per_device_train_batch_size=6, num_generations=3, multiround_adaptive_downsampling=False)

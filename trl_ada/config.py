@@ -1,0 +1,185 @@
+"""`AdaGRPOConfig`: `GRPOConfig` plus the knobs of Reinforce-Ada's adaptive sampling."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from .advantages import BASELINES
+from .sampling import CHOICES, SELECTIONS, normalize_choice
+
+ADVANTAGE_ESTIMATORS = ("reinforce_ada", "grpo", "reinforce_rej", "raft")
+
+
+@dataclass
+class AdaGRPOConfig(GRPOConfig):
+    r"""
+    Configuration for [`AdaGRPOTrainer`]: every field of TRL's `GRPOConfig`, plus Reinforce-Ada's adaptive sampling
+    (Xiong et al., arXiv:2510.04996).
+
+    The defaults reproduce the authors' reference implementation: rounds of `round_repeat=8` samples per active
+    prompt, at most `max_rounds=4` rounds, a prompt retires once it holds floor(n/2) positives and n - floor(n/2)
+    negatives ("balanced"), positives are rewards strictly above `positive_threshold=0.7`, and advantages are
+    `r - (fraction of positives in the prompt's whole pool)`, without std scaling.
+
+    Inherited `GRPOConfig` fields keep TRL's defaults; the recipes in `recipes/` carry the paper's values (n=4,
+    clip 0.2/0.28, no KL, lr 1e-6, ...). Set `num_generations` (n, the kept group size) explicitly: TRL's default
+    of 8 is twice the paper's.
+
+    Example:
+
+    ```python
+    >>> from trl_ada import AdaGRPOConfig
+    >>> args = AdaGRPOConfig(output_dir="out", num_generations=4, per_device_train_batch_size=8,
+    ...                      reinforce_ada_choice="positive-focused", use_cpu=True, report_to="none")
+    >>> args.reinforce_ada_choice, args.round_repeat, args.advantage_estimator
+    ('positive_focused', 8, 'reinforce_ada')
+
+    ```
+    """
+
+    multiround_adaptive_downsampling: bool = field(
+        default=True,
+        metadata={
+            "help": "Sample in rounds with successive elimination and keep a group of `num_generations` per prompt "
+            "(Reinforce-Ada). False: GRPO's plain sampling of `num_generations` per prompt."
+        },
+    )
+    reinforce_ada_choice: str = field(
+        default="balanced",
+        metadata={
+            "help": "Exit rule. 'balanced': a prompt retires once its pool holds floor(n/2) positives and "
+            "n - floor(n/2) negatives. 'positive_focused' (also spelled 'positive-focused'): once it holds one "
+            "positive.",
+            "choices": ["balanced", "positive_focused", "positive-focused"],
+        },
+    )
+    positive_threshold: float = field(
+        default=0.7,
+        metadata={"help": "A sample is positive iff its reward is strictly greater than this value."},
+    )
+    max_rounds: int = field(
+        default=4,
+        metadata={"help": "Maximum sampling rounds per step; at most max_rounds * round_repeat samples per prompt."},
+    )
+    round_repeat: int = field(
+        default=8,
+        metadata={"help": "Fresh samples drawn for each still-active prompt in each round. Must be >= num_generations."},
+    )
+    global_stat_est: bool = field(
+        default=True,
+        metadata={
+            "help": "With advantage_estimator='reinforce_ada': compute the baseline from the prompt's whole sampled "
+            "pool (True, the reference) or from the num_generations kept samples with TRL's GRPO statistics (False)."
+        },
+    )
+    pool_std_scaling: bool = field(
+        default=False,
+        metadata={
+            "help": "Divide the pooled advantage by the pool's std (max(std, 1e-6) + 1e-6). The reference script "
+            "and the paper do not."
+        },
+    )
+    advantage_estimator: str | None = field(
+        default=None,
+        metadata={
+            "help": "'reinforce_ada' (pooled statistics), 'grpo' (TRL's group statistics over the kept samples, "
+            "following `scale_rewards`), 'reinforce_rej' (raw reward for mixed groups, 0 for uniform ones) or 'raft' "
+            "(max(r, 0)). Default: 'reinforce_ada' with adaptive sampling, 'grpo' without, so that "
+            "multiround_adaptive_downsampling=False is exactly GRPOTrainer.",
+            "choices": list(ADVANTAGE_ESTIMATORS),
+        },
+    )
+    pool_baseline: str = field(
+        default="threshold_fraction",
+        metadata={
+            "help": "Pooled baseline. 'threshold_fraction' (the reference): fraction of pool rewards above "
+            "positive_threshold. 'mean_reward' (deviation, for shaped non-binary rewards): mean pool reward.",
+            "choices": list(BASELINES),
+        },
+    )
+    pool_selection: str = field(
+        default="earliest",
+        metadata={
+            "help": "Which positives/negatives of the pool are kept: 'earliest' generated (the reference) or "
+            "'random' (deviation, seeded by `seed` and the step).",
+            "choices": list(SELECTIONS),
+        },
+    )
+
+    def __post_init__(self):
+        # TRL's own checks first: they derive steps_per_generation and generation_batch_size, which ours use.
+        super().__post_init__()
+
+        self.reinforce_ada_choice = _normalize_field_choice(self.reinforce_ada_choice)
+        if self.advantage_estimator is None:
+            self.advantage_estimator = "reinforce_ada" if self.multiround_adaptive_downsampling else "grpo"
+        _check_one_of("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
+        _check_one_of("pool_baseline", self.pool_baseline, BASELINES)
+        _check_one_of("pool_selection", self.pool_selection, SELECTIONS)
+
+        if isinstance(self.positive_threshold, bool) or not isinstance(self.positive_threshold, (int, float)) or (
+            not math.isfinite(self.positive_threshold)
+        ):
+            raise ValueError(
+                f"positive_threshold={self.positive_threshold!r} must be a finite number (the reference uses 0.7 for "
+                "0/1 rewards): set positive_threshold=0.7, or a value between your reward's wrong and right scores."
+            )
+        if not isinstance(self.max_rounds, int) or self.max_rounds < 1:
+            raise ValueError(f"max_rounds={self.max_rounds!r} must be an integer >= 1 (the reference uses 4).")
+        if not isinstance(self.round_repeat, int) or self.round_repeat < self.num_generations:
+            raise ValueError(
+                f"round_repeat={self.round_repeat!r} must be an integer >= num_generations ({self.num_generations}): "
+                f"one round must be able to fill a group. Set round_repeat >= {self.num_generations} (the reference "
+                "uses 8 with num_generations=4)."
+            )
+
+        if self.advantage_estimator == "reinforce_ada" and not self.multiround_adaptive_downsampling:
+            raise ValueError(
+                "advantage_estimator='reinforce_ada' needs multiround_adaptive_downsampling=True (it reads the "
+                "statistics of the sampled pool). Turn adaptive sampling on, or pick advantage_estimator='grpo'."
+            )
+        if self.pool_std_scaling and not (self.advantage_estimator == "reinforce_ada" and self.global_stat_est):
+            raise ValueError(
+                "pool_std_scaling=True only applies to the pooled estimator (advantage_estimator='reinforce_ada' with "
+                "global_stat_est=True). For GRPO-style std scaling use `scale_rewards`."
+            )
+
+        if self.multiround_adaptive_downsampling:
+            # A prompt's group must sit on one rank: every rank hands TRL whole groups of num_generations rows.
+            rows_per_rank = self.per_device_train_batch_size * self.steps_per_generation
+            if rows_per_rank % self.num_generations != 0:
+                raise ValueError(
+                    f"per_device_train_batch_size * steps_per_generation = {self.per_device_train_batch_size} * "
+                    f"{self.steps_per_generation} = {rows_per_rank} rows per process is not a multiple of "
+                    f"num_generations ({self.num_generations}), so a prompt's group would straddle two processes. "
+                    f"Set per_device_train_batch_size (or steps_per_generation) so that the product is a multiple of "
+                    f"{self.num_generations}."
+                )
+            if self.multi_objective_aggregation != "sum_then_normalize":
+                raise ValueError(
+                    f"multi_objective_aggregation={self.multi_objective_aggregation!r} is not supported with adaptive "
+                    "sampling: positives are defined on the weighted sum of rewards. Use 'sum_then_normalize'."
+                )
+            if self.use_transformers_continuous_batching:
+                raise ValueError(
+                    "use_transformers_continuous_batching=True is not supported with adaptive sampling yet. Use vLLM "
+                    "(use_vllm=True) or plain transformers generation."
+                )
+
+
+def _normalize_field_choice(value: str) -> str:
+    try:
+        return normalize_choice(value)
+    except (ValueError, AttributeError):
+        raise ValueError(
+            f"reinforce_ada_choice={value!r} is not valid: use one of {list(CHOICES)} ('positive-focused' is accepted "
+            "too)."
+        ) from None
+
+
+def _check_one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not valid: use one of {list(allowed)}.")

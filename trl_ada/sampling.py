@@ -1,0 +1,223 @@
+"""Reinforce-Ada's adaptive sampling: successive elimination over rounds, then selection of a group of n.
+
+Pure Python, no torch: the trainer calls this module and so can anyone planning a sampling budget on a laptop.
+Each function below is one rule of the algorithm (see `docs` in the README and arXiv:2510.04996); the default
+behaviour reproduces the authors' reference implementation (RLHFlow/Reinforce-Ada) exactly:
+
+1. every prompt starts active with an empty pool;
+2. each round, every active prompt draws `round_repeat` fresh samples, ALL of which join its pool;
+3. after the whole round, a prompt that meets the exit rule is selected and retired;
+4. prompts still active after `max_rounds` rounds are kept (never dropped) and get the fallback selection.
+
+Example (plan a budget with a simulated policy, no model needed):
+
+    >>> import random
+    >>> from trl_ada.sampling import run_adaptive_sampling
+    >>> pass_rate = [0.0, 0.05, 0.5, 1.0]
+    >>> rng = random.Random(0)
+    >>> def sample_round(active, k):
+    ...     return [[float(rng.random() < pass_rate[i]) for _ in range(k)] for i in active]
+    >>> results = run_adaptive_sampling(num_prompts=4, sample_round=sample_round, num_generations=4)
+    >>> [len(r.selected) for r in results]
+    [4, 4, 4, 4]
+    >>> results[3].finished, results[3].rounds    # always right: never balanced, sampled every round
+    (False, 4)
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+CHOICES = ("balanced", "positive_focused")
+SELECTIONS = ("earliest", "random")
+
+__all__ = [
+    "CHOICES",
+    "SELECTIONS",
+    "PromptResult",
+    "normalize_choice",
+    "is_positive",
+    "exit_rule",
+    "select_at_exit",
+    "select_fallback",
+    "run_adaptive_sampling",
+]
+
+
+def normalize_choice(choice: str) -> str:
+    """Accept the paper's README spelling ("positive-focused") as well as the reference code's."""
+    normalized = choice.strip().lower().replace("-", "_")
+    if normalized not in CHOICES:
+        raise ValueError(f"reinforce_ada_choice={choice!r} is not one of {CHOICES}.")
+    return normalized
+
+
+def is_positive(reward: float, positive_threshold: float) -> bool:
+    """Strictly above the threshold; a reward equal to it (or NaN, an unscorable sample) is negative."""
+    return reward > positive_threshold
+
+
+def exit_rule(num_pos: int, num_neg: int, num_generations: int, choice: str) -> bool:
+    """Whether a pool holds enough signal to retire its prompt (checked only after a full round)."""
+    if choice == "balanced":
+        half = num_generations // 2
+        return num_pos >= half and num_neg >= num_generations - half
+    if choice == "positive_focused":
+        return num_pos >= 1
+    raise ValueError(f"unknown choice {choice!r}; expected one of {CHOICES}")
+
+
+def _split(pool_rewards: Sequence[float], positive_threshold: float) -> tuple[list[int], list[int]]:
+    positives = [i for i, r in enumerate(pool_rewards) if is_positive(r, positive_threshold)]
+    negatives = [i for i, r in enumerate(pool_rewards) if not is_positive(r, positive_threshold)]
+    return positives, negatives
+
+
+def _pick(indices: list[int], k: int, rng: random.Random | None) -> list[int]:
+    # Earliest-generated first (the reference); a seeded random subset is the opt-in deviation.
+    if rng is None:
+        return indices[:k]
+    return sorted(rng.sample(indices, k))
+
+
+def select_at_exit(
+    pool_rewards: Sequence[float],
+    num_generations: int,
+    positive_threshold: float,
+    rng: random.Random | None = None,
+) -> list[int]:
+    """Group of `num_generations` pool indices for a prompt that met its exit rule (same rule for both choices).
+
+    Aims at floor(n/2) positives; a shortfall is filled with more positives if there are any left, otherwise with
+    more negatives. Positives come first, then negatives.
+    """
+    positives, negatives = _split(pool_rewards, positive_threshold)
+    take_pos = min(num_generations // 2, len(positives))
+    take_neg = min(num_generations - take_pos, len(negatives))
+    shortfall = num_generations - take_pos - take_neg
+    if shortfall > 0:
+        if len(positives) > take_pos:
+            take_pos += min(shortfall, len(positives) - take_pos)
+        elif len(negatives) > take_neg:
+            take_neg += min(shortfall, len(negatives) - take_neg)
+    return _pick(positives, take_pos, rng) + _pick(negatives, take_neg, rng)
+
+
+def select_fallback(
+    pool_rewards: Sequence[float],
+    num_generations: int,
+    positive_threshold: float,
+    choice: str,
+    rng: random.Random | None = None,
+) -> list[int]:
+    """Group for a prompt that never met its exit rule within `max_rounds` (it is kept, never dropped)."""
+    positives, negatives = _split(pool_rewards, positive_threshold)
+    take = min(num_generations, len(pool_rewards))
+    if choice == "balanced":
+        take_pos = num_generations // 2
+        take_neg = num_generations - take_pos
+    elif choice == "positive_focused":
+        # The reference's float expression, kept as is so rounding matches it bit for bit.
+        take_pos = math.ceil(len(positives) / len(pool_rewards) * num_generations)
+        take_pos = max(1, min(take - 1, take_pos))
+        take_neg = take - take_pos
+    else:
+        raise ValueError(f"unknown choice {choice!r}; expected one of {CHOICES}")
+    take_pos = min(take_pos, len(positives))
+    take_neg = min(take_neg, len(negatives))
+    shortfall = take - take_pos - take_neg
+    extra_pos = min(shortfall, len(positives) - take_pos)
+    take_pos += extra_pos
+    take_neg += min(shortfall - extra_pos, len(negatives) - take_neg)
+    return _pick(positives, take_pos, rng) + _pick(negatives, take_neg, rng)
+
+
+@dataclass
+class PromptResult:
+    """What adaptive sampling did for one prompt."""
+
+    pool_rewards: list[float] = field(default_factory=list)
+    """Every reward of the prompt's pool, in generation order (round 1 first)."""
+    selected: list[int] = field(default_factory=list)
+    """Indices into `pool_rewards` of the kept group: positives first, then negatives."""
+    rounds: int = 0
+    """Rounds the prompt was sampled in."""
+    finished: bool = False
+    """True if it met the exit rule; False if it got the fallback selection after `max_rounds`."""
+
+    @property
+    def selected_rewards(self) -> list[float]:
+        return [self.pool_rewards[i] for i in self.selected]
+
+
+SampleRound = Callable[[list[int], int], Sequence[Sequence[float]]]
+
+
+def run_adaptive_sampling(
+    num_prompts: int,
+    sample_round: SampleRound,
+    num_generations: int = 4,
+    round_repeat: int = 8,
+    max_rounds: int = 4,
+    choice: str = "balanced",
+    positive_threshold: float = 0.7,
+    selection: str = "earliest",
+    seed: int = 0,
+) -> list[PromptResult]:
+    """Run successive elimination for `num_prompts` prompts and select `num_generations` samples for each.
+
+    Args:
+        num_prompts: number of unique prompts (their indices are 0..num_prompts-1).
+        sample_round: `sample_round(active, k)` draws `k` fresh samples for each prompt index in `active` (in that
+            order) and returns their rewards, one list of `k` floats per active prompt. It is called once per round.
+        num_generations: size n of the final group of each prompt.
+        round_repeat: samples M drawn per active prompt per round.
+        max_rounds: rounds R at most.
+        choice: exit rule, "balanced" or "positive_focused".
+        positive_threshold: a reward strictly above it is a positive.
+        selection: "earliest" (the reference) or "random" (opt-in deviation, seeded by `seed`).
+        seed: seed of the random selection; unused with "earliest".
+
+    Returns:
+        one `PromptResult` per prompt, in prompt order.
+    """
+    choice = normalize_choice(choice)
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}.")
+    if round_repeat < num_generations:
+        raise ValueError(f"round_repeat ({round_repeat}) must be >= num_generations ({num_generations}).")
+    if max_rounds < 1:
+        raise ValueError(f"max_rounds ({max_rounds}) must be >= 1.")
+    rng = random.Random(seed) if selection == "random" else None
+
+    results = [PromptResult() for _ in range(num_prompts)]
+    active = list(range(num_prompts))
+    for _ in range(max_rounds):
+        if not active:
+            break
+        rewards = sample_round(list(active), round_repeat)
+        if len(rewards) != len(active) or any(len(r) != round_repeat for r in rewards):
+            raise ValueError(
+                f"sample_round must return {round_repeat} rewards for each of the {len(active)} active prompts."
+            )
+        still_active = []
+        for prompt, new_rewards in zip(active, rewards):
+            result = results[prompt]
+            result.pool_rewards.extend(float(r) for r in new_rewards)
+            result.rounds += 1
+            num_pos = sum(is_positive(r, positive_threshold) for r in result.pool_rewards)
+            num_neg = len(result.pool_rewards) - num_pos
+            if exit_rule(num_pos, num_neg, num_generations, choice):
+                result.finished = True
+                result.selected = select_at_exit(result.pool_rewards, num_generations, positive_threshold, rng)
+            else:
+                still_active.append(prompt)
+        active = still_active
+
+    for prompt in active:
+        result = results[prompt]
+        result.selected = select_fallback(result.pool_rewards, num_generations, positive_threshold, choice, rng)
+    return results

@@ -1,0 +1,5 @@
+from trl import GRPOTrainer
+
+
+class AdaGRPOTrainer(GRPOTrainer):
+    pass
