@@ -1,0 +1,115 @@
+"""Prompts and data sets: the reference prompt template, the reference data sets, and an offline synthetic task.
+
+Every loader returns a `datasets.Dataset` with a conversational `prompt` column (TRL's format) and an `answer`
+column holding the gold answer, which `trl_ada.rewards.boxed_math_reward` reads.
+
+    >>> from trl_ada.data import synthetic_arithmetic
+    >>> ds = synthetic_arithmetic(num_examples=3, difficulty=1, seed=0)
+    >>> ds[0]["prompt"][1]["content"].endswith("within \\\\boxed{}.")
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+from datasets import Dataset, load_dataset
+
+SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
+USER_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
+
+# Hub ids of the reference's training sets (columns `problem`, `gt`).
+REFERENCE_TRAIN_SETS = (
+    "RLHFlow/reinforce_ada_hard_prompt",
+    "RLHFlow/reinforce_ada_easy_prompt",
+    "RLHFlow/reinforce_ada_hard_prompt_1-5b",
+    "RLHFlow/reinforce_ada_simple_prompt_1-5b",
+    "RLHFlow/reinforce_ada_hard_prompt_llama",
+)
+ANSWER_COLUMNS = ("gt", "answer", "solution")
+_LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+def make_prompt(problem: str) -> list[dict[str, str]]:
+    """The reference prompt: a system message and the problem with its step-by-step suffix."""
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": problem + USER_SUFFIX}]
+
+
+def load_math_dataset(
+    name_or_path: str,
+    split: str = "train",
+    problem_column: str = "problem",
+    answer_column: str | None = None,
+    num_examples: int | None = None,
+) -> Dataset:
+    """Load a math data set from the Hub or a local json/jsonl/parquet/csv file and convert it to TRL's format.
+
+    `answer_column` defaults to the first of `gt` (training sets), `answer` (evaluation sets) or `solution` found.
+    Raises a ValueError naming the columns found when the problem or answer column is missing.
+    """
+    extension = os.path.splitext(name_or_path)[1].lower()
+    if extension in _LOCAL_FORMATS:
+        if not os.path.exists(name_or_path):
+            raise FileNotFoundError(f"dataset file {name_or_path!r} does not exist.")
+        raw = load_dataset(_LOCAL_FORMATS[extension], data_files=name_or_path, split="train")
+    elif os.path.isdir(name_or_path):
+        raw = load_dataset(name_or_path, split=split)
+    else:
+        raw = load_dataset(name_or_path, split=split)
+    return to_prompt_dataset(raw, problem_column, answer_column, source=name_or_path, num_examples=num_examples)
+
+
+def to_prompt_dataset(
+    raw: Dataset,
+    problem_column: str = "problem",
+    answer_column: str | None = None,
+    source: str = "dataset",
+    num_examples: int | None = None,
+) -> Dataset:
+    """Convert a data set with a problem and an answer column into `prompt` + `answer` rows."""
+    columns = list(raw.column_names)
+    if problem_column not in columns:
+        raise ValueError(
+            f"{source}: no problem column {problem_column!r}; columns found: {columns}. "
+            "Pass problem_column=<name> (--dataset_problem_column on the command line)."
+        )
+    if answer_column is None:
+        answer_column = next((c for c in ANSWER_COLUMNS if c in columns), None)
+    if answer_column is None or answer_column not in columns:
+        raise ValueError(
+            f"{source}: no answer column {answer_column or ' or '.join(ANSWER_COLUMNS)!r}; columns found: {columns}. "
+            "Pass answer_column=<name> (--dataset_answer_column on the command line)."
+        )
+    if num_examples is not None:
+        raw = raw.select(range(min(num_examples, len(raw))))
+
+    def convert(row):
+        return {"prompt": make_prompt(str(row[problem_column])), "answer": str(row[answer_column])}
+
+    # Other columns stay: TRL passes them to reward functions as keyword arguments.
+    replaced = [c for c in (problem_column, answer_column) if c not in ("prompt", "answer")]
+    return raw.map(convert, remove_columns=replaced)
+
+
+def synthetic_problem(rng: random.Random, difficulty: int) -> tuple[str, str]:
+    """One arithmetic problem with a verifiable integer answer. Difficulty 1: one-digit sums; each level up adds a
+    digit to the operands (2: two digits, 3: three digits, ...)."""
+    high = 10**difficulty - 1
+    a, b = rng.randint(0, high), rng.randint(0, high)
+    return f"What is {a} + {b}?", str(a + b)
+
+
+def synthetic_arithmetic(num_examples: int = 256, difficulty: int = 1, seed: int = 0) -> Dataset:
+    """The offline task of the demo, tests and benchmarks, generated deterministically from `seed`."""
+    rng = random.Random(seed)
+    rows = [synthetic_problem(rng, difficulty) for _ in range(num_examples)]
+    return Dataset.from_dict(
+        {"prompt": [make_prompt(p) for p, _ in rows], "answer": [a for _, a in rows], "problem": [p for p, _ in rows]}
+    )
+
+
+def synthetic_solution(problem: str, answer: str) -> str:
+    """A reference completion for a synthetic problem, in the format the reward expects (used by the warm start)."""
+    expression = problem.removeprefix("What is ").removesuffix("?")
+    return f"{expression} = {answer}. The answer is \\boxed{{{answer}}}."
