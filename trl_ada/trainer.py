@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import math
 import time
 from dataclasses import dataclass, field
@@ -89,20 +90,16 @@ class AdaGRPOTrainer(GRPOTrainer):
                 f"AdaGRPOTrainer needs args=AdaGRPOConfig(...), got {type(args).__name__}. Replace GRPOConfig with "
                 "trl_ada.AdaGRPOConfig (it takes the same fields)."
             )
-        with _vllm_room_for_rounds(args):
-            super().__init__(model, reward_funcs, args, *pos, **kwargs)
         if args.multiround_adaptive_downsampling:
-            unsupported = {
-                "tools": self.tools,
-                "rollout_func": self.rollout_func,
-                "environment_factory": self.environment_factories,
-            }
-            for name, value in unsupported.items():
-                if value:
+            given = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *pos, **kwargs)
+            for name in ("tools", "rollout_func", "environment_factory"):
+                if given.arguments.get(name):
                     raise ValueError(
                         f"{name} is not supported together with adaptive sampling yet. Pass "
                         f"multiround_adaptive_downsampling=False to train with it, or drop {name}."
                     )
+        with _vllm_room_for_rounds(args):
+            super().__init__(model, reward_funcs, args, *pos, **kwargs)
         self._rounds: _Rounds | None = None
         self._last_rewards_per_func: torch.Tensor | None = None  # global rewards of the kept completions
         self._last_advantages: torch.Tensor | None = None  # global advantages of the kept completions

@@ -1,0 +1,44 @@
+"""Shared fixtures: the tiny offline model and a deterministic reward with easy, hard and mixed prompts."""
+
+import os
+import zlib
+
+import pytest
+from datasets import Dataset
+
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from trl_ada.data import make_prompt  # noqa: E402
+from trl_ada.tiny import build_tiny_model  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    return build_tiny_model(str(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+def hash_reward_value(text: str, pass_rate: float) -> float:
+    """1 with 'probability' pass_rate over completions, as a deterministic function of the completion text."""
+    return 1.0 if zlib.crc32(text.encode()) % 1000 / 1000 < pass_rate else 0.0
+
+
+def make_recording_reward():
+    """A real reward function (TRL calls it like any other) that records every (prompt, completion, reward)."""
+    log = []
+
+    def hash_reward(prompts, completions, pass_rate, **kwargs):
+        rewards = [hash_reward_value(c[0]["content"], p) for c, p in zip(completions, pass_rate)]
+        log.extend((p[-1]["content"], c[0]["content"], r) for p, c, r in zip(prompts, completions, rewards))
+        return rewards
+
+    hash_reward.log = log
+    return hash_reward
+
+
+def pass_rate_dataset(rates, repeat=8):
+    """Prompt i has pass rate rates[i % len(rates)]; the prompt text names it so tests can find it again."""
+    rows = [{"prompt": make_prompt(f"q{i} r{rates[i % len(rates)]}"), "pass_rate": rates[i % len(rates)]}
+            for i in range(len(rates) * repeat)]
+    return Dataset.from_list(rows)

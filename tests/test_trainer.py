@@ -1,0 +1,209 @@
+"""End to end on the tiny offline model, one process: the real AdaGRPOTrainer inside the real TRL."""
+
+import math
+import re
+
+import pytest
+import torch
+from trl import GRPOConfig, GRPOTrainer
+
+from conftest import hash_reward_value, make_recording_reward, pass_rate_dataset
+from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+
+pytestmark = pytest.mark.slow
+PROMPT_TAG = re.compile(r"q(\d+) r([\d.]+)")
+
+
+def tiny_args(tmp_path, **kwargs):
+    base = dict(
+        output_dir=str(tmp_path / "out"), num_generations=4, per_device_train_batch_size=16, max_completion_length=12,
+        max_steps=2, learning_rate=1e-2, shuffle_dataset=False, use_cpu=True, report_to="none", save_strategy="no",
+        logging_steps=1, seed=0, disable_tqdm=True,
+    )
+    base.update(kwargs)
+    return AdaGRPOConfig(**base)
+
+
+class Recorder(AdaGRPOTrainer):
+    """Keeps every generation batch TRL hands to the loss (observation only, nothing replaced)."""
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.recorded = getattr(self, "recorded", []) + [(len(self.reward_log), output)]
+        return output
+
+
+def decode_groups(trainer, output):
+    """Per group of num_generations rows: (prompt tag, pass rate, completion texts, advantages)."""
+    tok = trainer.processing_class
+    n = trainer.num_generations
+    groups = []
+    for g in range(0, output["completion_ids"].shape[0], n):
+        prompt = tok.decode(output["prompt_ids"][g][output["prompt_mask"][g].bool()])
+        tag, rate = PROMPT_TAG.search(prompt).groups()
+        texts = [tok.decode(output["completion_ids"][i][output["completion_mask"][i].bool()], skip_special_tokens=True)
+                 for i in range(g, g + n)]
+        groups.append((f"q{tag} r{rate}", float(rate), texts, output["advantages"][g:g + n].tolist()))
+    return groups
+
+
+def test_adaptive_training_end_to_end(tiny_model, tmp_path):
+    reward = make_recording_reward()
+    rates = [0.0, 1.0, 0.5, 0.25]  # hard, easy, mixed, mostly wrong
+    trainer = Recorder(model=tiny_model, reward_funcs=reward, args=tiny_args(tmp_path),
+                       train_dataset=pass_rate_dataset(rates))
+    trainer.reward_log = reward.log
+    before = {k: v.clone() for k, v in trainer.model.named_parameters()}
+    trainer.train()
+
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
+    assert any(not torch.equal(before[k], v) for k, v in trainer.model.named_parameters())
+
+    # Each generated completion was scored exactly once, and the metrics count them all.
+    generated = sum(h["sampling/total_samples"] for h in logs)
+    assert len(reward.log) == generated
+    assert all(h["sampling/kept_samples"] == 16 and h["sampling/padding_samples"] == 0 for h in logs)
+
+    start = 0
+    seen = set()
+    for end, output in trainer.recorded:
+        step_log = reward.log[start:end]
+        start = end
+        for tag, rate, texts, advantages in decode_groups(trainer, output):
+            seen.add(rate)
+            pool = [(c, r) for p, c, r in step_log if p.startswith(tag + " ")]
+            assert len(pool) % 8 == 0 and 8 <= len(pool) <= 32  # whole rounds of round_repeat
+            pool_rewards = [r for _, r in pool]
+            rewards = [hash_reward_value(t, rate) for t in texts]
+            num_pos = sum(pool_rewards)
+            # Advantages are the pooled formula, from the whole pool.
+            assert advantages == pytest.approx([r - num_pos / len(pool) for r in rewards], abs=1e-6)
+            if num_pos >= 2 and len(pool) - num_pos >= 2:  # met the balanced exit rule: ++-- , earliest first
+                assert rewards == [1.0, 1.0, 0.0, 0.0]
+                assert texts[:2] == [c for c, r in pool if r == 1.0][:2]
+                assert texts[2:] == [c for c, r in pool if r == 0.0][:2]
+                # ... and it stopped sampling in the first round where that was true.
+                first_ok = next(k for k in range(8, len(pool) + 1, 8)
+                                if 2 <= sum(pool_rewards[:k]) <= k - 2)
+                assert first_ok == len(pool)
+            else:
+                assert len(pool) == 32  # never dropped: sampled all max_rounds, then the fallback group
+            if rate == 0.0:
+                assert rewards == [0.0] * 4 and advantages == [0.0] * 4
+            if rate == 1.0:
+                assert rewards == [1.0] * 4 and advantages == [0.0] * 4
+    assert seen == set(rates)
+
+
+def test_adaptive_off_is_exactly_grpo(tiny_model, tmp_path):
+    dataset = pass_rate_dataset([0.5, 0.25])
+    common = dict(output_dir=str(tmp_path / "o"), num_generations=4, per_device_train_batch_size=8,
+                  max_completion_length=10, use_cpu=True, report_to="none", shuffle_dataset=False, seed=0)
+    ada = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=dataset,
+                         args=AdaGRPOConfig(multiround_adaptive_downsampling=False, **common))
+    grpo = GRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=dataset,
+                       args=GRPOConfig(**common))
+    batch = [dataset[i // 4] for i in range(8)]
+    outputs = []
+    for trainer in (ada, grpo):
+        trainer.model.train()
+        torch.manual_seed(123)
+        outputs.append(trainer._generate_and_score_completions([dict(row) for row in batch]))
+    assert torch.equal(outputs[0]["completion_ids"], outputs[1]["completion_ids"])
+    assert torch.equal(outputs[0]["advantages"], outputs[1]["advantages"])
+    assert outputs[0]["advantages"].abs().sum() > 0
+
+
+@pytest.mark.parametrize("estimator", ["reinforce_rej", "raft", "grpo"])
+def test_other_estimators_on_the_kept_group(tiny_model, tmp_path, estimator):
+    reward = make_recording_reward()
+    trainer = Recorder(model=tiny_model, reward_funcs=reward, train_dataset=pass_rate_dataset([0.5, 1.0, 0.0, 0.3]),
+                       args=tiny_args(tmp_path, max_steps=1, advantage_estimator=estimator))
+    trainer.reward_log = reward.log
+    trainer.train()
+    (_, output), = trainer.recorded
+    for _, rate, texts, advantages in decode_groups(trainer, output):
+        rewards = [hash_reward_value(t, rate) for t in texts]
+        if estimator == "reinforce_rej":
+            expected = rewards if len(set(rewards)) > 1 else [0.0] * 4
+        elif estimator == "raft":
+            expected = rewards
+        else:  # TRL's group statistics: (r - mean) / (std + 1e-4)
+            t = torch.tensor(rewards)
+            expected = ((t - t.mean()) / (t.std() + 1e-4)).tolist()
+        assert advantages == pytest.approx(expected, abs=1e-5)
+
+
+def test_positive_focused_keeps_one_positive_when_that_is_all_there_is(tiny_model, tmp_path):
+    reward = make_recording_reward()
+    trainer = Recorder(model=tiny_model, reward_funcs=reward, train_dataset=pass_rate_dataset([0.1, 1.0]),
+                       args=tiny_args(tmp_path, max_steps=1, per_device_train_batch_size=8,
+                                      reinforce_ada_choice="positive-focused"))
+    trainer.reward_log = reward.log
+    trainer.train()
+    (end, output), = trainer.recorded
+    for tag, rate, texts, advantages in decode_groups(trainer, output):
+        pool = [r for p, _, r in reward.log if p.startswith(tag + " ")]
+        rewards = [hash_reward_value(t, rate) for t in texts]
+        if rate == 1.0:  # exits in round 1 with 8 positives: a uniform group of 4, no signal
+            assert len(pool) == 8 and rewards == [1.0] * 4 and advantages == [0.0] * 4
+        elif 1.0 in pool:  # stopped in the first round with a positive: 1 positive, 3 negatives
+            assert rewards == [1.0, 0.0, 0.0, 0.0]
+            assert sum(pool[:-8]) == 0
+
+
+def test_lora_num_iterations_and_kl(tiny_model, tmp_path):
+    from peft import LoraConfig
+
+    trainer = AdaGRPOTrainer(
+        model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=pass_rate_dataset([0.5, 0.3]),
+        args=tiny_args(tmp_path, per_device_train_batch_size=8, num_iterations=2, beta=0.1, max_steps=4),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    lora_before = {k: v.clone() for k, v in trainer.model.named_parameters() if "lora_B" in k}
+    base_before = {k: v.clone() for k, v in trainer.model.named_parameters() if "base_layer" in k}
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 4 and all(math.isfinite(h["loss"]) and math.isfinite(h["kl"]) for h in logs)
+    params = dict(trainer.model.named_parameters())
+    assert any(not torch.equal(v, params[k]) for k, v in lora_before.items())
+    assert all(torch.equal(v, params[k]) for k, v in base_before.items())
+    # num_iterations=2: one generation batch serves two optimizer steps.
+    assert sum("sampling/total_samples" in h for h in logs) == 2
+
+
+def test_resume_from_checkpoint(tiny_model, tmp_path):
+    dataset = pass_rate_dataset([0.5, 0.3])
+    first = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=dataset,
+                           args=tiny_args(tmp_path, per_device_train_batch_size=8, save_strategy="steps",
+                                          save_steps=2, max_steps=2))
+    first.train()
+    assert (tmp_path / "out" / "checkpoint-2").is_dir()
+    second = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=dataset,
+                            args=tiny_args(tmp_path, per_device_train_batch_size=8, max_steps=3))
+    second.train(resume_from_checkpoint=True)
+    assert second.state.global_step == 3
+    steps = [h["step"] for h in second.state.log_history if "loss" in h]
+    assert steps == [1, 2, 3]  # the history before the checkpoint is restored, then step 3 runs
+
+
+def test_needs_an_ada_config(tiny_model, tmp_path):
+    with pytest.raises(TypeError, match="AdaGRPOConfig"):
+        AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(),
+                       args=GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none"))
+
+
+def test_tools_are_refused_with_adaptive_sampling(tiny_model, tmp_path):
+    def add(a: int, b: int) -> int:
+        """Add two numbers.
+
+        Args:
+            a: first number.
+            b: second number.
+        """
+        return a + b
+
+    with pytest.raises(ValueError, match="tools is not supported together with adaptive sampling"):
+        AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), tools=[add],
+                       args=tiny_args(tmp_path), train_dataset=pass_rate_dataset([0.5]))
