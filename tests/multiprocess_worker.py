@@ -1,0 +1,59 @@
+"""Run by tests/test_multiprocess.py under torchrun with 2 CPU processes (gloo); writes one JSON per rank."""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from conftest import make_recording_reward, pass_rate_dataset  # noqa: E402
+from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
+
+
+class Recorder(AdaGRPOTrainer):
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        tok = self.processing_class
+        self.groups = getattr(self, "groups", []) + [[
+            tok.decode(output["prompt_ids"][i][output["prompt_mask"][i].bool()]).split("<|im_start|>user\n")[1][:12]
+            for i in range(output["prompt_ids"].shape[0])
+        ]]
+        self.inputs_seen = getattr(self, "inputs_seen", []) + [[row["prompt"][-1]["content"][:12] for row in inputs]]
+        self.advantages = getattr(self, "advantages", []) + [output["advantages"].tolist()]
+        return output
+
+
+def main():
+    model_path, output_dir, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+    common = dict(output_dir=output_dir, num_generations=4, max_completion_length=10, use_cpu=True, report_to="none",
+                  save_strategy="no", shuffle_dataset=False, logging_steps=1, seed=0, disable_tqdm=True)
+    if mode == "straddle":  # 2 rows per process with groups of 4: must be refused, naming the fix
+        try:
+            AdaGRPOConfig(per_device_train_batch_size=2, **common)
+        except ValueError as error:
+            message = str(error)
+        else:
+            message = "no error"
+        rank = int(os.environ["RANK"])
+        with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:
+            json.dump({"message": message}, f)
+        return
+
+    reward = make_recording_reward()
+    # Global batch of 4 prompts per step, 2 per process: the first process gets both hard prompts (pass rate 0.02
+    # and 0.0: they run all 4 rounds), the second gets an easy and a mixed one (done in round 1).
+    dataset = pass_rate_dataset([0.02, 0.0, 1.0, 0.5], repeat=4)
+    # round_repeat=5: an odd number of active prompts gives an odd round, which must be padded to split evenly.
+    args = AdaGRPOConfig(per_device_train_batch_size=8, max_steps=2, learning_rate=1e-2, round_repeat=5, **common)
+    trainer = Recorder(model=model_path, reward_funcs=reward, args=args, train_dataset=dataset)
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:
+        json.dump({"reward_calls": len(reward.log), "logs": logs, "groups": trainer.groups,
+                   "inputs": trainer.inputs_seen, "advantages": trainer.advantages,
+                   "params": float(sum(p.detach().double().sum() for p in trainer.model.parameters()))}, f)
+
+
+if __name__ == "__main__":
+    main()

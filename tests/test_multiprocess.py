@@ -1,0 +1,51 @@
+"""Two CPU processes (torchrun, gloo): same rounds on every rank, equal collectives, groups intact."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+WORKER = os.path.join(os.path.dirname(__file__), "multiprocess_worker.py")
+
+
+def launch(tmp_path, model, mode):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               WORKER, model, str(tmp_path), mode]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    return [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
+
+
+def test_two_processes_agree_and_share_the_work(tiny_model, tmp_path):
+    ranks = launch(tmp_path, tiny_model, "train")
+    logs0, logs1 = ranks[0]["logs"], ranks[1]["logs"]
+    assert len(logs0) == 2
+    keys = [k for k in logs0[0] if k.startswith("sampling/") and "seconds" not in k]
+    assert keys and all(a[k] == b[k] for a, b in zip(logs0, logs1) for k in keys)  # ranks agree
+    assert ranks[0]["params"] == ranks[1]["params"]  # same weights after the updates
+
+    # Hard prompts on rank 0 ran 4 rounds: both ranks took part in every round (the work was split, not idled).
+    assert all(h["sampling/rounds_max"] == 4 for h in logs0)
+    assert all(h["sampling/round_4/active_prompts"] >= 1 for h in logs0)
+    assert sum(h["sampling/padding_samples"] for h in logs0) > 0  # odd rounds were padded, not split unevenly
+    generated = sum(h["sampling/total_samples"] + h["sampling/padding_samples"] for h in logs0)
+    assert ranks[0]["reward_calls"] == ranks[1]["reward_calls"] == generated / 2  # each scored once, evenly split
+
+    # Groups intact: each rank trains on its own prompts, num_generations rows each, whole.
+    for rank in ranks:
+        for inputs, groups, advantages in zip(rank["inputs"], rank["groups"], rank["advantages"]):
+            assert groups == inputs  # the rows TRL gave this rank, in order
+            assert len(advantages) == 8
+    hard = [g for g in ranks[0]["groups"][0]]
+    assert all(tag.startswith(("q0 ", "q1 ")) for tag in hard)
+
+
+def test_groups_straddling_processes_are_refused(tiny_model, tmp_path):
+    ranks = launch(tmp_path, tiny_model, "straddle")
+    for rank in ranks:
+        assert "per_device_train_batch_size * steps_per_generation" in rank["message"]
+        assert "multiple of num_generations (4)" in rank["message"]
