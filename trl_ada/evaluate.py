@@ -1,0 +1,112 @@
+"""avg@k evaluation with the reference settings: k samples per problem at temperature 1.0, top_p 1.0.
+
+    trl-ada-eval --model_name_or_path runs/demo/checkpoint-40 --datasets math500.jsonl aime.jsonl --k 32
+
+Each data set is a Hub id or a local json/jsonl/parquet file with `problem` and `answer` (or `gt`) columns. Prints a
+table (avg@k per set and the average weighted by set size, the paper's headline figure) and writes it as JSON.
+Generation uses vLLM when it is installed and a GPU is present, transformers otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from .data import load_math_dataset
+from .rewards import boxed_math_reward
+
+
+def _generate_transformers(model, tokenizer, prompts, k, max_new_tokens, temperature, top_p, batch_size):
+    tokenizer.padding_side = "left"
+    texts = []
+    rows = [p for p in prompts for _ in range(k)]
+    model.eval()
+    for start in range(0, len(rows), batch_size):
+        batch = tokenizer.apply_chat_template(
+            rows[start : start + batch_size], add_generation_prompt=True, return_tensors="pt", padding=True,
+            return_dict=True,
+        ).to(model.device)
+        with torch.no_grad():
+            out = model.generate(
+                **batch, do_sample=temperature > 0, temperature=temperature or None, top_p=top_p,
+                max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+            )
+        texts += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    return texts
+
+
+def _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p):
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=model_path)
+    params = SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens)
+    outputs = llm.chat(prompts, params, use_tqdm=True)
+    return [o.text for out in outputs for o in out.outputs]
+
+
+def avg_at_k(model, tokenizer, dataset, k=32, max_new_tokens=4096, temperature=1.0, top_p=1.0, batch_size=64,
+             use_vllm=False, model_path=None) -> float:
+    """Mean over problems of the fraction of k samples whose last \\boxed{} matches the gold answer."""
+    prompts = list(dataset["prompt"])
+    if use_vllm:
+        texts = _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p)
+    else:
+        texts = _generate_transformers(model, tokenizer, prompts, k, max_new_tokens, temperature, top_p, batch_size)
+    answers = [a for a in dataset["answer"] for _ in range(k)]
+    rewards = boxed_math_reward(texts, answer=answers)
+    return sum(rewards) / len(rewards)
+
+
+def _vllm_usable() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model_name_or_path", required=True)
+    parser.add_argument("--datasets", nargs="+", required=True, help="Hub ids or local json/jsonl/parquet files")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--k", type=int, default=32)
+    parser.add_argument("--max_new_tokens", type=int, default=4096)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top_p", type=float, default=1.0)
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--num_examples", type=int, default=None, help="evaluate on the first N problems only")
+    parser.add_argument("--output_file", default=None, help="JSON results (default: <model>/eval_avg@k.json)")
+    args = parser.parse_args(argv)
+
+    use_vllm = _vllm_usable()
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+    model = None
+    if not use_vllm:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path).to(device)
+    results = {}
+    for name in args.datasets:
+        dataset = load_math_dataset(name, split=args.split, num_examples=args.num_examples)
+        score = avg_at_k(model, tokenizer, dataset, args.k, args.max_new_tokens, args.temperature, args.top_p,
+                         args.batch_size, use_vllm=use_vllm, model_path=args.model_name_or_path)
+        results[name] = {"size": len(dataset), f"avg@{args.k}": score}
+    total = sum(r["size"] for r in results.values())
+    weighted = sum(r["size"] * r[f"avg@{args.k}"] for r in results.values()) / total
+    print(f"| data set | problems | avg@{args.k} |\n|---|---|---|")
+    for name, r in results.items():
+        print(f"| {name} | {r['size']} | {100 * r[f'avg@{args.k}']:.1f} |")
+    print(f"| weighted average | {total} | {100 * weighted:.1f} |")
+    output_file = args.output_file or os.path.join(args.model_name_or_path, f"eval_avg@{args.k}.json")
+    with open(output_file, "w") as f:
+        json.dump({"k": args.k, "backend": "vllm" if use_vllm else "transformers", "datasets": results,
+                   "weighted_average": weighted}, f, indent=2)
+    print(f"written {output_file}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Training entry point, TRL style: one YAML recipe, overridable from the command line.
+
+    accelerate launch --config_file recipes/accelerate_configs/zero2.yaml -m trl_ada.train \\
+        --config recipes/Qwen2.5-Math-1.5B/ada_balance.yaml [--max_steps 10 ...]
+
+The YAML keys are the fields of `ScriptArguments` below, `AdaGRPOConfig` and TRL's `ModelConfig` (peft LoRA with
+`use_peft: true`). `--model_name_or_path tiny` builds the tiny offline model and `--dataset_name synthetic` the
+offline arithmetic task, so every recipe can be smoke-tested on a CPU without a hub.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+
+from trl import ModelConfig, TrlParser, get_peft_config
+
+from .config import AdaGRPOConfig
+from .data import load_math_dataset, synthetic_arithmetic
+from .rewards import boxed_math_reward, check_gold_answers
+from .tiny import build_tiny_model
+from .trainer import AdaGRPOTrainer
+
+
+@dataclass
+class ScriptArguments:
+    dataset_name: str = field(
+        default="synthetic",
+        metadata={"help": "Hub id (e.g. RLHFlow/reinforce_ada_hard_prompt), local json/jsonl/parquet file, or "
+                  "'synthetic' for the offline arithmetic task."},
+    )
+    dataset_split: str = field(default="train", metadata={"help": "Split to train on."})
+    dataset_problem_column: str = field(default="problem", metadata={"help": "Column with the problem text."})
+    dataset_answer_column: str | None = field(
+        default=None, metadata={"help": "Column with the gold answer (default: the first of gt, answer, solution)."}
+    )
+    dataset_num_examples: int | None = field(default=None, metadata={"help": "Train on the first N examples only."})
+    synthetic_difficulty: int = field(default=1, metadata={"help": "Digits per operand of the synthetic task."})
+    synthetic_num_examples: int = field(default=2048, metadata={"help": "Size of the synthetic training set."})
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["boxed_math_reward"],
+        metadata={"help": "'boxed_math_reward' (the reference reward) or dotted import paths of reward functions."},
+    )
+
+
+def load_reward_funcs(names: list[str]):
+    funcs = []
+    for name in names:
+        if name == "boxed_math_reward":
+            funcs.append(boxed_math_reward)
+        elif "." in name:
+            module, attribute = name.rsplit(".", 1)
+            funcs.append(getattr(importlib.import_module(module), attribute))
+        else:
+            raise ValueError(f"reward_funcs: unknown {name!r}; use 'boxed_math_reward' or a dotted import path.")
+    return funcs
+
+
+def load_train_dataset(script_args: ScriptArguments, seed: int):
+    if script_args.dataset_name == "synthetic":
+        return synthetic_arithmetic(script_args.synthetic_num_examples, script_args.synthetic_difficulty, seed)
+    dataset = load_math_dataset(
+        script_args.dataset_name, script_args.dataset_split, script_args.dataset_problem_column,
+        script_args.dataset_answer_column, script_args.dataset_num_examples,
+    )
+    check_gold_answers(dataset["answer"])  # a bad gold answer is a data error: fail before any GPU time is spent
+    return dataset
+
+
+def main(argv=None):
+    parser = TrlParser((ScriptArguments, AdaGRPOConfig, ModelConfig))
+    script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
+    model = model_args.model_name_or_path
+    if model in (None, "tiny"):
+        model = build_tiny_model(os.path.join(training_args.output_dir, "tiny-model"))
+    if model_args.dtype not in (None, "auto"):
+        training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype}
+
+    trainer = AdaGRPOTrainer(
+        model=model,
+        reward_funcs=load_reward_funcs(script_args.reward_funcs),
+        args=training_args,
+        train_dataset=load_train_dataset(script_args, training_args.seed),
+        peft_config=get_peft_config(model_args),
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+
+
+if __name__ == "__main__":
+    main()
