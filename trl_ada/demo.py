@@ -16,6 +16,7 @@ import json
 import os
 import time
 
+import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
@@ -61,7 +62,8 @@ class SamplingLine(TrainerCallback):
             )
 
 
-def evaluate(model_dir: str, dataset, k: int) -> float:
+def evaluate(model_dir: str, dataset, k: int, seed: int) -> float:
+    torch.manual_seed(seed)  # the same sampling noise before and after training
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     return avg_at_k(model, tokenizer, dataset, k=k, max_new_tokens=24, batch_size=256)
@@ -98,7 +100,7 @@ def main(argv=None):
     parser.add_argument("--config", default=DEFAULT_RECIPE, help="AdaGRPOConfig recipe (YAML)")
     parser.add_argument("--max_steps", type=int, default=None, help="override the recipe's max_steps")
     parser.add_argument("--warm_start_steps", type=int, default=300)
-    parser.add_argument("--eval_examples", type=int, default=128)
+    parser.add_argument("--eval_examples", type=int, default=256)
     parser.add_argument("--eval_k", type=int, default=4)
     args = parser.parse_args(argv)
     os.environ.setdefault("WANDB_MODE", "disabled")
@@ -118,7 +120,7 @@ def main(argv=None):
     base = build_tiny_model(os.path.join(args.output_dir, "tiny-model"))
     warm = warm_start(base, os.path.join(args.output_dir, "warm-model"), args.warm_start_steps, training_args.seed)
     held_out = synthetic_arithmetic(args.eval_examples, script_args.synthetic_difficulty, seed=training_args.seed + 1)
-    before = evaluate(warm, held_out, args.eval_k)
+    before = evaluate(warm, held_out, args.eval_k, training_args.seed)
     print(f"[demo] held-out avg@{args.eval_k} before RL: {100 * before:.1f}%")
 
     trainer = AdaGRPOTrainer(
@@ -127,7 +129,7 @@ def main(argv=None):
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
-    after = evaluate(training_args.output_dir, held_out, args.eval_k)
+    after = evaluate(training_args.output_dir, held_out, args.eval_k, training_args.seed)
 
     history = trainer.state.log_history
     rows = [h for h in history if "sampling/total_samples" in h]
