@@ -1,0 +1,110 @@
+"""The vLLM colocate path without a GPU: TRL's real `VLLMGeneration` driving a recording stand-in for `vllm.LLM`.
+
+vLLM has no CPU build, so the engine itself is replaced by `RecordingLLM`, which keeps vLLM's sleep semantics
+(sleep(level=2) discards the weights; generating while asleep is an error). Everything above it is real: TRL's
+`VLLMGeneration.generate`/`sync_weights`, `GRPOTrainer._generate_single_turn` and AdaGRPOTrainer's rounds. What
+this proves: weights are pushed once per step (not once per round), the engine sleeps once per step, after the last
+round, and never generates while asleep. It proves nothing about vLLM itself, which still needs a GPU run.
+"""
+
+import random
+from types import SimpleNamespace
+
+import pytest
+from trl.generation import vllm_generation
+
+from conftest import make_recording_reward, pass_rate_dataset
+from test_trainer import tiny_args
+from trl_ada import AdaGRPOTrainer
+from trl_ada import trainer as trainer_module
+
+pytestmark = pytest.mark.slow
+
+
+class RecordingLLM:
+    def __init__(self, vocab_size, eos_token_id):
+        self.events = []
+        self.awake = {"weights": False, "kv_cache": False}
+        self.vocab_size, self.eos = vocab_size, eos_token_id
+        self.rng = random.Random(0)
+        model = SimpleNamespace(load_weights=lambda weights: self.events.append("load_weights"))
+        self.llm_engine = SimpleNamespace(
+            model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=model)))
+        )
+
+    def wake_up(self, tags):
+        self.events.append(("wake_up", tuple(tags)))
+        for tag in tags:
+            self.awake[tag] = True
+
+    def sleep(self, level):
+        assert level == 2
+        self.events.append("sleep")
+        self.awake = {"weights": False, "kv_cache": False}
+
+    def reset_prefix_cache(self):
+        self.events.append("sync_done")  # the last thing VLLMGeneration.sync_weights does
+
+    def generate(self, prompts, sampling_params, use_tqdm=False):
+        assert all(self.awake.values()), f"generate() while asleep: {self.awake}"
+        assert "load_weights" in self.events, "generate() before any weights were pushed"
+        self.events.append(("generate", len(prompts)))
+        outputs = []
+        for prompt in prompts:
+            tokens = [self.rng.randrange(3, self.vocab_size) for _ in range(self.rng.randint(1, 6))] + [self.eos]
+            logprobs = [{t: SimpleNamespace(rank=1, logprob=-1.0)} for t in tokens]
+            outputs.append(SimpleNamespace(prompt_token_ids=prompt["prompt_token_ids"],
+                                           outputs=[SimpleNamespace(token_ids=tokens, logprobs=logprobs)]))
+        return outputs
+
+
+def colocated_generation(trainer, sleep_mode):
+    """A real VLLMGeneration (TRL's class and methods), attributes set as its __init__ would, engine recorded."""
+    generation = object.__new__(vllm_generation.VLLMGeneration)
+    tokenizer = trainer.processing_class
+    generation.__dict__.update(
+        model=trainer.model, accelerator=trainer.accelerator, processing_class=tokenizer, mode="colocate",
+        tensor_parallel_size=1, enable_sleep_mode=sleep_mode, _llm_weights_sleeping=sleep_mode,
+        structured_outputs_regex=None, temperature=1.0, top_p=1.0, top_k=0, min_p=None, repetition_penalty=1.0,
+        max_completion_length=8, logprobs=0, generation_kwargs={}, _dist=trainer._dist,
+        llm=RecordingLLM(len(tokenizer), tokenizer.eos_token_id),
+    )
+    if not sleep_mode:
+        generation.llm.awake = {"weights": True, "kv_cache": True}
+    return generation
+
+
+@pytest.mark.parametrize("sleep_mode", [True, False])
+def test_weights_pushed_once_per_step_and_sleep_after_last_round(tiny_model, tmp_path, monkeypatch, sleep_mode):
+    monkeypatch.setattr(vllm_generation, "SamplingParams", lambda **kwargs: kwargs, raising=False)
+    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(),
+                             train_dataset=pass_rate_dataset([0.0, 0.5]),
+                             args=tiny_args(tmp_path, per_device_train_batch_size=8, max_steps=3))
+    generation = colocated_generation(trainer, sleep_mode)
+    trainer.use_vllm, trainer.vllm_generation, trainer._last_loaded_step = True, generation, -1
+    trainer.train()
+
+    events = generation.llm.events
+    logs = [h for h in trainer.state.log_history if "sampling/rounds_max" in h]
+    assert len(logs) == 3 and all(h["sampling/rounds_max"] == 4 for h in logs)  # the 0.0 prompt: 4 rounds each
+    assert sum(e == ("generate", 16) for e in events) == 3  # round 1: 2 prompts x round_repeat 8
+    assert sum(isinstance(e, tuple) and e[0] == "generate" for e in events) == 3 * 4
+    assert events.count("sync_done") == 3  # one weight push per step, not per round
+    assert events.count("sleep") == (3 if sleep_mode else 0)
+    if sleep_mode:
+        # Per step: wake the weights, push them, wake the KV cache, all rounds, then sleep once.
+        step = events[: events.index("sleep") + 1]
+        generates = [i for i, e in enumerate(step) if isinstance(e, tuple) and e[0] == "generate"]
+        assert len(generates) == 4 and step[-1] == "sleep" and generates[-1] == len(step) - 2
+        assert step[0] == ("wake_up", ("weights",)) and ("wake_up", ("kv_cache",)) in step[: generates[0]]
+    assert generation.enable_sleep_mode == sleep_mode  # restored after the rounds
+
+
+def test_engine_is_sized_for_a_whole_round(tiny_model, tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(trainer_module._grpo_module, "VLLMGeneration", lambda **kw: seen.update(kw))
+    args = tiny_args(tmp_path, per_device_train_batch_size=8, use_vllm=True)
+    with trainer_module._vllm_room_for_rounds(args):
+        trainer_module._grpo_module.VLLMGeneration(max_num_seqs=8)
+    assert seen["max_num_seqs"] == 16  # round_repeat 8 / num_generations 4 = 2x GRPO's sizing
+    assert trainer_module._grpo_module.VLLMGeneration is not None
