@@ -53,9 +53,7 @@ def load_math_dataset(
         if not os.path.exists(name_or_path):
             raise FileNotFoundError(f"dataset file {name_or_path!r} does not exist.")
         raw = load_dataset(_LOCAL_FORMATS[extension], data_files=name_or_path, split="train")
-    elif os.path.isdir(name_or_path):
-        raw = load_dataset(name_or_path, split=split)
-    else:
+    else:  # a Hub id or a local data set folder
         raw = load_dataset(name_or_path, split=split)
     return to_prompt_dataset(raw, problem_column, answer_column, source=name_or_path, num_examples=num_examples)
 
