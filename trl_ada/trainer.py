@@ -262,8 +262,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         args = self.args
         estimator = args.advantage_estimator
         if estimator == "grpo" or (estimator == "reinforce_ada" and not args.global_stat_est):
-            # TRL's own group statistics, already in `output`; gathered only for the metrics.
-            self._last_advantages = self.accelerator.gather(output["advantages"])
+            self._last_advantages = None  # TRL's own group statistics, already in `output`
             return
         n = self.num_generations
         rewards = _weighted_sum(self._last_rewards_per_func, self.reward_weights).tolist()
@@ -311,6 +310,8 @@ class AdaGRPOTrainer(GRPOTrainer):
         rounds = [r.rounds for r in results]
         round_one = [x for r in results for x in r.pool_rewards[: self.args.round_repeat]]
         advantages = self._last_advantages
+        if advantages is None:  # TRL's statistics: only this rank's slice is at hand
+            advantages = self.accelerator.gather(output["advantages"])
         m["sampling/total_samples"].append(float(sum(len(r.pool_rewards) for r in results)))
         m["sampling/kept_samples"].append(float(num_prompts * self.num_generations))
         m["sampling/padding_samples"].append(float(state.padding_samples))
