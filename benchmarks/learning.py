@@ -1,6 +1,7 @@
 """Learning on the synthetic task: GRPOTrainer (n=4) against AdaGRPOTrainer pos and balance, 3 seeds each.
 
-    python benchmarks/learning.py                 # about 20 min on 2 CPU cores; not run in CI
+    python benchmarks/learning.py                  # 17 min on 2 CPU cores; not run in CI
+    python benchmarks/learning.py --from_json benchmarks/learning.json   # tables and plot of a finished run
 
 Every run starts from the demo's warm-started tiny model (`trl_ada.demo.warm_start`, same steps and seed, cached
 in <output_dir>/warm-model) and uses the demo's recipe (`recipes/tiny/ada_balance.yaml`): the same prompts per
@@ -11,9 +12,10 @@ sampling differs:
 - `ada_pos` / `ada_balance`: `AdaGRPOTrainer` with `reinforce_ada_choice` positive_focused / balanced (M=8, R=4).
 
 The Ada runs go first; GRPO then trains on past the common step count until it has generated as many samples as
-the most expensive Ada run, so the two can be compared at equal steps (GRPO at `--steps`) and at equal generated
-samples (GRPO later). Held-out accuracy (avg@k on fresh problems, the same seeded sampling for every model) is
-measured every `--eval_every` steps inside the run; its time is not counted in the wall time.
+the most expensive Ada run, so the two can be compared at equal steps (GRPO at `--steps`), and at equal generated
+samples or equal training wall time (GRPO later). Held-out accuracy (avg@k on fresh problems, the same seeded
+sampling for every model) is measured every `--eval_every` steps inside the run; its time is not counted in the
+wall time.
 
 Reports, per method (mean and spread over seeds): the round-1 i.i.d. training reward (the mean reward of the first
 round's samples, i.e. of the current policy before any selection: `reward` for GRPO, `sampling/iid_reward` for
@@ -68,8 +70,8 @@ class HeldOut(TrainerCallback):
     """avg@k on the held-out problems every `every` steps, without disturbing the run's random state; also the
     training wall clock at each step, evaluation time excluded."""
 
-    def __init__(self, trainer_ref, tokenizer, dataset, k, every, seed):
-        self.trainer_ref, self.tokenizer, self.dataset = trainer_ref, tokenizer, dataset
+    def __init__(self, tokenizer, dataset, k, every, seed):
+        self.tokenizer, self.dataset = tokenizer, dataset
         self.k, self.every, self.seed = k, every, seed
         self.points: list[tuple[int, float]] = []
         self.seconds = 0.0
@@ -91,10 +93,10 @@ class HeldOut(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         self.started = time.time()
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args, state, control, model=None, **kwargs):
         self.clock.append(time.time() - self.started - self.seconds)
         if state.global_step % self.every == 0:
-            self.measure(self.trainer_ref[0].model, state.global_step)
+            self.measure(model, state.global_step)
 
 
 def train_one(method, seed, steps, warm, held_out, script, shared, ada, args):
@@ -109,13 +111,11 @@ def train_one(method, seed, steps, warm, held_out, script, shared, ada, args):
         config = AdaGRPOConfig(**common, **dict(ada, reinforce_ada_choice=METHODS[method]))
         trainer_class = AdaGRPOTrainer
     dataset = synthetic_arithmetic(script["synthetic_num_examples"], script["synthetic_difficulty"], seed)
-    trainer_ref = []
-    held = HeldOut(trainer_ref, AutoTokenizer.from_pretrained(warm), held_out, args.eval_k, args.eval_every,
+    held = HeldOut(AutoTokenizer.from_pretrained(warm), held_out, args.eval_k, args.eval_every,
                    args.eval_seed)
     trainer = trainer_class(model=warm, reward_funcs=[boxed_math_reward], args=config, train_dataset=dataset,
                             callbacks=[held])
     trainer.remove_callback(PrinterCallback)  # one line per evaluation instead of every step's full log dict
-    trainer_ref.append(trainer)
     print(f"[learning] {method} seed {seed}: {steps} steps", flush=True)
     trainer.train()
     logs = [h for h in trainer.state.log_history if "step_time" in h]
@@ -129,6 +129,17 @@ def train_one(method, seed, steps, warm, held_out, script, shared, ada, args):
         signal = [h["sampling/effective_prompt_ratio"] for h in logs]
     return {"method": method, "seed": seed, "round1_reward": reward, "generated": generated, "signal": signal,
             "held_out": held.points, "wall_clock": held.clock}
+
+
+def rounded(value, digits=5):
+    """The results file stays small enough to commit: 5 decimals are finer than the noise."""
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, dict):
+        return {k: rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(v, digits) for v in value]
+    return value
 
 
 def cumulative(values):
@@ -153,12 +164,26 @@ def interpolate(xs, ys, x):
     return ys[-1]
 
 
-def held_out_at_samples(run, samples):
-    """Held-out accuracy of a run once it had generated `samples` completions (interpolated between evals)."""
-    total = [0.0] + cumulative(run["generated"])
-    xs = [0.0] + [total[step] for step, _ in run["held_out"] if step > 0]
-    ys = [run["baseline"]] + [acc for step, acc in run["held_out"] if step > 0]
-    return interpolate(xs, ys, samples)
+def progress(run, axis):
+    """Where a run stood after each step: cumulative generated samples, or training seconds."""
+    return cumulative(run["generated"]) if axis == "samples" else run["wall_clock"]
+
+
+def held_out_at(run, axis, value):
+    """Held-out accuracy of a run once it had reached `value` on the axis (interpolated between evaluations)."""
+    position = progress(run, axis)
+    xs = [0.0] + [position[step - 1] for step, _ in run["held_out"]]
+    ys = [run["baseline"]] + [accuracy for _, accuracy in run["held_out"]]
+    return interpolate(xs, ys, value)
+
+
+def reward_at(run, axis, value, window=10):
+    """Mean round-1 reward of the `window` steps ending where the run reached `value` on the axis."""
+    position = progress(run, axis)
+    end = next((i for i, x in enumerate(position) if x >= value), None)
+    if end is None or end < window - 1:
+        return None
+    return statistics.mean(run["round1_reward"][end - window + 1 : end + 1])
 
 
 def mean_spread(values):
@@ -179,7 +204,7 @@ def report(runs, steps, warm_accuracy, k):
     print(f"| warm start (before RL) | | | {100 * warm_accuracy:.1f}% | | | | |")
     for method, rs in by_method.items():
         first = [statistics.mean(r["round1_reward"][:10]) for r in rs]
-        last = [statistics.mean(r["round1_reward"][steps - 10 : steps]) for r in rs]
+        last = [statistics.mean(r["round1_reward"][max(0, steps - 10) : steps]) for r in rs]
         held = [dict(r["held_out"]).get(steps) for r in rs]
         signal = [statistics.mean(r["signal"][:steps]) for r in rs]
         generated = [sum(r["generated"][:steps]) for r in rs]
@@ -188,24 +213,24 @@ def report(runs, steps, warm_accuracy, k):
               f"{mean_spread(signal)} | {statistics.mean(generated):.0f} | {statistics.mean(seconds):.0f} | "
               f"{statistics.mean(seconds) / steps:.2f} |")
 
-    print("\n### Equal generated samples (GRPO trained on until it matched each Ada run's samples)\n")
-    print(f"| method | generated samples | its held-out avg@{k} | GRPO held-out at the same samples | "
-          "its round-1 reward, last 10 steps | GRPO round-1 reward at the same samples |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for method in ("ada_pos", "ada_balance"):
-        own, grpo_held, own_reward, grpo_reward, budgets = [], [], [], [], []
-        for r in by_method[method]:
-            g = next(x for x in by_method["grpo"] if x["seed"] == r["seed"])
-            budget = sum(r["generated"][:steps])
-            budgets.append(budget)
-            own.append(dict(r["held_out"]).get(steps))
-            grpo_held.append(held_out_at_samples(g, budget))
-            own_reward.append(statistics.mean(r["round1_reward"][steps - 10 : steps]))
-            grpo_total = cumulative(g["generated"])
-            end = next((i for i, t in enumerate(grpo_total) if t >= budget), None)
-            grpo_reward.append(None if end is None or end < 9 else statistics.mean(g["round1_reward"][end - 9 : end + 1]))
-        print(f"| {method} | {statistics.mean(budgets):.0f} | {mean_spread(own)} | {mean_spread(grpo_held)} | "
-              f"{mean_spread(own_reward)} | {mean_spread(grpo_reward)} |")
+    print("\n### GRPO at the same cost (GRPO trained on past the common steps; compared with each Ada run's total at "
+          f"step {steps}, seed by seed)\n")
+    print(f"| method | matched on | Ada's total | Ada held-out avg@{k} | GRPO held-out at that total | "
+          "Ada round-1 reward, last 10 steps | GRPO round-1 reward, 10 steps up to that total |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for axis, unit in (("samples", "generated samples"), ("seconds", "training wall time (s)")):
+        for method in ("ada_pos", "ada_balance"):
+            own, grpo_held, own_reward, grpo_reward, totals = [], [], [], [], []
+            for r in by_method[method]:
+                grpo = next(g for g in by_method["grpo"] if g["seed"] == r["seed"])
+                total = progress(r, axis)[steps - 1]
+                totals.append(total)
+                own.append(dict(r["held_out"]).get(steps))
+                grpo_held.append(held_out_at(grpo, axis, total))
+                own_reward.append(statistics.mean(r["round1_reward"][max(0, steps - 10) : steps]))
+                grpo_reward.append(reward_at(grpo, axis, total))
+            print(f"| {method} | {unit} | {statistics.mean(totals):.0f} | {mean_spread(own)} | "
+                  f"{mean_spread(grpo_held)} | {mean_spread(own_reward)} | {mean_spread(grpo_reward)} |")
 
 
 def band(ax, xs_per_seed, ys_per_seed, color, label):
@@ -222,7 +247,7 @@ def plot(runs, steps, warm_accuracy, k, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(10, 6.4), dpi=90)
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6.4), dpi=80)
     for method in METHODS:
         rs = [r for r in runs if r["method"] == method]
         rewards = [smooth(r["round1_reward"]) for r in rs]
@@ -264,18 +289,26 @@ def main(argv=None):
     parser.add_argument("--eval_k", type=int, default=4)
     parser.add_argument("--eval_every", type=int, default=20)
     parser.add_argument("--eval_seed", type=int, default=1234)
+    parser.add_argument("--from_json", default=None, help="re-print the tables and redraw the plot of an earlier run's "
+                        "learning.json, without training")
     parser.add_argument("--plot", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "learning.png"))
     args = parser.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        report(saved["runs"], saved["steps"], saved["warm_accuracy"], saved["eval_k"])
+        plot(saved["runs"], saved["steps"], saved["warm_accuracy"], saved["eval_k"], args.plot)
+        print(f"\nplot: {args.plot}")
+        return 0
     if args.steps % args.eval_every:
         parser.error("--steps must be a multiple of --eval_every, so every method is evaluated at the same step")
-    torch.set_num_threads(os.cpu_count() or 1)
     started = time.time()
 
     script, shared, ada = recipe_kwargs(args.config)
     base = build_tiny_model(os.path.join(args.output_dir, "tiny-model"))
     warm = warm_start(base, os.path.join(args.output_dir, "warm-model"), args.warm_start_steps, shared["seed"])
     held_out = synthetic_arithmetic(args.eval_examples, script["synthetic_difficulty"], seed=shared["seed"] + 1)
-    baseline = HeldOut(None, AutoTokenizer.from_pretrained(warm), held_out, args.eval_k, 0, args.eval_seed)
+    baseline = HeldOut(AutoTokenizer.from_pretrained(warm), held_out, args.eval_k, 0, args.eval_seed)
     from transformers import AutoModelForCausalLM
 
     baseline.measure(AutoModelForCausalLM.from_pretrained(warm), 0)
@@ -295,7 +328,8 @@ def main(argv=None):
         r["baseline"] = warm_accuracy
 
     with open(os.path.join(args.output_dir, "learning.json"), "w") as f:
-        json.dump({"warm_accuracy": warm_accuracy, "steps": args.steps, "runs": runs}, f)
+        saved = {"warm_accuracy": warm_accuracy, "steps": args.steps, "eval_k": args.eval_k, "runs": runs}
+        json.dump(rounded(saved), f)
     if set(args.methods) == set(METHODS):
         report(runs, args.steps, warm_accuracy, args.eval_k)
         plot(runs, args.steps, warm_accuracy, args.eval_k, args.plot)

@@ -32,14 +32,14 @@ from trl_ada import rewards  # noqa: E402
 from trl_ada.rewards import boxed_math_reward, verify_answer  # noqa: E402
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-completions", type=int, default=500, help="typical completions for the throughput")
     parser.add_argument("--batch-size", type=int, default=200, help="typical completions in the adversarial batch")
     parser.add_argument("--repeats", type=int, default=3, help="timed repetitions (the median is reported)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=Path(__file__).with_name("reward_throughput.png"))
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
 def typical_answer(rng: random.Random) -> tuple[str, str, str]:
@@ -87,8 +87,8 @@ def median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv=None) -> None:
+    args = parse_args(argv)
     rng = random.Random(args.seed)
     texts, golds = typical_batch(args.num_completions, rng)
     workers = rewards._pool().size  # (internal) starts the workers, outside the timings

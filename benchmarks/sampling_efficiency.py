@@ -37,7 +37,7 @@ from trl_ada.advantages import pooled_advantages  # noqa: E402
 from trl_ada.sampling import run_adaptive_sampling  # noqa: E402
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-prompts", type=int, default=10_000, help="simulated prompts per distribution")
     parser.add_argument("--seed", type=int, default=0)
@@ -46,7 +46,7 @@ def parse_args() -> argparse.Namespace:
         "--dapo-max-gen-batches", type=int, default=10, help="DAPO: generation batches per step at most"
     )
     parser.add_argument("--output", type=Path, default=Path(__file__).with_name("sampling_efficiency.png"))
-    return parser.parse_args()
+    return parser.parse_args(argv)
 
 
 # Reference settings (docs/algorithm.md): n=4, M=8, R=4, threshold 0.7.
@@ -252,8 +252,8 @@ def print_main_table(name: str, rows: dict[str, dict]) -> None:
         print(f"| {label} | {cost:.2f} | {share:.1%} | {fmt_unfinished(row)} | {per_1000:.1f} | {wasted:.1%} |")
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv=None) -> None:
+    args = parse_args(argv)
     start = time.time()
 
     a, b = fit_calibrated_beta()
