@@ -94,3 +94,24 @@ def test_notebook_runs_top_to_bottom(tmp_path):
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert (tmp_path / "runs" / "notebook" / "ada-lora" / "adapter_config.json").exists()
+
+
+@pytest.mark.slow
+def test_demo_main_job_runs_and_reports(tmp_path, capsys):
+    import yaml
+
+    from trl_ada.demo import DEFAULT_RECIPE, main as demo_main
+
+    with open(DEFAULT_RECIPE) as f:
+        recipe = yaml.safe_load(f)
+    recipe.update(per_device_train_batch_size=8, max_completion_length=8, synthetic_num_examples=64)
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    out = tmp_path / "demo"
+    demo_main(["--output_dir", str(out), "--config", str(tmp_path / "recipe.yaml"), "--max_steps", "2",
+               "--warm_start_steps", "2", "--eval_examples", "8", "--eval_k", "2"])
+    summary = json.loads((out / "demo_summary.json").read_text())
+    assert summary["steps"] == 2 and summary["kept_samples"] == 2 * 8
+    assert summary["generated_samples"] >= summary["kept_samples"]
+    assert 0 <= summary["held_out_avg@2_before"] <= 1 and 0 <= summary["held_out_avg@2_after"] <= 1
+    assert (out / "demo.png").stat().st_size > 0 and (out / "warm-model" / "model.safetensors").exists()
+    assert "| held-out accuracy (avg@2, 8 problems) |" in capsys.readouterr().out

@@ -17,7 +17,8 @@ import os
 import time
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer, ProgressCallback, TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
 from .data import synthetic_arithmetic, synthetic_solution
@@ -55,11 +56,18 @@ class SamplingLine(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "sampling/total_samples" in logs:
-            print(
+            tqdm.write(
                 f"[demo] step {state.global_step:3d}  round-1 reward {logs['sampling/iid_reward']:.3f}  "
                 f"samples {logs['sampling/total_samples']:.0f}  rounds {logs['sampling/rounds_mean']:.2f}  "
                 f"prompts with signal {logs['sampling/effective_prompt_ratio']:.2f}  loss {logs['loss']:+.4f}"
             )
+
+
+class ProgressBarOnly(ProgressCallback):
+    """The progress bar without the dump of every logged metric at every step; SamplingLine prints what matters."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        pass
 
 
 def evaluate(model_dir: str, dataset, k: int, seed: int) -> float:
@@ -82,13 +90,18 @@ def plot(history: list[dict], path: str) -> None:
 
     rows = [h for h in history if "sampling/iid_reward" in h]
     steps = [h["step"] for h in rows]
+    round_one = [h["sampling/iid_reward"] for h in rows]
+    window = 10  # one step is only 16 prompts: the moving mean shows the trend
+    moving = [_mean(round_one[max(0, i - window + 1) : i + 1]) for i in range(len(round_one))]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=100)
-    left.plot(steps, [h["sampling/iid_reward"] for h in rows], marker="o", ms=3, label="round-1 (i.i.d.) reward")
-    left.plot(steps, [h["reward"] for h in rows], ls="--", label="kept-group reward (~50% by construction)")
+    left.plot(steps, round_one, lw=0.7, alpha=0.35, color="tab:blue")
+    left.plot(steps, moving, lw=2, color="tab:blue", label=f"round-1 (i.i.d.) reward, moving mean of {window}")
+    left.plot(steps, [h["reward"] for h in rows], ls="--", color="tab:orange",
+              label="kept-group reward (~50% by construction)")
     left.set_xlabel("step")
     left.set_ylabel("reward")
     left.legend(fontsize=7)
-    right.plot(steps, [h["sampling/total_samples"] for h in rows], marker="o", ms=3, label="generated")
+    right.plot(steps, [h["sampling/total_samples"] for h in rows], lw=0.8, label="generated")
     right.plot(steps, [h["sampling/kept_samples"] for h in rows], ls="--", label="kept")
     right.set_xlabel("step")
     right.set_ylabel("samples per step")
@@ -132,6 +145,9 @@ def main(argv=None):
         model=warm, reward_funcs=load_reward_funcs(script_args.reward_funcs), args=training_args,
         train_dataset=load_train_dataset(script_args, training_args.seed), callbacks=[SamplingLine()],
     )
+    if not training_args.disable_tqdm:
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(ProgressBarOnly)
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     after = evaluate(training_args.output_dir, held_out, args.eval_k, training_args.seed)
