@@ -24,13 +24,30 @@ def hash_reward_value(text: str, pass_rate: float) -> float:
     return 1.0 if zlib.crc32(text.encode()) % 1000 / 1000 < pass_rate else 0.0
 
 
+EXTRA_COLUMN = "completion_crc"
+
+
+def extra_value(text: str) -> int:
+    return zlib.crc32(text.encode())
+
+
+def extra_column_mismatches(trainer) -> int:
+    """Rows of the completions table whose log_extra value was not computed from the completion next to it."""
+    completions = list(trainer._logs["completion"])
+    values = list(trainer._logs["extra"][EXTRA_COLUMN])
+    assert len(values) == len(completions) > 0
+    return sum(extra_value(c[0]["content"]) != v for c, v in zip(completions, values))
+
+
 def make_recording_reward():
     """A real reward function (TRL calls it like any other) that records every (prompt, completion, reward)."""
     log = []
 
-    def hash_reward(prompts, completions, pass_rate, **kwargs):
+    def hash_reward(prompts, completions, pass_rate, log_extra=None, **kwargs):
         rewards = [hash_reward_value(c[0]["content"], p) for c, p in zip(completions, pass_rate)]
         log.extend((p[-1]["content"], c[0]["content"], r) for p, c, r in zip(prompts, completions, rewards))
+        if log_extra is not None:  # a completions-table column that must stay next to its own completion
+            log_extra(EXTRA_COLUMN, [extra_value(c[0]["content"]) for c in completions])
         return rewards
 
     hash_reward.log = log

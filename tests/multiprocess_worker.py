@@ -6,7 +6,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from conftest import make_recording_reward, pass_rate_dataset  # noqa: E402
+from conftest import extra_column_mismatches, make_recording_reward, pass_rate_dataset  # noqa: E402
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
 
 
@@ -52,6 +52,7 @@ def main():
     with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:
         json.dump({"reward_calls": len(reward.log), "logs": logs, "groups": trainer.groups,
                    "inputs": trainer.inputs_seen, "advantages": trainer.advantages,
+                   "table_rows": len(trainer._logs["completion"]), "extra_mismatches": extra_column_mismatches(trainer),
                    "params": float(sum(p.detach().double().sum() for p in trainer.model.parameters()))}, f)
 
 

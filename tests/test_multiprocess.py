@@ -40,6 +40,9 @@ def test_two_processes_agree_and_share_the_work(tiny_model, tmp_path):
         for inputs, groups, advantages in zip(rank["inputs"], rank["groups"], rank["advantages"]):
             assert groups == inputs  # the rows TRL gave this rank, in order
             assert len(advantages) == 8
+    # The completions table (gathered on every rank): log_extra values travelled with their completions, including
+    # the ones generated on the other rank.
+    assert all(rank["table_rows"] == 16 and rank["extra_mismatches"] == 0 for rank in ranks)  # 4 prompts x 4
     hard = [g for g in ranks[0]["groups"][0]]
     assert all(tag.startswith(("q0 ", "q1 ")) for tag in hard)
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from conftest import hash_reward_value, make_recording_reward, pass_rate_dataset
+from conftest import extra_column_mismatches, hash_reward_value, make_recording_reward, pass_rate_dataset
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 
 pytestmark = pytest.mark.slow
@@ -64,6 +64,8 @@ def test_adaptive_training_end_to_end(tiny_model, tmp_path):
     generated = sum(h["sampling/total_samples"] for h in logs)
     assert len(reward.log) == generated
     assert all(h["sampling/kept_samples"] == 16 and h["sampling/padding_samples"] == 0 for h in logs)
+    # The completions table: a reward function's log_extra column stays next to its own (kept) completion.
+    assert len(trainer._logs["completion"]) == 16 and extra_column_mismatches(trainer) == 0
 
     start = 0
     seen = set()

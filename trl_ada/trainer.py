@@ -50,7 +50,10 @@ class _Rounds:
     prompt_ids: list[list[int]] = field(default_factory=list)  # every unique prompt of the batch, all ranks
     rows: list[dict[str, Any]] = field(default_factory=list)  # one input row per unique prompt, all ranks
     pool_rewards_per_func: list[list[torch.Tensor]] = field(default_factory=list)  # per prompt, per sample
-    generated: dict[tuple[int, int], tuple[list[int], list[float] | None]] = field(default_factory=dict)
+    # (prompt, sample) -> (completion ids, sampling log-probs, columns the reward functions logged with log_extra)
+    generated: dict[tuple[int, int], tuple[list[int], list[float] | None, dict[str, Any]]] = field(
+        default_factory=dict
+    )
     results: list[PromptResult] | None = None
     selected_rewards_per_func: torch.Tensor | None = None
     round_times: list[float] = field(default_factory=list)
@@ -104,6 +107,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         self._last_rewards_per_func: torch.Tensor | None = None  # global rewards of the kept completions
         self._last_advantages: torch.Tensor | None = None  # global advantages of the kept completions
         self._warned_non_binary = False
+        self._warned_extra_columns: set[str] = set()
 
     # ---------------------------------------------------------------------------------------------------------------
     # Seam 1: the whole generation batch.
@@ -181,10 +185,21 @@ class AdaGRPOTrainer(GRPOTrainer):
         )
         state.round_times.append(time.perf_counter() - start)
         state.round_active.append(len(active))
+        # Columns from log_extra belong to this round's samples: they follow their completion, kept or not (TRL
+        # would otherwise flush every round's values into the table, next to the wrong completions).
+        extra = {column: values for column, values in self._pending_extra_logs.items() if len(values) == len(mine)}
+        for column in set(self._pending_extra_logs) - set(extra) - self._warned_extra_columns:
+            self._warned_extra_columns.add(column)
+            logger.warning(f"log_extra column {column!r} does not hold one value per completion; it is not logged.")
+        self._pending_extra_logs.clear()
 
         for offset, key in enumerate(mine):
             if rank * per_rank + offset < len(items):
-                state.generated[key] = (completion_ids[offset], logprobs[offset] if logprobs is not None else None)
+                state.generated[key] = (
+                    completion_ids[offset],
+                    logprobs[offset] if logprobs is not None else None,
+                    {column: values[offset] for column, values in extra.items()},
+                )
         rewards = _weighted_sum(rewards_per_func, self.reward_weights)[: len(items)].tolist()
         for (p, _), row in zip(items, rewards_per_func[: len(items)]):
             state.pool_rewards_per_func[p].append(row)
@@ -215,6 +230,8 @@ class AdaGRPOTrainer(GRPOTrainer):
         keys = [(p, i) for p in range(first, first + num_local_prompts) for i in state.results[p].selected]
         completion_ids = [selected[key][0] for key in keys]
         logprobs = [selected[key][1] for key in keys]
+        for column in sorted({column for key in keys for column in selected[key][2]}):
+            self._pending_extra_logs[column] = [selected[key][2].get(column) for key in keys]
         return completion_ids, (None if any(lp is None for lp in logprobs) else logprobs)
 
     @contextlib.contextmanager
