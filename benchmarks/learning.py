@@ -5,11 +5,12 @@
 
 Every run starts from the demo's warm-started tiny model (`trl_ada.demo.warm_start`, same steps and seed, cached
 in <output_dir>/warm-model) and uses the demo's recipe (`recipes/tiny/ada_balance.yaml`): the same prompts per
-step for a given seed (16 prompts of 64 kept completions), the same optimiser, loss and learning rate. Only the
-sampling differs:
+step for a given seed (16 prompts of 64 kept completions), the same optimiser, loss and learning rate. The method
+differs: the sampling and its advantage estimator.
 
-- `grpo`: plain TRL `GRPOTrainer`, n=4 i.i.d. samples per prompt;
-- `ada_pos` / `ada_balance`: `AdaGRPOTrainer` with `reinforce_ada_choice` positive_focused / balanced (M=8, R=4).
+- `grpo`: plain TRL `GRPOTrainer`, n=4 i.i.d. samples per prompt, group mean/std advantages;
+- `ada_pos` / `ada_balance`: `AdaGRPOTrainer` with `reinforce_ada_choice` positive_focused / balanced (M=8, R=4)
+  and pooled advantages.
 
 The Ada runs go first; GRPO then trains on past the common step count until it has generated as many samples as
 the most expensive Ada run, so the two can be compared at equal steps (GRPO at `--steps`), and at equal generated
@@ -81,11 +82,14 @@ class HeldOut(TrainerCallback):
     def measure(self, model, step):
         start = time.time()
         cpu_state = torch.get_rng_state()
+        cuda_state = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
         torch.manual_seed(self.seed)  # the same sampling noise for every model and checkpoint
         was_training = model.training
         accuracy = avg_at_k(model, self.tokenizer, self.dataset, k=self.k, max_new_tokens=24, batch_size=256)
         model.train(was_training)
         torch.set_rng_state(cpu_state)
+        if cuda_state is not None:
+            torch.cuda.set_rng_state_all(cuda_state)
         self.points.append((step, accuracy))
         self.seconds += time.time() - start
         print(f"[learning] step {step:4d}  held-out avg@{self.k} {100 * accuracy:.1f}%", flush=True)
@@ -99,17 +103,26 @@ class HeldOut(TrainerCallback):
             self.measure(model, state.global_step)
 
 
-def train_one(method, seed, steps, warm, held_out, script, shared, ada, args):
-    output_dir = os.path.join(args.output_dir, f"{method}-seed{seed}")
+def make_config(method, seed, steps, output_dir, shared, ada, learning_rate=None):
+    """The run's config: the recipe's shared fields for every method, the Ada fields only for the Ada methods."""
     common = dict(shared, output_dir=output_dir, max_steps=steps, seed=seed, save_strategy="no",
                   logging_steps=1, report_to="none", disable_tqdm=True)
-    if args.learning_rate is not None:
-        common["learning_rate"] = args.learning_rate
+    if learning_rate is not None:
+        common["learning_rate"] = learning_rate
     if METHODS[method] is None:
-        config, trainer_class = GRPOConfig(**common), GRPOTrainer
-    else:
-        config = AdaGRPOConfig(**common, **dict(ada, reinforce_ada_choice=METHODS[method]))
-        trainer_class = AdaGRPOTrainer
+        return GRPOConfig(**common)
+    return AdaGRPOConfig(**common, **dict(ada, reinforce_ada_choice=METHODS[method]))
+
+
+def grpo_samples_per_step(shared):
+    """Completions GRPOTrainer generates per optimiser step, in one process."""
+    return shared["per_device_train_batch_size"] * shared.get("gradient_accumulation_steps", 1)
+
+
+def train_one(method, seed, steps, warm, held_out, script, shared, ada, args):
+    output_dir = os.path.join(args.output_dir, f"{method}-seed{seed}")
+    config = make_config(method, seed, steps, output_dir, shared, ada, args.learning_rate)
+    trainer_class = GRPOTrainer if METHODS[method] is None else AdaGRPOTrainer
     dataset = synthetic_arithmetic(script["synthetic_num_examples"], script["synthetic_difficulty"], seed)
     held = HeldOut(AutoTokenizer.from_pretrained(warm), held_out, args.eval_k, args.eval_every,
                    args.eval_seed)
@@ -121,7 +134,7 @@ def train_one(method, seed, steps, warm, held_out, script, shared, ada, args):
     logs = [h for h in trainer.state.log_history if "step_time" in h]
     if METHODS[method] is None:
         reward = [h["reward"] for h in logs]
-        generated = [float(config.generation_batch_size)] * len(logs)
+        generated = [float(grpo_samples_per_step(shared))] * len(logs)
         signal = [1.0 - h["frac_reward_zero_std"] for h in logs]
     else:
         reward = [h["sampling/iid_reward"] for h in logs]
@@ -187,50 +200,93 @@ def reward_at(run, axis, value, window=10):
 
 
 def mean_spread(values):
+    """Mean ± std over seeds, in percent; says how many seeds when some had no value."""
+    given = len(values)
     values = [v for v in values if v is not None]
     if not values:
         return "-"
-    if len(values) == 1:
-        return f"{100 * values[0]:.1f}%"
-    return f"{100 * statistics.mean(values):.1f}% ± {100 * statistics.stdev(values):.1f}"
+    text = f"{100 * values[0]:.1f}%" if len(values) == 1 else (
+        f"{100 * statistics.mean(values):.1f}% ± {100 * statistics.stdev(values):.1f}")
+    return text if len(values) == given else f"{text} (n={len(values)})"
+
+
+def per_seed(differences):
+    """Seed-by-seed differences in points, and their mean."""
+    shown = " / ".join("-" if d is None else f"{100 * d:+.1f}" for d in differences)
+    known = [d for d in differences if d is not None]
+    return f"{shown} (mean {100 * statistics.mean(known):+.1f})" if known else shown
+
+
+def last_reward(run, steps, window=10):
+    return statistics.mean(run["round1_reward"][max(0, steps - window) : steps])
+
+
+def held_out_last(run, steps, count=1):
+    """Mean held-out accuracy of the last `count` evaluations up to `steps` (one evaluation is noisy)."""
+    points = [accuracy for step, accuracy in run["held_out"] if step <= steps][-count:]
+    return statistics.mean(points) if len(points) == count else None
+
+
+LAST_EVALS = 3
 
 
 def report(runs, steps, warm_accuracy, k):
     by_method = {m: [r for r in runs if r["method"] == m] for m in METHODS}
+    grpo_of = {r["seed"]: r for r in by_method["grpo"]}
     print(f"\n### Equal steps ({steps} steps, mean ± std over {len(by_method['grpo'])} seeds)\n")
-    print(f"| method | round-1 reward, first 10 steps | round-1 reward, last 10 steps | held-out avg@{k} | "
-          "prompts with signal | generated samples | wall time (s) | s / step |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    print(f"| warm start (before RL) | | | {100 * warm_accuracy:.1f}% | | | | |")
+    print(f"| method | round-1 reward, first 10 steps | round-1 reward, last 10 steps | held-out avg@{k} at step "
+          f"{steps} | held-out, mean of the last {LAST_EVALS} evaluations | prompts with signal | generated samples | "
+          "wall time (s) | s / step |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"| warm start (before RL) | | | {100 * warm_accuracy:.1f}% | | | | | |")
     for method, rs in by_method.items():
         first = [statistics.mean(r["round1_reward"][:10]) for r in rs]
-        last = [statistics.mean(r["round1_reward"][max(0, steps - 10) : steps]) for r in rs]
-        held = [dict(r["held_out"]).get(steps) for r in rs]
+        last = [last_reward(r, steps) for r in rs]
+        held = [held_out_last(r, steps) for r in rs]
+        held_last = [held_out_last(r, steps, LAST_EVALS) for r in rs]
         signal = [statistics.mean(r["signal"][:steps]) for r in rs]
         generated = [sum(r["generated"][:steps]) for r in rs]
         seconds = [r["wall_clock"][steps - 1] for r in rs]
         print(f"| {method} | {mean_spread(first)} | {mean_spread(last)} | {mean_spread(held)} | "
-              f"{mean_spread(signal)} | {statistics.mean(generated):.0f} | {statistics.mean(seconds):.0f} | "
-              f"{statistics.mean(seconds) / steps:.2f} |")
+              f"{mean_spread(held_last)} | {mean_spread(signal)} | {statistics.mean(generated):.0f} | "
+              f"{statistics.mean(seconds):.0f} | {statistics.mean(seconds) / steps:.2f} |")
+
+    print(f"\n### Ada minus GRPO at equal steps, seed by seed (points; seeds {', '.join(str(seed) for seed in grpo_of)})\n")
+    print(f"| method | round-1 reward, last 10 steps | held-out at step {steps} | held-out, mean of the last "
+          f"{LAST_EVALS} evaluations |")
+    print("|---|---|---|---|")
+    for method in ("ada_pos", "ada_balance"):
+        rs = by_method[method]
+
+        def diff(metric):
+            values = [(metric(r), metric(grpo_of[r["seed"]])) for r in rs]
+            return per_seed([None if a is None or b is None else a - b for a, b in values])
+
+        print(f"| {method} | {diff(lambda r: last_reward(r, steps))} | {diff(lambda r: held_out_last(r, steps))} | "
+              f"{diff(lambda r: held_out_last(r, steps, LAST_EVALS))} |")
 
     print("\n### GRPO at the same cost (GRPO trained on past the common steps; compared with each Ada run's total at "
           f"step {steps}, seed by seed)\n")
-    print(f"| method | matched on | Ada's total | Ada held-out avg@{k} | GRPO held-out at that total | "
-          "Ada round-1 reward, last 10 steps | GRPO round-1 reward, 10 steps up to that total |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print(f"| method | matched on | Ada's total | Ada held-out avg@{k} | GRPO held-out at that total | Ada - GRPO, "
+          "per seed | Ada round-1 reward, last 10 steps | GRPO round-1 reward, 10 steps up to that total | Ada - GRPO, "
+          "per seed |")
+    print("|---|---|---:|---:|---:|---|---:|---:|---|")
     for axis, unit in (("samples", "generated samples"), ("seconds", "training wall time (s)")):
         for method in ("ada_pos", "ada_balance"):
             own, grpo_held, own_reward, grpo_reward, totals = [], [], [], [], []
             for r in by_method[method]:
-                grpo = next(g for g in by_method["grpo"] if g["seed"] == r["seed"])
+                grpo = grpo_of[r["seed"]]
                 total = progress(r, axis)[steps - 1]
                 totals.append(total)
-                own.append(dict(r["held_out"]).get(steps))
+                own.append(held_out_last(r, steps))
                 grpo_held.append(held_out_at(grpo, axis, total))
-                own_reward.append(statistics.mean(r["round1_reward"][max(0, steps - 10) : steps]))
+                own_reward.append(last_reward(r, steps))
                 grpo_reward.append(reward_at(grpo, axis, total))
+            held_diff = [None if None in (a, b) else a - b for a, b in zip(own, grpo_held)]
+            reward_diff = [None if None in (a, b) else a - b for a, b in zip(own_reward, grpo_reward)]
             print(f"| {method} | {unit} | {statistics.mean(totals):.0f} | {mean_spread(own)} | "
-                  f"{mean_spread(grpo_held)} | {mean_spread(own_reward)} | {mean_spread(grpo_reward)} |")
+                  f"{mean_spread(grpo_held)} | {per_seed(held_diff)} | {mean_spread(own_reward)} | "
+                  f"{mean_spread(grpo_reward)} | {per_seed(reward_diff)} |")
 
 
 def band(ax, xs_per_seed, ys_per_seed, color, label):
@@ -320,7 +376,7 @@ def main(argv=None):
             runs.append(train_one(method, seed, args.steps, warm, held_out, script, shared, ada, args))
     if "grpo" in args.methods:
         most = max([sum(r["generated"]) for r in runs], default=0.0)
-        per_step = shared["per_device_train_batch_size"]  # one process: a GRPO step generates one batch
+        per_step = grpo_samples_per_step(shared)
         grpo_steps = max(args.steps, math.ceil(most / per_step / args.eval_every) * args.eval_every)
         for seed in args.seeds:
             runs.append(train_one("grpo", seed, grpo_steps, warm, held_out, script, shared, ada, args))

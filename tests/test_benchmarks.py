@@ -57,6 +57,25 @@ def test_learning_benchmark_matches_grpo_samples_and_rerenders(tmp_path, capsys)
     assert tables(capsys.readouterr().out) == tables(printed)
 
 
+def test_held_out_evaluation_does_not_change_training(tmp_path):
+    learning = load("learning")
+    with open(learning.DEFAULT_RECIPE) as f:
+        recipe = yaml.safe_load(f)
+    recipe.update(per_device_train_batch_size=8, synthetic_num_examples=64)
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    out = tmp_path / "run"  # shared, so the warm start (long enough that some answers are right) runs once
+    runs = []
+    for every in ("1", "2"):
+        learning.main(["--config", str(tmp_path / "recipe.yaml"), "--output_dir", str(out), "--steps", "2",
+                       "--eval_every", every, "--seeds", "0", "--eval_examples", "8", "--warm_start_steps", "120",
+                       "--methods", "ada_pos"])
+        runs.append(json.loads((out / "learning.json").read_text())["runs"][0])
+    assert [len(r["held_out"]) for r in runs] == [2, 1]
+    assert any(runs[0]["round1_reward"])  # rewards vary, so a disturbed random state would show
+    assert runs[0]["round1_reward"] == runs[1]["round1_reward"] and runs[0]["generated"] == runs[1]["generated"]
+    assert runs[0]["held_out"][-1] == runs[1]["held_out"][-1]
+
+
 def test_step_time_benchmark_runs(tmp_path, capsys):
     assert load("step_time").main(["--steps", "1", "--prompts", "2", "--plot", str(tmp_path / "s.png")]) == 0
     rows = [r for r in tables(capsys.readouterr().out) if "Trainer" in r]
@@ -75,3 +94,54 @@ def test_reward_throughput_benchmark_runs(tmp_path, capsys):
                                     "--output", str(tmp_path / "r.png")])
     rows = tables(capsys.readouterr().out)
     assert len(rows) == 5 and "adversarial" in rows[-1] and (tmp_path / "r.png").exists()
+
+
+def test_learning_matching_at_equal_cost_on_a_hand_made_run():
+    learning = load("learning")
+    # 4 steps of 10, 10, 20, 20 samples and 1 s each; evaluations after steps 2 and 4
+    run = {"generated": [10.0, 10.0, 20.0, 20.0], "wall_clock": [1.0, 2.0, 3.0, 4.0], "baseline": 0.5,
+           "held_out": [(2, 0.6), (4, 0.8)], "round1_reward": [0.1, 0.2, 0.3, 0.4]}
+    assert learning.progress(run, "samples") == [10.0, 20.0, 40.0, 60.0]
+    assert learning.held_out_at(run, "samples", 0.0) == 0.5
+    assert learning.held_out_at(run, "samples", 10.0) == pytest.approx(0.55)  # halfway to the step-2 evaluation
+    assert learning.held_out_at(run, "samples", 40.0) == pytest.approx(0.7)  # halfway between 20 and 60 samples
+    assert learning.held_out_at(run, "seconds", 4.0) == pytest.approx(0.8)
+    assert learning.held_out_at(run, "samples", 61.0) is None  # never extrapolated
+    assert learning.reward_at(run, "samples", 40.0, window=2) == pytest.approx(0.25)  # steps 2 and 3
+    assert learning.reward_at(run, "seconds", 1.0, window=2) is None  # fewer than `window` steps so far
+    assert learning.held_out_last(run, 4, count=2) == pytest.approx(0.7)
+    assert learning.held_out_last(run, 3, count=2) is None
+
+
+def test_learning_methods_differ_only_in_sampling_fields(tmp_path):
+    from trl import GRPOConfig
+
+    learning = load("learning")
+    script, shared, ada = learning.recipe_kwargs(learning.DEFAULT_RECIPE)
+    configs = {m: learning.make_config(m, 1, 7, str(tmp_path), shared, ada, 3e-4) for m in learning.METHODS}
+    for method in ("ada_pos", "ada_balance"):
+        differing = [name for name in GRPOConfig.__dataclass_fields__
+                     if getattr(configs[method], name) != getattr(configs["grpo"], name)]
+        assert differing == []
+        assert configs[method].multiround_adaptive_downsampling
+    assert configs["ada_pos"].reinforce_ada_choice == "positive_focused"
+    assert configs["ada_balance"].reinforce_ada_choice == "balanced"
+    assert configs["grpo"].learning_rate == 3e-4 and configs["grpo"].seed == 1 and configs["grpo"].max_steps == 7
+
+
+def test_grpo_and_ada_trainers_see_the_same_prompts_for_a_seed(tmp_path, tiny_model):
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+    from trl_ada.data import synthetic_arithmetic
+
+    dataset = synthetic_arithmetic(256, 1, 1)
+    batches = []
+    for config_class, trainer_class in ((GRPOConfig, GRPOTrainer), (AdaGRPOConfig, AdaGRPOTrainer)):
+        args = config_class(output_dir=str(tmp_path), per_device_train_batch_size=16, num_generations=4,
+                            max_completion_length=8, use_cpu=True, report_to="none", seed=3)
+        trainer = trainer_class(model=tiny_model, reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+                                args=args, train_dataset=dataset)
+        loader = iter(trainer.get_train_dataloader())
+        batches.append([[row["problem"] for row in next(loader)] for _ in range(4)])
+    assert batches[0] == batches[1]
