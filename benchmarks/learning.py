@@ -38,7 +38,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 
 import torch  # noqa: E402
 import yaml  # noqa: E402
-from transformers import AutoTokenizer, PrinterCallback, TrainerCallback  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
@@ -365,8 +365,6 @@ def main(argv=None):
     warm = warm_start(base, os.path.join(args.output_dir, "warm-model"), args.warm_start_steps, shared["seed"])
     held_out = synthetic_arithmetic(args.eval_examples, script["synthetic_difficulty"], seed=shared["seed"] + 1)
     baseline = HeldOut(AutoTokenizer.from_pretrained(warm), held_out, args.eval_k, 0, args.eval_seed)
-    from transformers import AutoModelForCausalLM
-
     baseline.measure(AutoModelForCausalLM.from_pretrained(warm), 0)
     warm_accuracy = baseline.points[0][1]
 

@@ -4,6 +4,7 @@ import os
 import zlib
 
 import pytest
+import yaml
 from datasets import Dataset
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -59,3 +60,15 @@ def pass_rate_dataset(rates, repeat=8):
     rows = [{"prompt": make_prompt(f"q{i} r{rates[i % len(rates)]}"), "pass_rate": rates[i % len(rates)]}
             for i in range(len(rates) * repeat)]
     return Dataset.from_list(rows)
+
+
+def small_tiny_recipe(tmp_path, **overrides) -> str:
+    """The demo's recipe (recipes/tiny/ada_balance.yaml) at toy size: 2 prompts per step; returns its path."""
+    from trl_ada.demo import DEFAULT_RECIPE
+
+    with open(DEFAULT_RECIPE) as f:
+        recipe = yaml.safe_load(f)
+    recipe.update(per_device_train_batch_size=8, synthetic_num_examples=64, **overrides)
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return str(path)

@@ -5,7 +5,8 @@ import json
 import os
 
 import pytest
-import yaml
+
+from conftest import small_tiny_recipe
 
 pytestmark = pytest.mark.slow
 
@@ -25,12 +26,9 @@ def tables(text):
 
 def test_learning_benchmark_matches_grpo_samples_and_rerenders(tmp_path, capsys):
     learning = load("learning")
-    with open(learning.DEFAULT_RECIPE) as f:
-        recipe = yaml.safe_load(f)
-    recipe.update(per_device_train_batch_size=8, max_completion_length=8, synthetic_num_examples=64)  # 2 prompts/step
-    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    recipe = small_tiny_recipe(tmp_path, max_completion_length=8)
     out = tmp_path / "run"
-    assert learning.main(["--config", str(tmp_path / "recipe.yaml"), "--output_dir", str(out), "--steps", "2",
+    assert learning.main(["--config", recipe, "--output_dir", str(out), "--steps", "2",
                           "--eval_every", "2", "--seeds", "0", "--eval_examples", "8", "--warm_start_steps", "2",
                           "--plot", str(tmp_path / "a.png")]) == 0
     printed = capsys.readouterr().out
@@ -59,14 +57,11 @@ def test_learning_benchmark_matches_grpo_samples_and_rerenders(tmp_path, capsys)
 
 def test_held_out_evaluation_does_not_change_training(tmp_path):
     learning = load("learning")
-    with open(learning.DEFAULT_RECIPE) as f:
-        recipe = yaml.safe_load(f)
-    recipe.update(per_device_train_batch_size=8, synthetic_num_examples=64)
-    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    recipe = small_tiny_recipe(tmp_path)
     out = tmp_path / "run"  # shared, so the warm start (long enough that some answers are right) runs once
     runs = []
     for every in ("1", "2"):
-        learning.main(["--config", str(tmp_path / "recipe.yaml"), "--output_dir", str(out), "--steps", "2",
+        learning.main(["--config", recipe, "--output_dir", str(out), "--steps", "2",
                        "--eval_every", every, "--seeds", "0", "--eval_examples", "8", "--warm_start_steps", "120",
                        "--methods", "ada_pos"])
         runs.append(json.loads((out / "learning.json").read_text())["runs"][0])

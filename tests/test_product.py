@@ -8,6 +8,7 @@ import pytest
 from datasets import Dataset
 from trl import ModelConfig, TrlParser
 
+from conftest import small_tiny_recipe
 from trl_ada import AdaGRPOConfig
 from trl_ada.data import SYSTEM_PROMPT, load_math_dataset, synthetic_arithmetic
 from trl_ada.train import ScriptArguments, main as train_main
@@ -98,16 +99,11 @@ def test_notebook_runs_top_to_bottom(tmp_path):
 
 @pytest.mark.slow
 def test_demo_main_job_runs_and_reports(tmp_path, capsys):
-    import yaml
+    from trl_ada.demo import main as demo_main
 
-    from trl_ada.demo import DEFAULT_RECIPE, main as demo_main
-
-    with open(DEFAULT_RECIPE) as f:
-        recipe = yaml.safe_load(f)
-    recipe.update(per_device_train_batch_size=8, max_completion_length=8, synthetic_num_examples=64)
-    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     out = tmp_path / "demo"
-    demo_main(["--output_dir", str(out), "--config", str(tmp_path / "recipe.yaml"), "--max_steps", "2",
+    demo_main(["--output_dir", str(out), "--config", small_tiny_recipe(tmp_path, max_completion_length=8),
+               "--max_steps", "2",
                "--warm_start_steps", "2", "--eval_examples", "8", "--eval_k", "2"])
     summary = json.loads((out / "demo_summary.json").read_text())
     assert summary["steps"] == 2 and summary["kept_samples"] == 2 * 8
