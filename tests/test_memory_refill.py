@@ -1,0 +1,186 @@
+"""The pure pieces under dynamic sampling and prompt memory: memory, refill stream, fill-with-signal driver."""
+
+import math
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trl_ada.dynamic import fill_with_signal, has_signal
+from trl_ada.memory import PromptMemory, prompt_key
+from trl_ada.refill import PromptStream
+from trl_ada.sampling import run_adaptive_sampling
+
+# -- prompt memory ---------------------------------------------------------------------------------------------------
+
+
+def test_key_is_a_stable_content_hash():
+    # Fixed value: a key that changed between versions, platforms or processes would orphan a saved memory.
+    assert prompt_key([1, 2, 3]) == 0xB4FB5A8DE61ABA77 == prompt_key((1, 2, 3))
+    assert prompt_key([1, 2, 3]) == prompt_key(np.array([1, 2, 3], dtype=np.int32))
+    assert prompt_key([1, 2, 3]) != prompt_key([1, 2, 4]) and prompt_key([1, 2]) != prompt_key([1, 2, 0])
+    # Not Python's salted hash(): two interpreters with different hash seeds agree.
+    code = "from trl_ada.memory import prompt_key; print(prompt_key([5, 7, 11]), hash('x'))"
+    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout.split() for seed in ("1", "2")]
+    assert outs[0][1] != outs[1][1]  # the salted hash differs...
+    assert outs[0][0] == outs[1][0] == str(prompt_key([5, 7, 11]))  # ...the key does not
+
+
+visits = st.lists(st.tuples(st.integers(0, 5), st.integers(1, 40), st.floats(0, 1)), max_size=40)
+
+
+def replay(decay, alpha, beta, history):
+    memory = PromptMemory(decay, alpha, beta, capacity=2)  # tiny capacity: exercises growth
+    for step, (prompt, n, frac) in enumerate(history):
+        memory.update([prompt_key([prompt])], [n], [round(n * frac)], step)
+    return memory
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0.05, 1.0), st.floats(0.1, 5), st.floats(0.1, 5), visits)
+def test_memory_matches_the_closed_form(decay, alpha, beta, history):
+    memory = replay(decay, alpha, beta, history)
+    for prompt in range(6):
+        mine = [(n, round(n * frac)) for p, n, frac in history if p == prompt]
+        # After v visits, visit j (0-based) carries weight decay ** (v - 1 - j).
+        weights = [decay ** (len(mine) - 1 - j) for j in range(len(mine))]
+        samples = sum(w * n for w, (n, _) in zip(weights, mine))
+        positives = sum(w * k for w, (_, k) in zip(weights, mine))
+        key = prompt_key([prompt])
+        assert memory.visits(key) == len(mine)
+        assert memory.pass_rate(key) == pytest.approx((positives + alpha) / (samples + alpha + beta), rel=1e-9)
+        assert 0 < memory.pass_rate(key) < 1
+    assert len(memory) == len({p for p, _, _ in history})
+
+
+@settings(max_examples=100, deadline=None)
+@given(visits, visits)
+def test_state_round_trip_continues_exactly(first, then):
+    uninterrupted = replay(0.5, 1.0, 1.0, first + then)
+    saved = replay(0.5, 1.0, 1.0, first).state_dict()
+    resumed = PromptMemory(0.5, 1.0, 1.0)
+    resumed.load_state_dict(saved)
+    for step, (prompt, n, frac) in enumerate(then, start=len(first)):
+        resumed.update([prompt_key([prompt])], [n], [round(n * frac)], step)
+    a, b = uninterrupted.state_dict(), resumed.state_dict()
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_memory_file_round_trip_and_export(tmp_path):
+    memory = replay(0.5, 1.0, 1.0, [(0, 8, 1.0), (1, 8, 0.0), (2, 8, 0.5), (0, 8, 1.0)])
+    memory.save(str(tmp_path / "m.npz"))
+    loaded = PromptMemory(0.5, 1.0, 1.0)
+    loaded.load(str(tmp_path / "m.npz"))
+    assert loaded.table() == memory.table()
+    table = memory.table()
+    assert table["visits"] == [2, 1, 1] and table["pass_rate"][0] > 0.9 > 0.15 > table["pass_rate"][1]
+    assert all(len(h) == 16 for h in table["prompt_hash"])
+    with pytest.raises(ValueError, match="prompt_memory"):
+        PromptMemory(0.9, 1.0, 1.0).load(str(tmp_path / "m.npz"))  # other settings than the saved run
+
+
+def test_memory_rejects_bad_input():
+    with pytest.raises(ValueError, match="decay"):
+        PromptMemory(decay=0.0)
+    with pytest.raises(ValueError, match="prior"):
+        PromptMemory(prior_alpha=0.0)
+    with pytest.raises(ValueError, match="positives"):
+        PromptMemory().update([1], [4], [5], step=0)
+
+
+# -- refill stream ---------------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 30), st.integers(0, 10**6), st.lists(st.integers(0, 25), max_size=12))
+def test_stream_visits_every_prompt_once_per_pass_and_resumes(size, seed, draws):
+    stream = PromptStream(size, seed)
+    drawn = [i for k in draws for i in stream.draw(k)]
+    for start in range(0, len(drawn) - size + 1, size):  # each full pass is a permutation
+        assert sorted(drawn[start : start + size]) == list(range(size))
+    assert stream.state_dict()["drawn"] == len(drawn) == sum(draws)
+    # Same seed, same draws, whatever the chunking; a stream restored from a state continues identically.
+    assert PromptStream(size, seed).draw(len(drawn)) == drawn
+    resumed = PromptStream(size, seed)
+    resumed.load_state_dict(stream.state_dict())
+    assert resumed.draw(2 * size) == stream.draw(2 * size)
+
+
+def test_stream_unshuffled_and_independent_of_other_seeds():
+    assert PromptStream(5, 0, shuffle=False).draw(7) == [0, 1, 2, 3, 4, 0, 1]
+    assert PromptStream(50, 0).draw(50) != PromptStream(50, 1).draw(50)
+    with pytest.raises(ValueError, match="empty"):
+        PromptStream(0, 0)
+
+
+# -- dynamic sampling driver -----------------------------------------------------------------------------------------
+
+
+def test_has_signal():
+    assert has_signal([1.0, 0.0, 0.0, 0.0]) and not has_signal([1.0] * 4) and not has_signal([0.0] * 4)
+    assert not has_signal([0.5, 0.5 + 1e-9]) and has_signal([0.5, 0.6])
+    assert not has_signal([math.nan, 1.0]) and has_signal([math.nan, 1.0, 0.0])  # unscorable samples are ignored
+
+
+def simulated(pass_rate, n=4, rounds=1, m=None, seed=0):
+    """`sample` for fill_with_signal: prompts with the given pass rates, Reinforce-Ada rounds or 1 round of n."""
+    rng = random.Random(seed)
+    calls = []
+
+    def sample(prompts):
+        calls.append(list(prompts))
+
+        def sample_round(active, k):
+            return [[float(rng.random() < pass_rate[prompts[i]]) for _ in range(k)] for i in active]
+
+        return run_adaptive_sampling(len(prompts), sample_round, num_generations=n, round_repeat=m or n,
+                                     max_rounds=rounds)
+
+    return sample, calls
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 0.1, 0.5, 0.9, 1.0]), min_size=4, max_size=40), st.integers(1, 8),
+       st.integers(0, 5), st.integers(0, 1000), st.booleans())
+def test_fill_with_signal_properties(rates, target, cap, seed, adaptive):
+    target = min(target, len(rates))
+    sample, calls = simulated(rates * 50, rounds=4 if adaptive else 1, m=8 if adaptive else 4, seed=seed)
+    fresh = iter(range(len(rates), 50 * len(rates)))
+    drawn = []
+
+    def draw(k):
+        drawn.append(k)
+        return [next(fresh) for _ in range(k)]
+
+    filled = fill_with_signal(list(range(target)), draw, sample, target, max_refill_batches=cap)
+    assert len(filled.chosen) == target and filled.chosen == sorted(set(filled.chosen))
+    assert filled.refill_batches == len(drawn) <= cap and len(calls) == 1 + len(drawn)
+    assert all(1 <= k <= target for k in drawn)
+    assert [h for h, _ in filled.sampled] == [h for call in calls for h in call]  # every sampled prompt reported
+    signal = [i for i, (_, r) in enumerate(filled.sampled) if has_signal(r.selected_rewards)]
+    if len(signal) >= target:  # enough signal: trains only on groups with signal, the earliest ones
+        assert filled.chosen == signal[:target] and filled.without_signal == 0
+    else:  # the cap was reached (or it was 0): every group with signal is trained, the rest fills the step
+        assert filled.refill_batches == cap and set(signal) <= set(filled.chosen)
+        assert filled.without_signal == target - len(signal)
+    if cap == 0:
+        assert filled.chosen == list(range(target)) and not drawn
+
+
+def test_refill_batch_is_sized_to_close_the_gap():
+    # Half of the first 4 prompts have signal (rate 0.5 vs 1.0): 2 missing at a rate of 1/2 -> draw 4, not 8.
+    sample, _ = simulated({0: 0.5, 1: 0.5, 2: 1.0, 3: 1.0, **{i: 0.5 for i in range(4, 100)}}, n=16)
+    drawn = []
+    fill_with_signal([0, 1, 2, 3], lambda k: drawn.append(k) or list(range(4, 4 + k)), sample, 4, 10)
+    assert drawn == [4]
+    # No signal at all yet: a whole batch.
+    sample, _ = simulated({i: 1.0 if i < 8 else 0.5 for i in range(100)}, n=16)
+    drawn = []
+    fill_with_signal(list(range(8)), lambda k: drawn.append(k) or list(range(8, 8 + k)), sample, 8, 10)
+    assert drawn[0] == 8
