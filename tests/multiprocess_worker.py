@@ -40,6 +40,18 @@ def main():
         return
 
     reward = make_recording_reward()
+    if mode == "dynamic":  # DAPO: plain sampling, uniform groups dropped and refilled, the same refills on both ranks
+        args = AdaGRPOConfig(per_device_train_batch_size=8, max_steps=2, learning_rate=1e-2, dynamic_sampling=True,
+                             multiround_adaptive_downsampling=False, prompt_memory=True, **common)
+        trainer = Recorder(model=model_path, reward_funcs=reward, args=args,
+                           train_dataset=pass_rate_dataset([1.0, 0.0, 0.5, 0.3], repeat=4))
+        trainer.train()
+        rank = trainer.accelerator.process_index
+        with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:
+            json.dump({"reward_calls": len(reward.log), "groups": trainer.groups, "refill": trainer._refill.state_dict(),
+                       "memory": trainer.prompt_memory.table(), "advantages": trainer.advantages,
+                       "logs": [h for h in trainer.state.log_history if "loss" in h]}, f)
+        return
     # Global batch of 4 prompts per step, 2 per process: the first process gets both hard prompts (pass rate 0.02
     # and 0.0: they run all 4 rounds), the second gets an easy and a mixed one (done in round 1).
     dataset = pass_rate_dataset([0.02, 0.0, 1.0, 0.5], repeat=4)

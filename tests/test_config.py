@@ -49,6 +49,15 @@ def test_adaptive_off_defaults_to_grpo():
         ({"pool_std_scaling": True, "global_stat_est": False}, ["pool_std_scaling", "global_stat_est=True"]),
         ({"multi_objective_aggregation": "normalize_then_sum"}, ["multi_objective_aggregation", "sum_then_normalize"]),
         ({"use_transformers_continuous_batching": True}, ["use_transformers_continuous_batching"]),
+        ({"max_refill_batches": -1}, ["max_refill_batches=-1", ">= 0"]),
+        ({"max_refill_batches": 1.5}, ["max_refill_batches=1.5", "integer"]),
+        ({"dynamic_sampling_tolerance": -0.1}, ["dynamic_sampling_tolerance=-0.1", ">= 0"]),
+        ({"prompt_memory_decay": 0.0}, ["prompt_memory_decay=0.0", "(0, 1]"]),
+        ({"prompt_memory_decay": 1.5}, ["prompt_memory_decay=1.5", "(0, 1]"]),
+        ({"prompt_memory_prior_alpha": 0}, ["prompt_memory_prior_alpha=0", "> 0"]),
+        ({"prompt_memory_prior_beta": float("nan")}, ["prompt_memory_prior_beta=nan", "> 0"]),
+        ({"multiround_adaptive_downsampling": False, "dynamic_sampling": True,
+          "multi_objective_aggregation": "normalize_then_sum"}, ["multi_objective_aggregation", "sum_then_normalize"]),
     ],
 )
 def test_bad_values_name_the_field_and_the_fix(kwargs, words):
@@ -62,6 +71,14 @@ def test_straddling_check_counts_steps_per_generation():
     # 2 rows per step * 2 steps per generation = 4 rows: whole groups of 4 on this process.
     args = make(per_device_train_batch_size=2, steps_per_generation=2)
     assert args.generation_batch_size == 4
+
+
+def test_new_behaviour_is_opt_in():
+    args = make()
+    assert (args.dynamic_sampling, args.prompt_memory) == (False, False)
+    assert (args.max_refill_batches, args.prompt_memory_decay) == (10, 0.5)
+    assert make(multiround_adaptive_downsampling=False).sampling_active is False
+    assert make(multiround_adaptive_downsampling=False, dynamic_sampling=True).sampling_active is True
 
 
 def test_plain_grpo_does_not_need_whole_groups_per_process():

@@ -52,3 +52,20 @@ def test_groups_straddling_processes_are_refused(tiny_model, tmp_path):
     for rank in ranks:
         assert "per_device_train_batch_size * steps_per_generation" in rank["message"]
         assert "multiple of num_generations (4)" in rank["message"]
+
+
+def test_two_processes_draw_the_same_refills(tiny_model, tmp_path):
+    ranks = launch(tmp_path, tiny_model, "dynamic")
+    logs0, logs1 = ranks[0]["logs"], ranks[1]["logs"]
+    keys = [k for k in logs0[0] if k.startswith("sampling/") and "seconds" not in k]
+    assert all(a[k] == b[k] for a, b in zip(logs0, logs1) for k in keys)  # same decisions on both ranks
+    assert ranks[0]["refill"] == ranks[1]["refill"] and ranks[0]["refill"]["drawn"] > 0  # the same extra prompts
+    assert ranks[0]["memory"] == ranks[1]["memory"]  # the same memory on both ranks
+    generated = sum(h["sampling/total_samples"] + h["sampling/padding_samples"] for h in logs0)
+    assert ranks[0]["reward_calls"] + ranks[1]["reward_calls"] == generated  # each completion scored once
+    # Each rank trains on 2 whole groups per step, all with signal: never the 1.0 or 0.0 prompts (rank 0 was handed
+    # both of them in step 1; it trains on refills).
+    for rank in ranks:
+        for groups, advantages in zip(rank["groups"], rank["advantages"]):
+            assert len(groups) == 8 and all(" r0.5" in tag or " r0.3" in tag for tag in groups)
+            assert all(any(a != 0 for a in advantages[g:g + 4]) for g in (0, 4))

@@ -109,6 +109,50 @@ class AdaGRPOConfig(GRPOConfig):
         },
     )
 
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO dynamic sampling: drop prompts whose kept group has no learning signal (all rewards equal "
+            "within dynamic_sampling_tolerance) and sample prompts drawn from the training set in their place, until "
+            "the step has its full number of groups with signal or max_refill_batches is reached (then it trains on "
+            "what there is). With multiround_adaptive_downsampling=False this is DAPO exactly."
+        },
+    )
+    max_refill_batches: int = field(
+        default=10,
+        metadata={
+            "help": "With dynamic_sampling: extra generation batches at most per step (DAPO's max_num_gen_batches). "
+            "Each is sized to close the remaining gap, at most one generation batch of prompts."
+        },
+    )
+    dynamic_sampling_tolerance: float = field(
+        default=1e-6,
+        metadata={"help": "With dynamic_sampling: a group whose rewards all lie within this distance has no signal."},
+    )
+    prompt_memory: bool = field(
+        default=False,
+        metadata={
+            "help": "Remember each prompt's pass rate across steps: a Beta posterior from decayed counts of every "
+            "scored completion ('Ada-EMA'), keyed by a content hash of the prompt, saved in every checkpoint and "
+            "exported to <output_dir>/prompt_memory.parquet at the end of training."
+        },
+    )
+    prompt_memory_decay: float = field(
+        default=0.5,
+        metadata={
+            "help": "Each visit multiplies a prompt's old counts by this factor in (0, 1] before adding the new "
+            "samples: 0.5 gives the last visit about half of the weight; 1.0 never forgets."
+        },
+    )
+    prompt_memory_prior_alpha: float = field(
+        default=1.0,
+        metadata={"help": "Beta prior pseudo-count of successes (1, 1 is the uniform prior)."},
+    )
+    prompt_memory_prior_beta: float = field(
+        default=1.0,
+        metadata={"help": "Beta prior pseudo-count of failures."},
+    )
+
     def __post_init__(self):
         # TRL's own checks first: they derive steps_per_generation and generation_batch_size, which ours use.
         super().__post_init__()
@@ -120,9 +164,7 @@ class AdaGRPOConfig(GRPOConfig):
         _check_one_of("pool_baseline", self.pool_baseline, BASELINES)
         _check_one_of("pool_selection", self.pool_selection, SELECTIONS)
 
-        if isinstance(self.positive_threshold, bool) or not isinstance(self.positive_threshold, (int, float)) or (
-            not math.isfinite(self.positive_threshold)
-        ):
+        if not _is_number(self.positive_threshold):
             raise ValueError(
                 f"positive_threshold={self.positive_threshold!r} must be a finite number (the reference uses 0.7 for "
                 "0/1 rewards): set positive_threshold=0.7, or a value between your reward's wrong and right scores."
@@ -147,7 +189,39 @@ class AdaGRPOConfig(GRPOConfig):
                 "global_stat_est=True). For GRPO-style std scaling use `scale_rewards`."
             )
 
-        if self.multiround_adaptive_downsampling:
+        if isinstance(self.max_refill_batches, bool) or not isinstance(self.max_refill_batches, int) or (
+            self.max_refill_batches < 0
+        ):
+            raise ValueError(
+                f"max_refill_batches={self.max_refill_batches!r} must be an integer >= 0 (DAPO uses 10; 0 never "
+                "refills)."
+            )
+        if not _is_number(self.dynamic_sampling_tolerance) or self.dynamic_sampling_tolerance < 0:
+            raise ValueError(
+                f"dynamic_sampling_tolerance={self.dynamic_sampling_tolerance!r} must be a finite number >= 0 "
+                "(default 1e-6)."
+            )
+        if not _is_number(self.prompt_memory_decay) or not 0 < self.prompt_memory_decay <= 1:
+            raise ValueError(
+                f"prompt_memory_decay={self.prompt_memory_decay!r} must be in (0, 1]: 0.5 (the default) halves old "
+                "counts at each visit, 1.0 never forgets."
+            )
+        for name in ("prompt_memory_prior_alpha", "prompt_memory_prior_beta"):
+            value = getattr(self, name)
+            if not _is_number(value) or value <= 0:
+                raise ValueError(f"{name}={value!r} must be a finite number > 0 (1.0 with its pair: uniform prior).")
+        if self.dynamic_sampling or self.multiround_adaptive_downsampling:
+            if self.multi_objective_aggregation != "sum_then_normalize":
+                raise ValueError(
+                    f"multi_objective_aggregation={self.multi_objective_aggregation!r} is not supported with adaptive "
+                    "or dynamic sampling: positives and signal are defined on the weighted sum of rewards. Use "
+                    "'sum_then_normalize'."
+                )
+            if self.use_transformers_continuous_batching:
+                raise ValueError(
+                    "use_transformers_continuous_batching=True is not supported with adaptive or dynamic sampling "
+                    "yet. Use vLLM (use_vllm=True) or plain transformers generation."
+                )
             # A prompt's group must sit on one rank: every rank hands TRL whole groups of num_generations rows.
             rows_per_rank = self.per_device_train_batch_size * self.steps_per_generation
             if rows_per_rank % self.num_generations != 0:
@@ -158,16 +232,11 @@ class AdaGRPOConfig(GRPOConfig):
                     f"Set per_device_train_batch_size (or steps_per_generation) so that the product is a multiple of "
                     f"{self.num_generations}."
                 )
-            if self.multi_objective_aggregation != "sum_then_normalize":
-                raise ValueError(
-                    f"multi_objective_aggregation={self.multi_objective_aggregation!r} is not supported with adaptive "
-                    "sampling: positives are defined on the weighted sum of rewards. Use 'sum_then_normalize'."
-                )
-            if self.use_transformers_continuous_batching:
-                raise ValueError(
-                    "use_transformers_continuous_batching=True is not supported with adaptive sampling yet. Use vLLM "
-                    "(use_vllm=True) or plain transformers generation."
-                )
+
+    @property
+    def sampling_active(self) -> bool:
+        """Whether AdaGRPOTrainer takes over sampling (adaptive rounds, dynamic sampling or prompt memory)."""
+        return self.multiround_adaptive_downsampling or self.dynamic_sampling or self.prompt_memory
 
 
 def _normalize_field_choice(value: str) -> str:
@@ -178,6 +247,10 @@ def _normalize_field_choice(value: str) -> str:
             f"reinforce_ada_choice={value!r} is not valid: use one of {list(CHOICES)} ('positive-focused' is accepted "
             "too)."
         ) from None
+
+
+def _is_number(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def _check_one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:

@@ -3,18 +3,22 @@
 The algorithm lives in `trl_ada.sampling` (rounds, exit rule, selection) and `trl_ada.advantages` (estimators);
 this module only wires them into TRL, at three seams of `GRPOTrainer`:
 
-- `_generate_single_turn` (TRL's one entry point to vLLM colocate/server and transformers generation): instead of
-  n samples per prompt, run the rounds, scoring each round with TRL's own `_calculate_rewards`, and hand back the
-  n selected completions (with their sampling log-probs) per prompt;
-- `_calculate_rewards`: when TRL asks for the rewards of those selected completions, return the ones computed
-  during the rounds, so that every completion is scored exactly once;
-- `_generate_and_score_completions`: TRL's stock method does everything else (padding, old/ref log-probs, vLLM
-  importance sampling, metrics); afterwards its GRPO advantages are replaced by the configured estimator.
+- `_generate_and_score_completions` (one generation batch): first sample the batch's prompts in rounds, through
+  TRL's own `_generate_single_turn` (vLLM colocate/server or transformers) and `_calculate_rewards`; with dynamic
+  sampling, drop the prompts without signal and sample prompts drawn from the training set in their place
+  (`trl_ada.dynamic`, `trl_ada.refill`); with prompt memory, fold every scored completion into it
+  (`trl_ada.memory`). Then TRL's stock method runs on the chosen prompts and does everything else (padding,
+  old/ref log-probs, vLLM importance sampling, metrics); afterwards its GRPO advantages are replaced by the
+  configured estimator;
+- `_generate_single_turn`: when TRL asks for completions of the chosen prompts, hand back the n selected ones (with
+  their sampling log-probs) per prompt instead of generating again;
+- `_calculate_rewards`: likewise return the rewards computed during the rounds, so every completion is scored once.
 
-Multi-process: every rank learns every unique prompt of the generation batch; each round the (prompt, sample)
-pairs of all active prompts are split evenly over the ranks, so all ranks run the same rounds with equal-size
-collectives and an easy rank never idles while another samples hard prompts. Rewards are gathered by TRL, so all
-ranks take the same decisions; at the end, the selected completions travel to the rank that owns their prompt.
+Multi-process: every rank learns every unique prompt of the generation batch (and draws the same refill prompts);
+each round the (prompt, sample) pairs of all active prompts are split evenly over the ranks, so all ranks run the
+same rounds with equal-size collectives and an easy rank never idles while another samples hard prompts. Rewards
+are gathered by TRL, so all ranks take the same decisions; at the end, rank r trains on the r-th slice of the chosen
+prompts, and their selected completions travel to it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import json
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +36,8 @@ from typing import Any
 import torch
 from accelerate.logging import get_logger
 from accelerate.utils import gather_object
+from datasets import Dataset, IterableDataset
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.chat_template_utils import parse_response
 from trl.data_utils import is_conversational
@@ -37,27 +45,42 @@ from trl.trainer import grpo_trainer as _grpo_module
 
 from .advantages import pooled_advantages, raft_advantages, reinforce_rej_advantages
 from .config import AdaGRPOConfig
-from .sampling import PromptResult, run_adaptive_sampling
+from .dynamic import fill_with_signal, has_signal
+from .memory import PromptMemory, prompt_key
+from .refill import PromptStream
+from .sampling import PromptResult, is_positive, run_adaptive_sampling
 
 logger = get_logger(__name__)
 
+SAMPLING_STATE_FILE = "ada_sampling_state.json"  # refill cursor and counters, in every checkpoint
+MEMORY_STATE_FILE = "prompt_memory.npz"  # the prompt memory, in every checkpoint
+MEMORY_EXPORT_FILE = "prompt_memory.parquet"  # the readable export, in output_dir at the end of training
+
 
 @dataclass
-class _Rounds:
-    """Bookkeeping of one generation batch's adaptive sampling (identical on every rank but `generated`)."""
+class _Step:
+    """Bookkeeping of one generation batch's sampling (identical on every rank but `generated`).
 
-    inputs: list[dict[str, Any]]  # this rank's rows, as TRL passed them
-    prompt_ids: list[list[int]] = field(default_factory=list)  # every unique prompt of the batch, all ranks
-    rows: list[dict[str, Any]] = field(default_factory=list)  # one input row per unique prompt, all ranks
+    Prompts are numbered in the order they were sampled: the batch's own prompts first (all ranks, rank-major),
+    then refill prompts.
+    """
+
+    rows: list[dict[str, Any]]  # one dataset row per prompt
+    prompt_ids: list[list[int]] = field(default_factory=list)
     pool_rewards_per_func: list[list[torch.Tensor]] = field(default_factory=list)  # per prompt, per sample
     # (prompt, sample) -> (completion ids, sampling log-probs, columns the reward functions logged with log_extra)
     generated: dict[tuple[int, int], tuple[list[int], list[float] | None, dict[str, Any]]] = field(
         default_factory=dict
     )
-    results: list[PromptResult] | None = None
+    results: list[PromptResult] = field(default_factory=list)  # per prompt
+    chosen: list[int] = field(default_factory=list)  # prompts trained on, rank r's slice r-th
+    batches: int = 0  # batches sampled so far: the step's own, then refills
+    refill_batches: int = 0
+    without_signal: int = 0  # chosen groups without signal (dynamic sampling at its cap)
+    local_completions: tuple[list[list[int]], list[list[float]] | None] | None = None
     selected_rewards_per_func: torch.Tensor | None = None
-    round_times: list[float] = field(default_factory=list)
-    round_active: list[int] = field(default_factory=list)
+    rounds: dict[int, tuple[float, int]] = field(default_factory=dict)  # round -> (seconds, active prompts), all batches
+    round_index: int = 0  # round of the batch being sampled
     padding_samples: int = 0
 
 
@@ -66,7 +89,8 @@ class AdaGRPOTrainer(GRPOTrainer):
     Drop-in replacement for TRL's `GRPOTrainer` that samples with Reinforce-Ada (arXiv:2510.04996).
 
     Takes exactly `GRPOTrainer`'s arguments; `args` must be an [`AdaGRPOConfig`]. With
-    `multiround_adaptive_downsampling=False` it behaves exactly like `GRPOTrainer`.
+    `multiround_adaptive_downsampling=False` (and dynamic sampling and prompt memory off, their defaults) it behaves
+    exactly like `GRPOTrainer`.
 
     Example:
 
@@ -93,78 +117,117 @@ class AdaGRPOTrainer(GRPOTrainer):
                 f"AdaGRPOTrainer needs args=AdaGRPOConfig(...), got {type(args).__name__}. Replace GRPOConfig with "
                 "trl_ada.AdaGRPOConfig (it takes the same fields)."
             )
-        if args.multiround_adaptive_downsampling:
-            given = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *pos, **kwargs)
+        given = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *pos, **kwargs)
+        if args.sampling_active:
             for name in ("tools", "rollout_func", "environment_factory"):
                 if given.arguments.get(name):
                     raise ValueError(
-                        f"{name} is not supported together with adaptive sampling yet. Pass "
-                        f"multiround_adaptive_downsampling=False to train with it, or drop {name}."
+                        f"{name} is not supported together with adaptive sampling, dynamic sampling or prompt memory "
+                        f"yet. Pass multiround_adaptive_downsampling=False, dynamic_sampling=False and "
+                        f"prompt_memory=False to train with it, or drop {name}."
                     )
+        if args.dynamic_sampling and not isinstance(given.arguments.get("train_dataset"), Dataset):
+            raise ValueError(
+                "dynamic_sampling=True draws replacement prompts by index, so train_dataset must be a map-style "
+                f"datasets.Dataset (got {type(given.arguments.get('train_dataset')).__name__}). Convert an "
+                "IterableDataset with Dataset.from_generator, or set dynamic_sampling=False."
+            )
         with _vllm_room_for_rounds(args):
             super().__init__(model, reward_funcs, args, *pos, **kwargs)
-        self._rounds: _Rounds | None = None
+        self._step_sampling: _Step | None = None
         self._last_rewards_per_func: torch.Tensor | None = None  # global rewards of the kept completions
         self._last_advantages: torch.Tensor | None = None  # global advantages of the kept completions
         self._warned_non_binary = False
         self._warned_extra_columns: set[str] = set()
+        self.prompt_memory = (
+            PromptMemory(args.prompt_memory_decay, args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta)
+            if args.prompt_memory
+            else None
+        )
+        self._refill = (
+            PromptStream(len(self.train_dataset), args.seed, shuffle=self.shuffle_dataset)
+            if args.dynamic_sampling
+            else None
+        )
+        self._prompts_sampled = 0  # every prompt sampled so far, TRL's and refills: the honest consumption count
 
     # ---------------------------------------------------------------------------------------------------------------
     # Seam 1: the whole generation batch.
 
     def _generate_and_score_completions(self, inputs):
-        if not self.model.training:  # evaluation keeps GRPO's plain sampling and statistics
-            return super()._generate_and_score_completions(inputs)
-        adaptive = self.args.multiround_adaptive_downsampling
-        if adaptive and ("image" in inputs[0] or "images" in inputs[0]):
-            raise ValueError("Image prompts are not supported with adaptive sampling yet.")
-        self._rounds = _Rounds(inputs=inputs) if adaptive else None
-        try:
+        if not self.model.training or not self.args.sampling_active:  # TRL's plain sampling (always in evaluation)
             output = super()._generate_and_score_completions(inputs)
-            self._replace_advantages(output)
-            if adaptive:
-                self._log_sampling_metrics(output)
+            if self.model.training:
+                self._replace_advantages(output, results=None)
+            return output
+        if "image" in inputs[0] or "images" in inputs[0]:
+            raise ValueError("Image prompts are not supported with adaptive or dynamic sampling yet.")
+        n, world, rank = self.num_generations, self.accelerator.num_processes, self.accelerator.process_index
+        step = _Step(rows=[dict(row) for row in gather_object(inputs[::n])])
+        step.prompt_ids = self._tokenize(step.rows)
+        step.pool_rewards_per_func = [[] for _ in step.rows]
+        target = len(step.rows)
+        self._step_sampling = step
+        try:
+            with self._vllm_awake_for_rounds():
+                filled = fill_with_signal(
+                    first=list(range(target)),
+                    draw=functools.partial(self._draw_refill, step),
+                    sample=functools.partial(self._sample_prompts, step),
+                    target=target,
+                    max_refill_batches=self.args.max_refill_batches if self.args.dynamic_sampling else 0,
+                    atol=self.args.dynamic_sampling_tolerance,
+                )
+            step.chosen = [filled.sampled[i][0] for i in filled.chosen]
+            step.refill_batches, step.without_signal = filled.refill_batches, filled.without_signal
+            self._prompts_sampled += len(step.results)
+            memory_metrics = self._update_prompt_memory(step)
+
+            local = step.chosen[rank * (target // world) : (rank + 1) * (target // world)]
+            # TRL asks for these rewards next (global order: rank-major, prompt, then group position).
+            step.selected_rewards_per_func = torch.stack(
+                [step.pool_rewards_per_func[p][i] for p in step.chosen for i in step.results[p].selected]
+            )
+            step.local_completions = self._collect_selected(step, local)
+            output = super()._generate_and_score_completions([dict(step.rows[p]) for p in local for _ in range(n)])
+            self._replace_advantages(output, results=[step.results[p] for p in step.chosen])
+            self._log_sampling_metrics(output, memory_metrics)
         finally:
-            self._rounds = None
+            self._step_sampling = None
         return output
 
-    # ---------------------------------------------------------------------------------------------------------------
-    # Seam 2: generation. TRL calls this once with this rank's rows (each prompt repeated num_generations times).
+    def _tokenize(self, rows: list[dict[str, Any]]) -> list[list[int]]:
+        prompt_ids, _, _ = self._tokenize_prompts([row["prompt"] for row in rows])
+        return [list(ids) for ids in prompt_ids]
 
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        if self._rounds is None:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
-        if images is not None or multimodal_fields:
-            raise ValueError("Multimodal prompts are not supported with adaptive sampling yet.")
-        state = self._rounds
-        n = self.num_generations
-        local = [(ids, row) for ids, row in zip(prompt_ids[::n], state.inputs[::n])]
-        everyone = gather_object(local)
-        state.prompt_ids = [ids for ids, _ in everyone]
-        state.rows = [row for _, row in everyone]
-        state.pool_rewards_per_func = [[] for _ in everyone]
+    def _draw_refill(self, step: _Step, count: int) -> list[int]:
+        """Draw `count` prompts from the refill stream (the same ones on every rank); return their numbers."""
+        first = len(step.rows)
+        step.rows += [dict(self.train_dataset[index]) for index in self._refill.draw(count)]
+        step.prompt_ids += self._tokenize(step.rows[first:])
+        step.pool_rewards_per_func += [[] for _ in range(count)]
+        return list(range(first, len(step.rows)))
 
-        seed = self.args.seed + self.state.global_step
-        with self._vllm_awake_for_rounds():
-            state.results = run_adaptive_sampling(
-                num_prompts=len(everyone),
-                sample_round=functools.partial(self._sample_round, state),
-                num_generations=n,
-                round_repeat=self.args.round_repeat,
-                max_rounds=self.args.max_rounds,
-                choice=self.args.reinforce_ada_choice,
-                positive_threshold=self.args.positive_threshold,
-                selection=self.args.pool_selection,
-                seed=seed,
-            )
-
-        # TRL will ask for these rewards next (global order: rank-major, prompt, then group position).
-        state.selected_rewards_per_func = torch.stack(
-            [state.pool_rewards_per_func[p][i] for p, r in enumerate(state.results) for i in r.selected]
+    def _sample_prompts(self, step: _Step, prompts: list[int]) -> list[PromptResult]:
+        """Sample a batch of prompts: Reinforce-Ada's rounds, or n i.i.d. completions each with adaptive sampling off."""
+        args, n = self.args, self.num_generations
+        adaptive = args.multiround_adaptive_downsampling
+        batch, step.batches, step.round_index = step.batches, step.batches + 1, 0
+        results = run_adaptive_sampling(
+            num_prompts=len(prompts),
+            sample_round=lambda active, k: self._sample_round(step, [prompts[i] for i in active], k),
+            num_generations=n,
+            round_repeat=args.round_repeat if adaptive else n,  # one round of n keeps all n: GRPO's group
+            max_rounds=args.max_rounds if adaptive else 1,
+            choice=args.reinforce_ada_choice,
+            positive_threshold=args.positive_threshold,
+            selection=args.pool_selection if adaptive else "earliest",
+            seed=args.seed + self.state.global_step + 7919 * batch,
         )
-        return self._collect_selected(state, len(local))
+        step.results += results
+        return results
 
-    def _sample_round(self, state: _Rounds, active: list[int], k: int) -> list[list[float]]:
+    def _sample_round(self, state: _Step, active: list[int], k: int) -> list[list[float]]:
         """Draw k samples for each active prompt, split evenly over the ranks; return every reward (all ranks)."""
         world, rank = self.accelerator.num_processes, self.accelerator.process_index
         items = [(p, len(state.pool_rewards_per_func[p]) + j) for p in active for j in range(k)]
@@ -183,8 +246,9 @@ class AdaGRPOTrainer(GRPOTrainer):
         rewards_per_func = self._calculate_rewards(
             [state.rows[p] for p, _ in mine], prompts, completions, completion_ids
         )
-        state.round_times.append(time.perf_counter() - start)
-        state.round_active.append(len(active))
+        state.round_index += 1
+        seconds, prompts_active = state.rounds.get(state.round_index, (0.0, 0))
+        state.rounds[state.round_index] = (seconds + time.perf_counter() - start, prompts_active + len(active))
         # Columns from log_extra belong to this round's samples: they follow their completion, kept or not (TRL
         # would otherwise flush every round's values into the table, next to the wrong completions).
         extra = {column: values for column, values in self._pending_extra_logs.items() if len(values) == len(mine)}
@@ -219,15 +283,14 @@ class AdaGRPOTrainer(GRPOTrainer):
         contents = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
         return [[{"role": "assistant", "content": content}] for content in contents]
 
-    def _collect_selected(self, state: _Rounds, num_local_prompts: int):
-        """Send each selected completion to the rank that owns its prompt; return this rank's, in row order."""
-        wanted = {(p, i) for p, r in enumerate(state.results) for i in r.selected}
+    def _collect_selected(self, state: _Step, local: list[int]):
+        """Send each selected completion of a chosen prompt to the rank that trains on it; return this rank's."""
+        wanted = {(p, i) for p in state.chosen for i in state.results[p].selected}
         shard = {key: value for key, value in state.generated.items() if key in wanted}
         selected = {}
         for part in gather_object([shard]):
             selected.update(part)
-        first = self.accelerator.process_index * num_local_prompts
-        keys = [(p, i) for p in range(first, first + num_local_prompts) for i in state.results[p].selected]
+        keys = [(p, i) for p in local for i in state.results[p].selected]
         completion_ids = [selected[key][0] for key in keys]
         logprobs = [selected[key][1] for key in keys]
         for column in sorted({column for key in keys for column in selected[key][2]}):
@@ -264,10 +327,25 @@ class AdaGRPOTrainer(GRPOTrainer):
             vllm_generation._llm_weights_sleeping = True
 
     # ---------------------------------------------------------------------------------------------------------------
+    # Seam 2: generation. TRL asks for this rank's chosen prompts, each repeated num_generations times.
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        step = self._step_sampling
+        if step is None or step.local_completions is None:  # sampling a round, or TRL's own path
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+        completions, step.local_completions = step.local_completions, None
+        n = self.num_generations
+        rank, local_prompts = self.accelerator.process_index, len(prompt_ids) // n
+        expected = [step.prompt_ids[p] for p in step.chosen[rank * local_prompts : (rank + 1) * local_prompts]]
+        if [list(ids) for ids in prompt_ids[::n]] != expected:
+            raise RuntimeError("AdaGRPOTrainer: TRL tokenized the chosen prompts differently from the sampling.")
+        return completions
+
+    # ---------------------------------------------------------------------------------------------------------------
     # Seam 3: rewards and advantages.
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        state = self._rounds
+        state = self._step_sampling
         if state is not None and state.selected_rewards_per_func is not None:
             rewards_per_func = state.selected_rewards_per_func  # scored during the rounds: never score twice
         else:
@@ -275,7 +353,8 @@ class AdaGRPOTrainer(GRPOTrainer):
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
 
-    def _replace_advantages(self, output: dict[str, Any]) -> None:
+    def _replace_advantages(self, output: dict[str, Any], results: list[PromptResult] | None) -> None:
+        """Swap TRL's GRPO advantages for the configured estimator's (`results`: the chosen prompts' sampling)."""
         args = self.args
         estimator = args.advantage_estimator
         if estimator == "grpo" or (estimator == "reinforce_ada" and not args.global_stat_est):
@@ -285,7 +364,6 @@ class AdaGRPOTrainer(GRPOTrainer):
         rewards = _weighted_sum(self._last_rewards_per_func, self.reward_weights).tolist()
         groups = [rewards[i : i + n] for i in range(0, len(rewards), n)]
         if estimator == "reinforce_ada":
-            results = self._rounds.results
             self._warn_once_if_not_binary(results)
             values = [
                 pooled_advantages(
@@ -321,27 +399,161 @@ class AdaGRPOTrainer(GRPOTrainer):
                 "shaped rewards consider pool_baseline='mean_reward'."
             )
 
-    def _log_sampling_metrics(self, output: dict[str, Any]) -> None:
-        state, results, m = self._rounds, self._rounds.results, self._metrics["train"]
-        num_prompts = len(results)
+    def _log_sampling_metrics(self, output: dict[str, Any], memory_metrics: dict[str, float]) -> None:
+        step, m = self._step_sampling, self._metrics["train"]
+        results = step.results  # every prompt sampled this step, refills included
+        sampled, chosen = len(results), len(step.chosen)
         rounds = [r.rounds for r in results]
-        round_one = [x for r in results for x in r.pool_rewards[: self.args.round_repeat]]
+        round_one = [x for r in results for x in r.pool_rewards[: len(r.pool_rewards) // max(r.rounds, 1)]]
         advantages = self._last_advantages
         if advantages is None:  # TRL's statistics: only this rank's slice is at hand
             advantages = self.accelerator.gather(output["advantages"])
         m["sampling/total_samples"].append(float(sum(len(r.pool_rewards) for r in results)))
-        m["sampling/kept_samples"].append(float(num_prompts * self.num_generations))
-        m["sampling/padding_samples"].append(float(state.padding_samples))
-        m["sampling/rounds_mean"].append(sum(rounds) / num_prompts)
+        m["sampling/kept_samples"].append(float(chosen * self.num_generations))
+        m["sampling/padding_samples"].append(float(step.padding_samples))
+        m["sampling/rounds_mean"].append(sum(rounds) / sampled)
         m["sampling/rounds_max"].append(float(max(rounds)))
-        m["sampling/finished_round_1"].append(sum(r.finished and r.rounds == 1 for r in results) / num_prompts)
-        m["sampling/unfinished"].append(sum(not r.finished for r in results) / num_prompts)
+        m["sampling/finished_round_1"].append(sum(r.finished and r.rounds == 1 for r in results) / sampled)
+        m["sampling/unfinished"].append(sum(not r.finished for r in results) / sampled)
         m["sampling/iid_reward"].append(_nanmean(round_one))
-        signal = advantages.view(num_prompts, -1).abs().amax(dim=1) > 1e-8
+        signal = advantages.view(chosen, -1).abs().amax(dim=1) > 1e-8
         m["sampling/effective_prompt_ratio"].append(signal.float().mean().item())
-        for index, (seconds, active) in enumerate(zip(state.round_times, state.round_active), start=1):
+        for index, (seconds, active) in sorted(step.rounds.items()):
             m[f"sampling/round_{index}/seconds"].append(seconds)
             m[f"sampling/round_{index}/active_prompts"].append(float(active))
+        if self.args.dynamic_sampling:
+            m["sampling/prompts_drawn"].append(float(sampled))
+            m["sampling/prompts_dropped"].append(float(sampled - chosen))
+            m["sampling/refill_batches"].append(float(step.refill_batches))
+            m["sampling/groups_without_signal"].append(float(step.without_signal))
+            m["sampling/epochs_drawn"].append(self._prompts_sampled / len(self.train_dataset))
+        for name, value in memory_metrics.items():
+            m[name].append(value)
+
+    def _get_train_sampler(self, dataset=None):
+        return _EpochSeededSampler(super()._get_train_sampler(dataset))
+
+    # ---------------------------------------------------------------------------------------------------------------
+    # Prompt memory and refill state: updated every step, saved in every checkpoint, restored on resume.
+
+    def _update_prompt_memory(self, step: _Step) -> dict[str, float]:
+        """Fold every scored completion of the step into the memory; return its calibration metrics."""
+        memory = self.prompt_memory
+        if memory is None:
+            return {}
+        keys = [prompt_key(ids) for ids in step.prompt_ids]
+        samples = [len(r.pool_rewards) for r in step.results]
+        positives = [sum(is_positive(x, self.args.positive_threshold) for x in r.pool_rewards) for r in step.results]
+        # Predicted before this step's samples join: how well the memory foresaw what the step then saw.
+        predicted = [memory.pass_rate(key) for key in keys]
+        seen = [i for i, key in enumerate(keys) if key in memory]
+        metrics = {
+            "sampling/memory_seen_before": len(seen) / len(keys),
+            "sampling/memory_predicted_extreme": sum(not 0.05 <= p <= 0.95 for p in predicted) / len(keys),
+        }
+        if seen:
+            metrics["sampling/memory_brier"] = sum(
+                (predicted[i] - positives[i] / samples[i]) ** 2 for i in seen
+            ) / len(seen)
+        memory.update(keys, samples, positives, step=self.state.global_step)
+        metrics["sampling/memory_prompts"] = float(len(memory))
+        return metrics
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if not self.args.should_save or not self.args.sampling_active:
+            return
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        state = {"prompts_sampled": self._prompts_sampled}
+        if self._refill is not None:
+            state["refill"] = self._refill.state_dict()
+        with open(os.path.join(folder, SAMPLING_STATE_FILE), "w") as f:
+            json.dump(state, f)
+        if self.prompt_memory is not None:
+            self.prompt_memory.save(os.path.join(folder, MEMORY_STATE_FILE))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        # TRL restores its own extra state (the adaptive entropy controller) here too: called once, on resume.
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None or (self._refill is None and self.prompt_memory is None):
+            return
+        path = os.path.join(checkpoint, SAMPLING_STATE_FILE)
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"{checkpoint} has no {SAMPLING_STATE_FILE}: it was saved without dynamic sampling or prompt memory, "
+                "so the refill cursor and the prompt memory cannot be restored. Resume with the settings the "
+                "checkpoint was saved with, or start a new run."
+            )
+        with open(path) as f:
+            state = json.load(f)
+        self._prompts_sampled = state["prompts_sampled"]
+        if self._refill is not None:
+            if "refill" not in state:
+                raise ValueError(f"{checkpoint} was saved with dynamic_sampling=False: resume with the same setting.")
+            self._refill.load_state_dict(state["refill"])
+        if self.prompt_memory is not None:
+            memory_path = os.path.join(checkpoint, MEMORY_STATE_FILE)
+            if not os.path.exists(memory_path):
+                raise FileNotFoundError(
+                    f"{checkpoint} has no {MEMORY_STATE_FILE}: it was saved with prompt_memory=False. Resume with "
+                    "the same setting, or start a new run."
+                )
+            self.prompt_memory.load(memory_path)
+
+    def train(self, *args, **kwargs):
+        output = super().train(*args, **kwargs)
+        if self.prompt_memory is not None and self.args.should_save:
+            self.export_prompt_memory(os.path.join(self.args.output_dir, MEMORY_EXPORT_FILE))
+        return output
+
+    def export_prompt_memory(self, path: str) -> Dataset:
+        """Write the prompt memory as a table (parquet): one row per remembered prompt, its text when known.
+
+        Columns: `prompt_hash`, `prompt` (the last message of the training row with that hash; looked up in the
+        training set, which is tokenized once for that), `visits`, `samples` and `positives` (decayed counts),
+        `pass_rate` (posterior mean) and `last_step`. Sort by `pass_rate` to see solved, unsolved and frontier
+        prompts.
+        """
+        table = self.prompt_memory.table()
+        texts: dict[str, str] = {}
+        if isinstance(self.train_dataset, Dataset):
+            for start in range(0, len(self.train_dataset), 1024):
+                rows = self.train_dataset[start : start + 1024]["prompt"]
+                for row, ids in zip(rows, self._tokenize([{"prompt": r} for r in rows])):
+                    texts.setdefault(f"{prompt_key(ids):016x}", row[-1]["content"] if isinstance(row, list) else row)
+        table = {"prompt_hash": table.pop("prompt_hash"), **table}
+        table["prompt"] = [texts.get(h) for h in table["prompt_hash"]]
+        dataset = Dataset.from_dict(table)
+        dataset.to_parquet(path)
+        return dataset
+
+
+class _EpochSeededSampler(torch.utils.data.Sampler):
+    """TRL's RepeatSampler with `set_epoch`, so that a run resumed in epoch e walks the prompts in the same order as
+    an uninterrupted run.
+
+    RepeatSampler draws one permutation per epoch from a generator seeded once; a resumed run builds a fresh one, so
+    without this every epoch after the resume point would repeat the order of the first epochs (GRPOTrainer has the
+    same problem). `set_epoch(e)`, which the Trainer calls at the start of every epoch, re-seeds the generator and
+    skips e permutations: the order of an uninterrupted run, reproduced.
+    """
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+
+    def __iter__(self):
+        return iter(self.sampler)
+
+    def __len__(self):
+        return len(self.sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        sampler = self.sampler
+        if not getattr(sampler, "shuffle", False) or getattr(sampler, "seed", None) is None:
+            return
+        sampler.generator.manual_seed(sampler.seed)
+        for _ in range(epoch):
+            torch.randperm(sampler.num_samples, generator=sampler.generator)
 
 
 def _weighted_sum(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
