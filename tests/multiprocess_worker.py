@@ -40,11 +40,16 @@ def main():
         return
 
     reward = make_recording_reward()
-    if mode == "dynamic":  # DAPO: plain sampling, uniform groups dropped and refilled, the same refills on both ranks
-        args = AdaGRPOConfig(per_device_train_batch_size=8, max_steps=2, learning_rate=1e-2, dynamic_sampling=True,
-                             multiround_adaptive_downsampling=False, prompt_memory=True, **common)
+    if mode in ("dynamic", "budget"):  # refills (and, for the budget, screening): the same on both ranks
+        if mode == "dynamic":  # DAPO: plain sampling, uniform groups dropped and refilled
+            extra = dict(dynamic_sampling=True, multiround_adaptive_downsampling=False, max_steps=2)
+            rates, repeat = [1.0, 0.0, 0.5, 0.3], 4
+        else:  # 4 prompts per step, 3 distinct hard/easy prompts and a mixed one: revisited, screened, topped up
+            extra = dict(sampling_budget=5.0, budget_top_up=3, max_steps=4)  # odd top-ups: padded rounds
+            rates, repeat = [1.0, 0.0, 0.5, 0.02], 1
+        args = AdaGRPOConfig(per_device_train_batch_size=8, learning_rate=1e-2, prompt_memory=True, **extra, **common)
         trainer = Recorder(model=model_path, reward_funcs=reward, args=args,
-                           train_dataset=pass_rate_dataset([1.0, 0.0, 0.5, 0.3], repeat=4))
+                           train_dataset=pass_rate_dataset(rates, repeat=repeat))
         trainer.train()
         rank = trainer.accelerator.process_index
         with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:

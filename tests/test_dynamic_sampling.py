@@ -79,6 +79,39 @@ def test_adaptive_and_dynamic_drop_only_what_rounds_cannot_resolve(tiny_model, t
     assert all(h["sampling/prompts_dropped"] >= 1 for h in logs)
 
 
+def test_budget_caps_every_step_and_screens_out_remembered_extremes(tiny_model, tmp_path):
+    # 4 distinct prompts, 2 per step, 8 steps: every prompt is seen in the first 2 steps, then the memory knows that
+    # the 1.0 and 0.0 prompts come back uniform.
+    trainer, reward, logs = train(tiny_model, tmp_path, [1.0, 0.0, 0.5, 0.3], repeat=1, max_steps=8,
+                                  sampling_budget=6.0, prompt_memory=True)
+    assert len(logs) == 8
+    for h in logs:  # the hard cap: 6 per trained prompt, everything generated included
+        assert h["sampling/total_samples"] + h["sampling/padding_samples"] <= 6 * 2
+        assert h["sampling/kept_samples"] == 8
+    assert len(reward.log) == sum(h["sampling/total_samples"] for h in logs)  # each completion scored once
+    assert sum(h["sampling/prompts_skipped"] for h in logs[:2]) == 0  # nothing is remembered yet
+    assert sum(h["sampling/prompts_skipped"] for h in logs[2:]) >= 6
+    trained = [rate for _, output in trainer.recorded[2:] for _, rate, _, _ in decode_groups(trainer, output)]
+    assert sum(rate in (0.5, 0.3) for rate in trained) >= 0.75 * len(trained)
+    # Top-ups went to groups whose first 4 samples agreed: no pool beyond 4 samples is mixed within its first 4.
+    assert any(h["sampling/top_up_rounds"] > 0 for h in logs)
+
+
+def test_budget_with_lora_and_steps_per_generation(tiny_model, tmp_path):
+    from peft import LoraConfig
+
+    reward = make_recording_reward()
+    trainer = AdaGRPOTrainer(
+        model=tiny_model, reward_funcs=reward, train_dataset=pass_rate_dataset([1.0, 0.0, 0.5, 0.3], repeat=1),
+        args=tiny_args(tmp_path, per_device_train_batch_size=4, steps_per_generation=2, max_steps=4,
+                       sampling_budget=5.0, prompt_memory=True),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "sampling/total_samples" in h]
+    assert len(logs) == 2 and all(h["sampling/total_samples"] <= 10 for h in logs)
+
+
 def memory_run(tiny_model, tmp_path, **kwargs):
     return AdaGRPOTrainer(
         model=tiny_model, reward_funcs=make_recording_reward(),
@@ -87,26 +120,27 @@ def memory_run(tiny_model, tmp_path, **kwargs):
                                     "shuffle_dataset": True, **kwargs}))
 
 
-def test_memory_and_refill_survive_a_resume_exactly(tiny_model, tmp_path):
-    uninterrupted = memory_run(tiny_model, tmp_path / "a", max_steps=4, save_strategy="steps", save_steps=2)
+@pytest.mark.parametrize("mode", [{"dynamic_sampling": True}, {"dynamic_sampling": False, "sampling_budget": 6.0}])
+def test_memory_and_refill_survive_a_resume_exactly(tiny_model, tmp_path, mode):
+    uninterrupted = memory_run(tiny_model, tmp_path / "a", max_steps=4, save_strategy="steps", save_steps=2, **mode)
     uninterrupted.train()
     checkpoint = tmp_path / "a" / "out" / "checkpoint-2"
     assert (checkpoint / "prompt_memory.npz").exists() and (checkpoint / "ada_sampling_state.json").exists()
 
-    resumed = memory_run(tiny_model, tmp_path / "b", max_steps=4)
+    resumed = memory_run(tiny_model, tmp_path / "b", max_steps=4, **mode)
     resumed.train(resume_from_checkpoint=str(checkpoint))
     a, b = uninterrupted.prompt_memory.state_dict(), resumed.prompt_memory.state_dict()
     assert len(uninterrupted.prompt_memory) > 0 and max(a["visits"]) >= 2
     assert all(np.array_equal(a[k], b[k]) for k in a)  # the posterior after resume = the uninterrupted one
     assert uninterrupted._refill.state_dict() == resumed._refill.state_dict()
-    assert uninterrupted._prompts_sampled == resumed._prompts_sampled
+    assert uninterrupted._prompts_drawn == resumed._prompts_drawn
     # ...and so does the training itself: after the epoch boundary at step 2, TRL's sampler walks the prompts in the
     # uninterrupted order (AdaGRPOTrainer gives it set_epoch), so steps 3 and 4 are the same steps.
     losses = [[h["loss"] for h in run.state.log_history if "loss" in h][-2:] for run in (uninterrupted, resumed)]
     assert losses[0] == losses[1]
 
     # A resumed run must not silently start from an empty memory.
-    fresh = memory_run(tiny_model, tmp_path / "c", max_steps=3)
+    fresh = memory_run(tiny_model, tmp_path / "c", max_steps=3, **mode)
     (checkpoint / "prompt_memory.npz").unlink()
     with pytest.raises(FileNotFoundError, match="prompt_memory"):
         fresh.train(resume_from_checkpoint=str(checkpoint))

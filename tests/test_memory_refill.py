@@ -184,3 +184,87 @@ def test_refill_batch_is_sized_to_close_the_gap():
     drawn = []
     fill_with_signal(list(range(8)), lambda k: drawn.append(k) or list(range(8, 8 + k)), sample, 8, 10)
     assert drawn[0] == 8
+
+
+# -- budgeted sampling -----------------------------------------------------------------------------------------------
+
+from trl_ada.budget import predictive_missing_class, predictive_uniform, run_budgeted_sampling  # noqa: E402
+
+
+def test_predictive_probabilities_against_monte_carlo():
+    rng = np.random.default_rng(0)
+    for a, b, n in [(1, 1, 4), (0.5, 0.5, 4), (3, 9, 2), (20, 1, 8)]:
+        p = rng.beta(a, b, 200_000)
+        assert predictive_uniform(a, b, n) == pytest.approx(np.mean(p**n + (1 - p) ** n), abs=5e-3)
+        assert predictive_missing_class(a, b, 2, have_positive=True) == pytest.approx(np.mean(1 - p**2), abs=5e-3)
+        assert predictive_missing_class(a, b, 2, have_positive=False) == pytest.approx(np.mean(1 - (1 - p) ** 2),
+                                                                                        abs=5e-3)
+    assert predictive_uniform(1, 1, 4) == pytest.approx(2 / 5)  # uniform prior: 2 / (n + 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 0.02, 0.3, 0.5, 0.9, 1.0]), min_size=8, max_size=24), st.integers(1, 8),
+       st.floats(4.0, 9.0), st.integers(1, 3), st.integers(1, 3), st.integers(0, 10**6), st.booleans())
+def test_budget_properties(rates, target, per_prompt, top_up, world, seed, remembered):
+    target = world * max(1, min(target, len(rates) // 2) // world)  # the trainer's steps hold whole rounds per rank
+    rng = random.Random(seed)
+    fresh = iter(range(target, 10**6))  # handles are unique per step; handle h is prompt h % len(rates)
+    generated = []
+    memory = PromptMemory()
+    if remembered:  # one earlier visit of 4 samples per prompt, at its true rate
+        for h, r in enumerate(rates):
+            memory.update([h], [4], [round(4 * r)], step=0)
+
+    def sample_round(handles, k):
+        generated.append((list(handles), k))
+        return [[float(rng.random() < rates[h % len(rates)]) for _ in range(k)] for h in handles]
+
+    budget = math.floor(per_prompt * target)
+    out = run_budgeted_sampling(list(range(target)), lambda k: [next(fresh) for _ in range(k)],
+                                lambda h: memory.posterior(h % len(rates)), lambda h: rng.random(), sample_round, target,
+                                budget, num_generations=4, top_up=top_up, world_size=world)
+    cost = sum(math.ceil(len(h) * k / world) * world for h, k in generated)
+    assert out.spent == cost <= budget  # the hard cap, padding included
+    assert len(out.sampled) == target and all(len(r.selected) == 4 for _, r in out.sampled)
+    accepted = {h for h, _ in out.sampled}
+    assert not accepted & set(out.skipped) and all(h in accepted for hs, _ in generated for h in hs)
+    assert all(len(r.pool_rewards) >= 4 for _, r in out.sampled) and generated[0][1] == 4
+    for _, result in out.sampled:  # selection: Reinforce-Ada's rule at exit, mixed whenever the pool is
+        pos = [x for x in result.pool_rewards if x > 0.7]
+        kept = result.selected_rewards
+        if 0 < len(pos) < len(result.pool_rewards):
+            assert 0 < sum(kept) < 4
+        for handles, k in generated[1:]:  # top-ups only for pools that were uniform when they were chosen
+            assert k == top_up
+    if not remembered:
+        assert out.skipped == [] and [h for h, _ in out.sampled] == list(range(target))
+
+
+def test_budget_screens_out_remembered_extremes_but_keeps_exploring():
+    rates = [0.0, 1.0, 0.5, 0.4] * 50
+    memory = PromptMemory()
+    for h, r in enumerate(rates):
+        memory.update([h], [8], [round(8 * r)], step=0)
+    rng = random.Random(0)
+    taken = {0.0: 0, 1.0: 0, 0.5: 0, 0.4: 0}
+    stream = iter(range(8, len(rates)))
+    for step in range(20):
+        first = [next(stream, 0) for _ in range(8)]
+        out = run_budgeted_sampling(first, lambda k: [next(stream, 0) for _ in range(k)],
+                                    lambda h: memory.posterior(h), lambda h: rng.random(),
+                                    lambda hs, k: [[float(rng.random() < rates[h]) for _ in range(k)] for h in hs],
+                                    target=2, budget=8, explore_floor=0.05)
+        for h, _ in out.sampled:
+            taken[rates[h]] += 1
+        stream = iter(range(len(rates)))  # wrap around
+    assert taken[0.5] + taken[0.4] > 0.8 * sum(taken.values())  # the budget goes to prompts with signal
+    assert taken[0.0] + taken[1.0] >= 1  # the floor: extremes are still visited sometimes
+
+
+def test_budget_rejects_bad_input():
+    args = dict(draw=lambda k: [], predict=lambda h: (1, 1, 0), coin=lambda h: 0.5,
+                sample_round=lambda hs, k: [[0.0] * k for _ in hs])
+    with pytest.raises(ValueError, match="budget=7 cannot pay"):
+        run_budgeted_sampling([0, 1], target=2, budget=7, **args)
+    with pytest.raises(ValueError, match="explore_floor"):
+        run_budgeted_sampling([0, 1], target=2, budget=8, explore_floor=0.0, **args)

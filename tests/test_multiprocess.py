@@ -69,3 +69,17 @@ def test_two_processes_draw_the_same_refills(tiny_model, tmp_path):
         for groups, advantages in zip(rank["groups"], rank["advantages"]):
             assert len(groups) == 8 and all(" r0.5" in tag or " r0.3" in tag for tag in groups)
             assert all(any(a != 0 for a in advantages[g:g + 4]) for g in (0, 4))
+
+
+def test_two_processes_share_one_budget(tiny_model, tmp_path):
+    ranks = launch(tmp_path, tiny_model, "budget")
+    logs0, logs1 = ranks[0]["logs"], ranks[1]["logs"]
+    assert len(logs0) == 4 and all(a[k] == b[k] for a, b in zip(logs0, logs1) for k in a
+                                   if k.startswith("sampling/") and "seconds" not in k)
+    assert ranks[0]["memory"] == ranks[1]["memory"] and ranks[0]["refill"] == ranks[1]["refill"]
+    for h in logs0:  # 4 prompts per step at 5.0 each: 20 completions at most, padding included
+        assert h["sampling/total_samples"] + h["sampling/padding_samples"] <= 20
+    assert sum(h["sampling/padding_samples"] for h in logs0) > 0  # odd top-up rounds were padded, and paid for
+    assert sum(h["sampling/prompts_skipped"] for h in logs0[1:]) > 0
+    generated = sum(h["sampling/total_samples"] + h["sampling/padding_samples"] for h in logs0)
+    assert ranks[0]["reward_calls"] + ranks[1]["reward_calls"] == generated

@@ -74,28 +74,37 @@ def colocated_generation(trainer, sleep_mode):
     return generation
 
 
+BUDGET = {"sampling_budget": 8.0, "prompt_memory": True}  # first round, then top-ups: several generate calls
+
+
 @pytest.mark.parametrize("sleep_mode", [True, False])
-def test_weights_pushed_once_per_step_and_sleep_after_last_round(tiny_model, tmp_path, monkeypatch, sleep_mode):
+@pytest.mark.parametrize("extra", [{}, BUDGET], ids=["rounds", "budget"])
+def test_weights_pushed_once_per_step_and_sleep_after_last_round(tiny_model, tmp_path, monkeypatch, sleep_mode, extra):
     monkeypatch.setattr(vllm_generation, "SamplingParams", lambda **kwargs: kwargs, raising=False)
     trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(),
                              train_dataset=pass_rate_dataset([0.0, 0.5]),
-                             args=tiny_args(tmp_path, per_device_train_batch_size=8, max_steps=3))
+                             args=tiny_args(tmp_path, per_device_train_batch_size=8, max_steps=3, **extra))
     generation = colocated_generation(trainer, sleep_mode)
     trainer.use_vllm, trainer.vllm_generation, trainer._last_loaded_step = True, generation, -1
     trainer.train()
 
     events = generation.llm.events
     logs = [h for h in trainer.state.log_history if "sampling/rounds_max" in h]
-    assert len(logs) == 3 and all(h["sampling/rounds_max"] == 4 for h in logs)  # the 0.0 prompt: 4 rounds each
-    assert sum(e == ("generate", 16) for e in events) == 3  # round 1: 2 prompts x round_repeat 8
-    assert sum(isinstance(e, tuple) and e[0] == "generate" for e in events) == 3 * 4
+    generate_calls = sum(isinstance(e, tuple) and e[0] == "generate" for e in events)
+    if extra:  # the 0.0 prompt's uniform pool is topped up: more than one generate call per step
+        assert len(logs) == 3 and all(h["sampling/top_up_rounds"] >= 1 for h in logs) and generate_calls > 3
+    else:
+        assert len(logs) == 3 and all(h["sampling/rounds_max"] == 4 for h in logs)  # the 0.0 prompt: 4 rounds each
+        assert sum(e == ("generate", 16) for e in events) == 3  # round 1: 2 prompts x round_repeat 8
+        assert generate_calls == 3 * 4
     assert events.count("sync_done") == 3  # one weight push per step, not per round
     assert events.count("sleep") == (3 if sleep_mode else 0)
     if sleep_mode:
         # Per step: wake the weights, push them, wake the KV cache, all rounds, then sleep once.
         step = events[: events.index("sleep") + 1]
         generates = [i for i, e in enumerate(step) if isinstance(e, tuple) and e[0] == "generate"]
-        assert len(generates) == 4 and step[-1] == "sleep" and generates[-1] == len(step) - 2
+        assert (len(generates) >= 2 if extra else len(generates) == 4)
+        assert step[-1] == "sleep" and generates[-1] == len(step) - 2
         assert step[0] == ("wake_up", ("weights",)) and ("wake_up", ("kv_cache",)) in step[: generates[0]]
     assert generation.enable_sleep_mode == sleep_mode  # restored after the rounds
 

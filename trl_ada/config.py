@@ -153,6 +153,37 @@ class AdaGRPOConfig(GRPOConfig):
         metadata={"help": "Beta prior pseudo-count of failures."},
     )
 
+    sampling_budget: float | None = field(
+        default=None,
+        metadata={
+            "help": "Budgeted adaptive sampling: the average number of completions generated per trained prompt per "
+            "step (4.0 with num_generations=4 is GRPO parity). A step then never generates more than "
+            "sampling_budget * prompts per step completions in all, padding included: remembered prompts predicted to "
+            "come back uniform are skipped before any rollout and replaced from the training set, every trained "
+            "prompt gets num_generations samples, and what is left buys top-ups for groups that came back uniform "
+            "(trl_ada/budget.py). Needs >= num_generations; best with prompt_memory=True. None (the default): the "
+            "reference rounds."
+        },
+    )
+    budget_top_up: int = field(
+        default=2,
+        metadata={"help": "With sampling_budget: samples per prompt per top-up round."},
+    )
+    budget_skip_threshold: float = field(
+        default=0.5,
+        metadata={
+            "help": "With sampling_budget and prompt_memory: skip a remembered prompt when the predicted chance that "
+            "its num_generations samples all agree exceeds this."
+        },
+    )
+    budget_explore_floor: float = field(
+        default=0.05,
+        metadata={
+            "help": "With sampling_budget: a prompt that would be skipped is sampled anyway with this probability, "
+            "so no prompt is starved forever."
+        },
+    )
+
     def __post_init__(self):
         # TRL's own checks first: they derive steps_per_generation and generation_batch_size, which ours use.
         super().__post_init__()
@@ -210,6 +241,35 @@ class AdaGRPOConfig(GRPOConfig):
             value = getattr(self, name)
             if not _is_number(value) or value <= 0:
                 raise ValueError(f"{name}={value!r} must be a finite number > 0 (1.0 with its pair: uniform prior).")
+        if self.sampling_budget is not None:
+            if not _is_number(self.sampling_budget) or self.sampling_budget < self.num_generations:
+                raise ValueError(
+                    f"sampling_budget={self.sampling_budget!r} must be a number >= num_generations "
+                    f"({self.num_generations}): every trained prompt needs its group of num_generations samples. "
+                    f"Use sampling_budget={float(self.num_generations)} for GRPO parity."
+                )
+            if not self.multiround_adaptive_downsampling:
+                raise ValueError(
+                    "sampling_budget replaces the reference rounds and needs multiround_adaptive_downsampling=True. "
+                    "Set sampling_budget=None for plain GRPO sampling."
+                )
+            if self.dynamic_sampling:
+                raise ValueError(
+                    "sampling_budget and dynamic_sampling=True cannot be combined: dynamic sampling refills after "
+                    "sampling, which a hard budget cannot pay for; the budget already skips prompts predicted to come "
+                    "back uniform. Set dynamic_sampling=False."
+                )
+            if isinstance(self.budget_top_up, bool) or not isinstance(self.budget_top_up, int) or self.budget_top_up < 1:
+                raise ValueError(f"budget_top_up={self.budget_top_up!r} must be an integer >= 1 (default 2).")
+            if not _is_number(self.budget_skip_threshold) or not 0 <= self.budget_skip_threshold <= 1:
+                raise ValueError(
+                    f"budget_skip_threshold={self.budget_skip_threshold!r} must be in [0, 1] (default 0.5)."
+                )
+            if not _is_number(self.budget_explore_floor) or not 0 < self.budget_explore_floor <= 1:
+                raise ValueError(
+                    f"budget_explore_floor={self.budget_explore_floor!r} must be in (0, 1] (default 0.05): a floor of "
+                    "0 could starve a prompt forever."
+                )
         if self.dynamic_sampling or self.multiround_adaptive_downsampling:
             if self.multi_objective_aggregation != "sum_then_normalize":
                 raise ValueError(
@@ -235,7 +295,7 @@ class AdaGRPOConfig(GRPOConfig):
 
     @property
     def sampling_active(self) -> bool:
-        """Whether AdaGRPOTrainer takes over sampling (adaptive rounds, dynamic sampling or prompt memory)."""
+        """Whether AdaGRPOTrainer takes over sampling (adaptive rounds or budget, dynamic sampling, prompt memory)."""
         return self.multiround_adaptive_downsampling or self.dynamic_sampling or self.prompt_memory
 
 

@@ -70,6 +70,14 @@ class PromptMemory:
         slot = self._slot.get(key)
         return 0 if slot is None else int(self._visits[slot])
 
+    def posterior(self, key: int) -> tuple[float, float, int]:
+        """(alpha, beta, visits): the Beta posterior of the prompt's pass rate and how often it was sampled."""
+        slot = self._slot.get(key)
+        if slot is None:
+            return self.prior_alpha, self.prior_beta, 0
+        samples, positives = float(self._samples[slot]), float(self._positives[slot])
+        return positives + self.prior_alpha, samples - positives + self.prior_beta, int(self._visits[slot])
+
     def pass_rate(self, key: int) -> float:
         """Posterior mean of the prompt's pass rate (the prior mean for a prompt never sampled)."""
         slot = self._slot.get(key)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import inspect
 import json
 import math
@@ -47,6 +48,7 @@ from .advantages import pooled_advantages, raft_advantages, reinforce_rej_advant
 from .config import AdaGRPOConfig
 from .dynamic import fill_with_signal, has_signal
 from .memory import PromptMemory, prompt_key
+from .budget import run_budgeted_sampling
 from .refill import PromptStream
 from .sampling import PromptResult, is_positive, run_adaptive_sampling
 
@@ -72,10 +74,12 @@ class _Step:
     generated: dict[tuple[int, int], tuple[list[int], list[float] | None, dict[str, Any]]] = field(
         default_factory=dict
     )
-    results: list[PromptResult] = field(default_factory=list)  # per prompt
+    results: dict[int, PromptResult] = field(default_factory=dict)  # per sampled prompt (budget: not the skipped)
     chosen: list[int] = field(default_factory=list)  # prompts trained on, rank r's slice r-th
     batches: int = 0  # batches sampled so far: the step's own, then refills
-    refill_batches: int = 0
+    refill_batches: int = 0  # dynamic sampling: extra batches sampled; budget: candidate batches screened
+    skipped: int = 0  # budget: candidates screened out before any rollout
+    top_up_rounds: int = 0
     without_signal: int = 0  # chosen groups without signal (dynamic sampling at its cap)
     local_completions: tuple[list[list[int]], list[list[float]] | None] | None = None
     selected_rewards_per_func: torch.Tensor | None = None
@@ -126,11 +130,13 @@ class AdaGRPOTrainer(GRPOTrainer):
                         f"yet. Pass multiround_adaptive_downsampling=False, dynamic_sampling=False and "
                         f"prompt_memory=False to train with it, or drop {name}."
                     )
-        if args.dynamic_sampling and not isinstance(given.arguments.get("train_dataset"), Dataset):
+        refills = args.dynamic_sampling or args.sampling_budget is not None
+        if refills and not isinstance(given.arguments.get("train_dataset"), Dataset):
+            name = "dynamic_sampling=True" if args.dynamic_sampling else f"sampling_budget={args.sampling_budget}"
             raise ValueError(
-                "dynamic_sampling=True draws replacement prompts by index, so train_dataset must be a map-style "
+                f"{name} draws replacement prompts by index, so train_dataset must be a map-style "
                 f"datasets.Dataset (got {type(given.arguments.get('train_dataset')).__name__}). Convert an "
-                "IterableDataset with Dataset.from_generator, or set dynamic_sampling=False."
+                "IterableDataset with Dataset.from_generator, or turn it off."
             )
         with _vllm_room_for_rounds(args):
             super().__init__(model, reward_funcs, args, *pos, **kwargs)
@@ -145,11 +151,9 @@ class AdaGRPOTrainer(GRPOTrainer):
             else None
         )
         self._refill = (
-            PromptStream(len(self.train_dataset), args.seed, shuffle=self.shuffle_dataset)
-            if args.dynamic_sampling
-            else None
+            PromptStream(len(self.train_dataset), args.seed, shuffle=self.shuffle_dataset) if refills else None
         )
-        self._prompts_sampled = 0  # every prompt sampled so far, TRL's and refills: the honest consumption count
+        self._prompts_drawn = 0  # every prompt drawn so far (TRL's, refills, skipped): the honest consumption count
 
     # ---------------------------------------------------------------------------------------------------------------
     # Seam 1: the whole generation batch.
@@ -170,17 +174,20 @@ class AdaGRPOTrainer(GRPOTrainer):
         self._step_sampling = step
         try:
             with self._vllm_awake_for_rounds():
-                filled = fill_with_signal(
-                    first=list(range(target)),
-                    draw=functools.partial(self._draw_refill, step),
-                    sample=functools.partial(self._sample_prompts, step),
-                    target=target,
-                    max_refill_batches=self.args.max_refill_batches if self.args.dynamic_sampling else 0,
-                    atol=self.args.dynamic_sampling_tolerance,
-                )
-            step.chosen = [filled.sampled[i][0] for i in filled.chosen]
-            step.refill_batches, step.without_signal = filled.refill_batches, filled.without_signal
-            self._prompts_sampled += len(step.results)
+                if self.args.sampling_budget is not None:
+                    self._sample_within_budget(step, target)
+                else:
+                    filled = fill_with_signal(
+                        first=list(range(target)),
+                        draw=functools.partial(self._draw_refill, step),
+                        sample=functools.partial(self._sample_prompts, step),
+                        target=target,
+                        max_refill_batches=self.args.max_refill_batches if self.args.dynamic_sampling else 0,
+                        atol=self.args.dynamic_sampling_tolerance,
+                    )
+                    step.chosen = [filled.sampled[i][0] for i in filled.chosen]
+                    step.refill_batches, step.without_signal = filled.refill_batches, filled.without_signal
+            self._prompts_drawn += len(step.results) + step.skipped
             memory_metrics = self._update_prompt_memory(step)
 
             local = step.chosen[rank * (target // world) : (rank + 1) * (target // world)]
@@ -224,8 +231,51 @@ class AdaGRPOTrainer(GRPOTrainer):
             selection=args.pool_selection if adaptive else "earliest",
             seed=args.seed + self.state.global_step + 7919 * batch,
         )
-        step.results += results
+        first = len(step.results)
+        step.results.update({prompts[i]: result for i, result in enumerate(results)})
+        assert len(step.results) == first + len(prompts), "a prompt was sampled twice in one step"
         return results
+
+    def _sample_within_budget(self, step: _Step, target: int) -> None:
+        """Budgeted sampling (trl_ada.budget): screen with the prompt memory, n each, top-ups within the cap."""
+        args, memory = self.args, self.prompt_memory
+        keys: dict[int, int] = {}
+
+        def key(prompt: int) -> int:
+            if prompt not in keys:
+                keys[prompt] = prompt_key(step.prompt_ids[prompt])
+            return keys[prompt]
+
+        def predict(prompt: int) -> tuple[float, float, int]:
+            if memory is None:
+                return args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta, 0
+            return memory.posterior(key(prompt))
+
+        def coin(prompt: int) -> float:
+            # Deterministic for (seed, step, prompt, position): identical on every rank and after a resume.
+            data = f"{args.seed}/{self.state.global_step}/{key(prompt)}/{prompt}".encode()
+            return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") / 2.0**64
+
+        budgeted = run_budgeted_sampling(
+            first=list(range(target)),
+            draw=functools.partial(self._draw_refill, step),
+            predict=predict,
+            coin=coin,
+            sample_round=functools.partial(self._sample_round, step),
+            target=target,
+            budget=math.floor(args.sampling_budget * target),
+            num_generations=self.num_generations,
+            top_up=args.budget_top_up,
+            skip_threshold=args.budget_skip_threshold,
+            explore_floor=args.budget_explore_floor,
+            max_candidate_batches=args.max_refill_batches,
+            positive_threshold=args.positive_threshold,
+            world_size=self.accelerator.num_processes,
+        )
+        step.results = dict(budgeted.sampled)
+        step.chosen = [prompt for prompt, _ in budgeted.sampled]
+        step.skipped, step.refill_batches = len(budgeted.skipped), budgeted.candidate_batches
+        step.top_up_rounds = budgeted.top_up_rounds
 
     def _sample_round(self, state: _Step, active: list[int], k: int) -> list[list[float]]:
         """Draw k samples for each active prompt, split evenly over the ranks; return every reward (all ranks)."""
@@ -401,7 +451,7 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _log_sampling_metrics(self, output: dict[str, Any], memory_metrics: dict[str, float]) -> None:
         step, m = self._step_sampling, self._metrics["train"]
-        results = step.results  # every prompt sampled this step, refills included
+        results = list(step.results.values())  # every prompt sampled this step, refills included
         sampled, chosen = len(results), len(step.chosen)
         rounds = [r.rounds for r in results]
         round_one = [x for r in results for x in r.pool_rewards[: len(r.pool_rewards) // max(r.rounds, 1)]]
@@ -421,12 +471,18 @@ class AdaGRPOTrainer(GRPOTrainer):
         for index, (seconds, active) in sorted(step.rounds.items()):
             m[f"sampling/round_{index}/seconds"].append(seconds)
             m[f"sampling/round_{index}/active_prompts"].append(float(active))
+        if self.args.sampling_budget is not None:
+            m["sampling/prompts_drawn"].append(float(sampled + step.skipped))
+            m["sampling/prompts_skipped"].append(float(step.skipped))
+            m["sampling/candidate_batches"].append(float(step.refill_batches))
+            m["sampling/top_up_rounds"].append(float(step.top_up_rounds))
+            m["sampling/epochs_drawn"].append(self._prompts_drawn / len(self.train_dataset))
         if self.args.dynamic_sampling:
             m["sampling/prompts_drawn"].append(float(sampled))
             m["sampling/prompts_dropped"].append(float(sampled - chosen))
             m["sampling/refill_batches"].append(float(step.refill_batches))
             m["sampling/groups_without_signal"].append(float(step.without_signal))
-            m["sampling/epochs_drawn"].append(self._prompts_sampled / len(self.train_dataset))
+            m["sampling/epochs_drawn"].append(self._prompts_drawn / len(self.train_dataset))
         for name, value in memory_metrics.items():
             m[name].append(value)
 
@@ -441,9 +497,11 @@ class AdaGRPOTrainer(GRPOTrainer):
         memory = self.prompt_memory
         if memory is None:
             return {}
-        keys = [prompt_key(ids) for ids in step.prompt_ids]
-        samples = [len(r.pool_rewards) for r in step.results]
-        positives = [sum(is_positive(x, self.args.positive_threshold) for x in r.pool_rewards) for r in step.results]
+        keys = [prompt_key(step.prompt_ids[prompt]) for prompt in step.results]
+        samples = [len(r.pool_rewards) for r in step.results.values()]
+        positives = [
+            sum(is_positive(x, self.args.positive_threshold) for x in r.pool_rewards) for r in step.results.values()
+        ]
         # Predicted before this step's samples join: how well the memory foresaw what the step then saw.
         predicted = [memory.pass_rate(key) for key in keys]
         seen = [i for i, key in enumerate(keys) if key in memory]
@@ -464,7 +522,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         if not self.args.should_save or not self.args.sampling_active:
             return
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-        state = {"prompts_sampled": self._prompts_sampled}
+        state = {"prompts_drawn": self._prompts_drawn}
         if self._refill is not None:
             state["refill"] = self._refill.state_dict()
         with open(os.path.join(folder, SAMPLING_STATE_FILE), "w") as f:
@@ -486,7 +544,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             )
         with open(path) as f:
             state = json.load(f)
-        self._prompts_sampled = state["prompts_sampled"]
+        self._prompts_drawn = state["prompts_drawn"]
         if self._refill is not None:
             if "refill" not in state:
                 raise ValueError(f"{checkpoint} was saved with dynamic_sampling=False: resume with the same setting.")
