@@ -13,6 +13,13 @@ method we measure, per prompt of the training batch:
 Reinforce-Ada runs through the package's own `trl_ada.sampling.run_adaptive_sampling` and
 `trl_ada.advantages.pooled_advantages`, so the numbers measure the code that trains, not a re-implementation.
 
+Section 4 is a multi-epoch simulation over a FIXED prompt set whose pass rates drift upward between epochs (the
+policy learns), where memory across steps can pay: GRPO n=4, DAPO dynamic sampling (`trl_ada.dynamic`),
+Reinforce-Ada pos/balance, and the budgeted mode at 4 samples per trained prompt with and without prompt memory
+(`trl_ada.budget`, `trl_ada.memory`, `trl_ada.refill`: the trainer's own code). It reports signal per 1000 samples
+per epoch and the share of samples spent on prompts with true p < 0.05 or > 0.95, and writes
+benchmarks/sampling_budget.png.
+
     python benchmarks/sampling_efficiency.py                     # 10,000 prompts, ~20 s on 2 CPU cores
     python benchmarks/sampling_efficiency.py --num-prompts 2000  # quick look
 
@@ -34,6 +41,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from trl_ada.advantages import pooled_advantages  # noqa: E402
+from trl_ada.budget import run_budgeted_sampling  # noqa: E402
+from trl_ada.dynamic import fill_with_signal  # noqa: E402
+from trl_ada.memory import PromptMemory  # noqa: E402
+from trl_ada.refill import PromptStream  # noqa: E402
 from trl_ada.sampling import run_adaptive_sampling  # noqa: E402
 
 
@@ -46,6 +57,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--dapo-max-gen-batches", type=int, default=10, help="DAPO: generation batches per step at most"
     )
     parser.add_argument("--output", type=Path, default=Path(__file__).with_name("sampling_efficiency.png"))
+    parser.add_argument("--epoch-prompts", type=int, default=2000, help="multi-epoch: size of the fixed prompt set")
+    parser.add_argument("--epochs", type=int, default=6, help="multi-epoch: passes over the prompt set")
+    parser.add_argument("--step-prompts", type=int, default=64, help="multi-epoch: trained prompts per step")
+    parser.add_argument("--drift", type=float, default=0.3, help="multi-epoch: mean logit gain per epoch")
+    parser.add_argument("--budget-output", type=Path, default=Path(__file__).with_name("sampling_budget.png"))
     return parser.parse_args(argv)
 
 
@@ -252,6 +268,129 @@ def print_main_table(name: str, rows: dict[str, dict]) -> None:
         print(f"| {label} | {cost:.2f} | {share:.1%} | {fmt_unfinished(row)} | {per_1000:.1f} | {wasted:.1%} |")
 
 
+
+# ---------------------------------------------------------------------------------------------------------------
+# 4. Several epochs over a fixed prompt set: where memory across steps pays
+# ---------------------------------------------------------------------------------------------------------------
+
+SKIP_DECAY = 0.9  # AdaGRPOConfig.budget_skip_decay's default
+EPOCH_METHODS = ("GRPO n=4", "DAPO n=4", "Ada positive_focused", "Ada balanced", "budget 4, memory",
+                 "budget 4, no memory")
+
+
+def multi_epoch(method: str, p0: np.ndarray, args, seed: int) -> list[dict]:
+    """One run over `args.epochs` passes of the fixed prompt set; per epoch: samples, prompts with signal, samples
+    spent on extreme prompts (true p < 0.05 or > 0.95), and how many of the intermediate prompts were trained.
+
+    Steps walk the set in a fresh random order each epoch (TRL's sampler); DAPO and the budget draw replacements
+    from a `PromptStream` over the same set; the budget remembers prompts in a `PromptMemory`, both exactly as the
+    trainer does. Between epochs each pass rate moves up by a random logit step N(drift, drift).
+    """
+    rng = rng_for(seed, "epochs", method)
+    p = p0.copy()
+    drift = rng.normal(args.drift, args.drift, len(p))
+    memory, stream = PromptMemory(), PromptStream(len(p), seed)
+    g = args.step_prompts
+    coin = np.random.default_rng([seed, 7])
+
+    def sample_round(prompts: list[int], k: int) -> list[list[float]]:
+        return bernoulli(rng, p[prompts], k).tolist() if prompts else []
+
+    def plain(prompts: list[int]):  # n i.i.d. samples each, kept whole (GRPO's group)
+        return run_adaptive_sampling(len(prompts), lambda active, k: sample_round([prompts[i] for i in active], k),
+                                     num_generations=N, round_repeat=N, max_rounds=1)
+
+    epochs = []
+    trained_after_first: set[int] = set()
+    for epoch in range(args.epochs):
+        samples = signal = extreme = trained = 0
+        trained_mid = set()
+        order = rng.permutation(len(p)).tolist()
+        for start in range(0, len(order) - g + 1, g):
+            batch = order[start : start + g]
+            if method in ("GRPO n=4", "DAPO n=4"):
+                cap = args.dapo_max_gen_batches if method.startswith("DAPO") else 0
+                filled = fill_with_signal(batch, stream.draw, plain, g, cap)
+                sampled = [(h, r) for h, r in filled.sampled]
+                chosen = [filled.sampled[i] for i in filled.chosen]
+            elif method.startswith("Ada"):
+                choice = method.split()[1]
+                results = run_adaptive_sampling(
+                    g, lambda active, k: sample_round([batch[i] for i in active], k), num_generations=N,
+                    round_repeat=ROUND_REPEAT, max_rounds=MAX_ROUNDS, choice=choice, positive_threshold=THRESHOLD)
+                sampled = chosen = list(zip(batch, results))
+            else:
+                remembered = method.endswith(", memory")
+                candidates = list(batch)  # handles are positions here: a prompt drawn twice is two candidates
+
+                def draw(k: int) -> list[int]:
+                    candidates.extend(stream.draw(k))
+                    return list(range(len(candidates) - k, len(candidates)))
+
+                budgeted = run_budgeted_sampling(
+                    list(range(g)), draw,
+                    lambda h: memory.posterior(candidates[h]) if remembered else (1.0, 1.0, 0),
+                    lambda h: float(coin.random()), lambda hs, k: sample_round([candidates[h] for h in hs], k),
+                    target=g, budget=4 * g, num_generations=N, positive_threshold=THRESHOLD)
+                sampled = chosen = [(candidates[h], r) for h, r in budgeted.sampled]
+                memory.forget([candidates[h] for h in budgeted.skipped], SKIP_DECAY)  # as the trainer does
+            for h, r in sampled:
+                samples += len(r.pool_rewards)
+                extreme += len(r.pool_rewards) * bool(p[h] < 0.05 or p[h] > 0.95)
+            for h, r in chosen:
+                trained += 1
+                if any(a != 0.0 for a in pooled_advantages(r.selected_rewards, r.pool_rewards, THRESHOLD)):
+                    signal += 1
+                if 0.2 <= p[h] <= 0.8:
+                    trained_mid.add(h)
+                if epoch > 0:
+                    trained_after_first.add(h)
+            memory.update([h for h, _ in sampled], [len(r.pool_rewards) for _, r in sampled],
+                          [sum(x > THRESHOLD for x in r.pool_rewards) for _, r in sampled], step=epoch)
+        mid = int(((p >= 0.2) & (p <= 0.8)).sum())
+        epochs.append(dict(samples=samples, signal=signal, trained=trained, extreme=extreme,
+                           mid_trained=len(trained_mid) / max(mid, 1)))
+        if epoch == args.epochs - 1:  # starvation: intermediate at the end, yet never trained after epoch 1
+            final_mid = np.flatnonzero((p >= 0.2) & (p <= 0.8)).tolist()
+            epochs[-1]["mid_never"] = sum(h not in trained_after_first for h in final_mid) / max(len(final_mid), 1)
+        logit = np.log(np.clip(p, 1e-9, 1 - 1e-9) / np.clip(1 - p, 1e-9, 1))
+        p = np.where(p <= 0, 0.0, 1 / (1 + np.exp(-(logit + drift))))  # p = 0 stays unsolvable
+    return epochs
+
+
+def print_multi_epoch(runs: dict[str, list[dict]]) -> None:
+    epochs = len(next(iter(runs.values())))
+    grpo = runs["GRPO n=4"]
+    print("\n#### Signal per 1000 generated samples, per epoch (fixed prompt set, pass rates drifting upward)\n")
+    print("| method | " + " | ".join(f"epoch {e + 1}" for e in range(epochs)) + " | epochs 2+ vs GRPO n=4 "
+          "| samples / trained prompt | samples on p<0.05 or >0.95 | intermediate prompts trained per epoch "
+          "| intermediate prompts never trained after epoch 1 |")
+    print("|---|" + "---:|" * (epochs + 5))
+    for method, rows in runs.items():
+        per_1000 = [1000 * r["signal"] / r["samples"] for r in rows]
+        later = sum(r["signal"] for r in rows[1:]) / sum(r["samples"] for r in rows[1:])
+        grpo_later = sum(r["signal"] for r in grpo[1:]) / sum(r["samples"] for r in grpo[1:])
+        cost = sum(r["samples"] for r in rows) / sum(r["trained"] for r in rows)
+        extreme = sum(r["extreme"] for r in rows[1:]) / sum(r["samples"] for r in rows[1:])
+        mid = min(r["mid_trained"] for r in rows[1:])
+        print(f"| {method} | " + " | ".join(f"{x:.1f}" for x in per_1000)
+              + f" | {later / grpo_later:.2f}x | {cost:.2f} | {extreme:.1%} | {mid:.0%} (min) "
+              f"| {rows[-1]['mid_never']:.1%} |")
+
+
+def plot_multi_epoch(runs: dict[str, list[dict]], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for method, rows in runs.items():
+        ax.plot(range(1, len(rows) + 1), [1000 * r["signal"] / r["samples"] for r in rows], "o-", label=method)
+    ax.set_xlabel("epoch over the fixed prompt set")
+    ax.set_ylabel("prompts with signal per 1000 generated samples")
+    ax.set_title("Several epochs, pass rates drifting upward")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     start = time.time()
@@ -361,6 +500,14 @@ def main(argv=None) -> None:
     fig.tight_layout(rect=(0, 0.13, 1, 1))
     fig.savefig(args.output, dpi=100)
     print(f"\nwrote {args.output} ({time.time() - start:.0f} s)")
+
+    print(f"\n### Several epochs over a fixed set of {args.epoch_prompts} prompts (calibrated Beta at the start, "
+          f"logit drift N({args.drift}, {args.drift}) per epoch, {args.step_prompts} trained prompts per step)")
+    p0 = rng_for(args.seed, "epochs", "p").beta(a, b, args.epoch_prompts)
+    runs = {method: multi_epoch(method, p0, args, args.seed) for method in EPOCH_METHODS}
+    print_multi_epoch(runs)
+    plot_multi_epoch(runs, args.budget_output)
+    print(f"\nwrote {args.budget_output} ({time.time() - start:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -79,9 +79,15 @@ def test_step_time_benchmark_runs(tmp_path, capsys):
 
 def test_sampling_efficiency_benchmark_runs(tmp_path, capsys):
     load("sampling_efficiency").main(["--num-prompts", "300", "--batch-size", "32",
-                                      "--output", str(tmp_path / "e.png")])
+                                      "--output", str(tmp_path / "e.png"), "--epoch-prompts", "256",
+                                      "--epochs", "3", "--step-prompts", "32", "--budget-output", str(tmp_path / "b.png")])
     printed = capsys.readouterr().out
     assert "GRPO n=4" in printed and "Ada balanced" in printed and (tmp_path / "e.png").exists()
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in tables(printed)]
+    epoch_rows = {row[0]: row for row in rows if row[0] in ("GRPO n=4", "budget 4, memory", "budget 4, no memory")
+                  and len(row) == 9}  # method, 3 epochs, ratio, cost, extremes, coverage, starvation
+    assert len(epoch_rows) == 3 and (tmp_path / "b.png").exists()
+    assert float(epoch_rows["budget 4, memory"][5]) <= 4.0  # samples per trained prompt: the budget holds
 
 
 def test_reward_throughput_benchmark_runs(tmp_path, capsys):

@@ -85,6 +85,15 @@ def test_memory_file_round_trip_and_export(tmp_path):
         PromptMemory(0.9, 1.0, 1.0).load(str(tmp_path / "m.npz"))  # other settings than the saved run
 
 
+def test_forget_ages_counts_without_a_visit():
+    memory = replay(0.5, 1.0, 1.0, [(0, 8, 0.0)])
+    key = prompt_key([0])
+    memory.forget([key, prompt_key([99])], 0.5)  # an unknown key is ignored
+    assert memory.posterior(key) == (1.0, 5.0, 1) and memory.visits(key) == 1 and len(memory) == 1
+    with pytest.raises(ValueError, match="factor"):
+        memory.forget([key], 0.0)
+
+
 def test_memory_rejects_bad_input():
     with pytest.raises(ValueError, match="decay"):
         PromptMemory(decay=0.0)

@@ -15,7 +15,10 @@ the surplus buys top-ups. What it optimises, step by step:
    (n samples), accepting the prompts whose expected signal clears a bar is the knapsack optimum; a softer rule
    (skip with probability P(uniform), as GRESO-like methods do) kept too many extreme prompts in our simulation
    (benchmarks/README.md). If the candidates run out (`max_candidate_batches`), the skipped ones least likely to be
-   uniform fill the step.
+   uniform fill the step. The caller should age what it remembers of the skipped prompts (the trainer multiplies
+   their counts by `budget_skip_decay`, `PromptMemory.forget`): a prompt skipped for a while becomes uncertain and
+   is sampled again, so one whose pass rate drifted into the middle is not starved (in the simulation, the floor
+   alone left 13% of the prompts that ended intermediate untrained after the first epoch; with the ageing, none).
 2. First round: n samples for every accepted prompt (every trained group has its n).
 3. Top-ups, while budget remains: prompts whose pool is still uniform (no signal) get `top_up` more samples each,
    most promising first. A prompt's score is the posterior predictive chance that `top_up` more samples bring the
@@ -117,6 +120,7 @@ def run_budgeted_sampling(
             ceil(k / world_size) * world_size (the padding is generated too).
     """
     n = num_generations
+    seen: set[int] = set()
     if budget < _cost(n * target, world_size):
         raise ValueError(f"budget={budget} cannot pay for {n} samples for each of the {target} prompts.")
     if not 0.0 < explore_floor <= 1.0:
@@ -136,6 +140,9 @@ def run_budgeted_sampling(
             queue = list(draw(target))
             out.candidate_batches += 1
         handle = queue.pop(0)
+        if handle in seen:
+            raise ValueError(f"prompt handle {handle} was offered twice: handles must be unique within a step.")
+        seen.add(handle)
         a, b, visits = predict(handle)
         p_uniform = predictive_uniform(a, b, n) if visits > 0 else 0.0
         if p_uniform > skip_threshold and coin(handle) >= explore_floor:

@@ -176,6 +176,14 @@ class AdaGRPOConfig(GRPOConfig):
             "its num_generations samples all agree exceeds this."
         },
     )
+    budget_skip_decay: float = field(
+        default=0.9,
+        metadata={
+            "help": "With sampling_budget and prompt_memory: each time a remembered prompt is skipped, its counts are "
+            "multiplied by this factor (information ages even when a prompt is not sampled), so a prompt skipped "
+            "for a while is sampled again and a prompt the policy starts to solve is not starved. 1.0: never."
+        },
+    )
     budget_explore_floor: float = field(
         default=0.05,
         metadata={
@@ -265,6 +273,8 @@ class AdaGRPOConfig(GRPOConfig):
                 raise ValueError(
                     f"budget_skip_threshold={self.budget_skip_threshold!r} must be in [0, 1] (default 0.5)."
                 )
+            if not _is_number(self.budget_skip_decay) or not 0 < self.budget_skip_decay <= 1:
+                raise ValueError(f"budget_skip_decay={self.budget_skip_decay!r} must be in (0, 1] (default 0.9).")
             if not _is_number(self.budget_explore_floor) or not 0 < self.budget_explore_floor <= 1:
                 raise ValueError(
                     f"budget_explore_floor={self.budget_explore_floor!r} must be in (0, 1] (default 0.05): a floor of "

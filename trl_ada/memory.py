@@ -102,6 +102,17 @@ class PromptMemory:
             self._visits[slot] += 1
             self._last_step[slot] = step
 
+    def forget(self, keys: Sequence[int], factor: float) -> None:
+        """Multiply the counts of remembered `keys` by `factor` without a visit: information ages even when a
+        prompt is not sampled (the budgeted sampler calls this for the prompts it skips). Unknown keys are ignored."""
+        if not 0.0 < factor <= 1.0:
+            raise ValueError(f"factor={factor!r} must be in (0, 1].")
+        for key in keys:
+            slot = self._slot.get(key)
+            if slot is not None:
+                self._samples[slot] *= factor
+                self._positives[slot] *= factor
+
     def _new_slot(self, key: int) -> int:
         slot = len(self._slot)
         if slot == len(self._keys):  # grow by doubling: amortised O(1) per new prompt

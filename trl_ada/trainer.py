@@ -272,6 +272,8 @@ class AdaGRPOTrainer(GRPOTrainer):
             positive_threshold=args.positive_threshold,
             world_size=self.accelerator.num_processes,
         )
+        if memory is not None:
+            memory.forget([key(prompt) for prompt in budgeted.skipped], args.budget_skip_decay)
         step.results = dict(budgeted.sampled)
         step.chosen = [prompt for prompt, _ in budgeted.sampled]
         step.skipped, step.refill_batches = len(budgeted.skipped), budgeted.candidate_batches
