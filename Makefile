@@ -39,8 +39,16 @@ install-vllm: $(VLLM_STAMP)
 # suite took 188 s that way against 56 s with one thread each, on the 2-core dev machine).
 TEST_ENV := OMP_NUM_THREADS=1
 
-test: $(STAMP)
+# `make test` (what CI runs): the lean suite in .venv, then the real-vLLM tests in .venv-vllm. The lean suite skips
+# the vLLM tests (no vllm there); test-vllm runs only them, one process (each test starts an engine that takes both
+# cores).
+test: test-lean test-vllm
+
+test-lean: $(STAMP)
 	$(TEST_ENV) $(PY) -m pytest -n 2 tests
+
+test-vllm: $(VLLM_STAMP)
+	$(TEST_ENV) $(VLLM_PY) -m pytest -m vllm tests
 
 test-fast: $(STAMP)
 	$(TEST_ENV) $(PY) -m pytest -n 2 -m "not slow" tests
@@ -57,4 +65,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/learning.py --output_dir runs/bench-learning
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(VLLM_VENV) runs
