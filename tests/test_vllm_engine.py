@@ -13,7 +13,8 @@ trains a few steps with a large learning rate and checks, on what TRL hands to t
 
 The trainer runs in bfloat16: vLLM loads the float32 checkpoint as bfloat16 (its "auto" dtype downcasts float32),
 so the pushed weights are exactly the ones the engine computes with, and the two sides differ only by kernel noise.
-Sleep mode is GPU-only (vLLM's CPU backend has none): its ordering is tested in test_vllm_wiring.py.
+Sleep mode is GPU-only (on CPU vLLM refuses it: "Sleep mode is not supported on current platform"): its ordering
+is tested in test_vllm_wiring.py over a stand-in engine.
 """
 
 import gc

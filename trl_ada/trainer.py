@@ -11,6 +11,9 @@ this module only wires them into TRL, at three seams of `GRPOTrainer`:
 - `_generate_and_score_completions`: TRL's stock method does everything else (padding, old/ref log-probs, vLLM
   importance sampling, metrics); afterwards its GRPO advantages are replaced by the configured estimator.
 
+With vLLM, the backend TRL builds is `ReloadingVLLMGeneration`, which pushes weights into a colocated engine through
+vLLM's reload path (TRL's direct `load_weights` fails on vLLM's CPU build).
+
 Multi-process: every rank learns every unique prompt of the generation batch; each round the (prompt, sample)
 pairs of all active prompts are split evenly over the ranks, so all ranks run the same rounds with equal-size
 collectives and an easy rank never idles while another samples hard prompts. Rewards are gathered by TRL, so all
