@@ -9,7 +9,8 @@ trains a few steps with a large learning rate and checks, on what TRL hands to t
   initial model's, so a push that silently does nothing fails;
 - TRL's importance-sampling correction is computed from those vLLM log-probs;
 - adaptive sampling runs several rounds per step, a whole round in one engine call (`max_num_seqs` sized for it);
-  plain GRPO through `multiround_adaptive_downsampling=False` keeps TRL's one call per step.
+  plain GRPO through `multiround_adaptive_downsampling=False` keeps TRL's one call per step; the budgeted sampler
+  (`sampling_budget`) runs its first round and top-ups within its cap, still with one push per step.
 
 The trainer runs in bfloat16: vLLM loads the float32 checkpoint as bfloat16 (its "auto" dtype downcasts float32),
 so the pushed weights are exactly the ones the engine computes with, and the two sides differ only by kernel noise.
@@ -94,13 +95,22 @@ def logps_under(model, output):
     return torch.log_softmax(logits, dim=-1).gather(2, completion_ids.unsqueeze(2)).squeeze(2)
 
 
-@pytest.mark.parametrize("adaptive", [True, False], ids=["ada", "grpo"])
-def test_colocated_engine_trains_with_pushed_weights(vllm_tiny_model, tmp_path, adaptive):
+MODES = {
+    "ada": dict(multiround_adaptive_downsampling=True),
+    "grpo": dict(multiround_adaptive_downsampling=False),
+    # The budgeted sampler: a first round of n per prompt, then top-ups of the uniform pools, within 8 per prompt.
+    "budget": dict(sampling_budget=8.0, prompt_memory=True),
+}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_colocated_engine_trains_with_pushed_weights(vllm_tiny_model, tmp_path, mode):
     steps = 3
+    adaptive, budget = mode != "grpo", mode == "budget"
     args = tiny_args(
         tmp_path, per_device_train_batch_size=8, max_steps=steps, max_completion_length=12, learning_rate=1e-2,
         use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False, model_init_kwargs={"dtype": "bfloat16"},
-        multiround_adaptive_downsampling=adaptive,
+        **MODES[mode],
     )
     trainer = Recorder(model=vllm_tiny_model, reward_funcs=make_recording_reward(), args=args,
                        # 2 prompts a step. Ada: the 0.0 one never exits (all rounds run). GRPO: a group of one reward
@@ -116,7 +126,11 @@ def test_colocated_engine_trains_with_pushed_weights(vllm_tiny_model, tmp_path, 
     # Weights pushed once per step, before its first engine call; rounds within a step reuse them.
     assert trainer.pushes == list(range(steps))
     calls = [[n for step, n in trainer.engine_calls if step == s] for s in range(steps)]
-    if adaptive:
+    if budget:  # 2 prompts x 4, then top-ups of 2 for the 0.0 prompt's uniform pool: 16 completions at most
+        logs = [h for h in trainer.state.log_history if "sampling/top_up_rounds" in h]
+        assert all(c[0] == 8 and len(c) >= 2 and sum(c) <= 16 for c in calls)
+        assert all(h["sampling/total_samples"] == sum(c) for h, c in zip(logs, calls))
+    elif adaptive:
         logs = [h for h in trainer.state.log_history if "sampling/rounds_max" in h]
         assert [h["sampling/rounds_max"] for h in logs] == [args.max_rounds] * steps  # several rounds per step
         assert all(len(c) == args.max_rounds and c[0] == round_one for c in calls)  # a whole round per call
