@@ -91,6 +91,16 @@ def test_recipe_runs_one_step_offline(recipe, tmp_path, tiny_model):
 
 
 @pytest.mark.slow
+def test_tiny_recipe_run_directly_starts_from_the_warm_start(tmp_path):
+    # Run as its comment says (model line untouched): the untrained tiny model would score 0 on every sample.
+    out = tmp_path / "out"
+    train_main(["--config", small_tiny_recipe(tmp_path, max_completion_length=8), "--output_dir", str(out),
+                "--max_steps", "1", "--warm_start_steps", "2", "--save_strategy", "no"])
+    assert (out / "warm-model" / "model.safetensors").exists() and (out / "tiny-model" / "config.json").exists()
+    assert (out / "model.safetensors").exists()
+
+
+@pytest.mark.slow
 def test_notebook_runs_top_to_bottom(tmp_path):
     nbformat = pytest.importorskip("nbformat")
     from nbclient import NotebookClient
