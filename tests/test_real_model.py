@@ -13,17 +13,10 @@ from datasets import Dataset
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.data import SYSTEM_PROMPT, make_prompt, word_problems
-from trl_ada.models import KNOWN_MODELS, gguf_path, materialize, main as models_main
+from trl_ada.models import gguf_path, materialize, main as models_main
 from trl_ada.rewards import boxed_math_reward
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SMOLLM2 = KNOWN_MODELS["smollm2"]
-
-
-@pytest.fixture(scope="session")
-def smollm2(tmp_path_factory):
-    # No skip when the package is missing: `make test` installs it, and a missing package must fail CI loudly.
-    return materialize("smollm2", str(tmp_path_factory.mktemp("models") / "SmolLM2-135M-Instruct"))
 
 
 # --- Without the model: the errors a new user meets ---------------------------------------------------------------
