@@ -20,6 +20,16 @@ def tiny_model(tmp_path_factory):
     return build_tiny_model(str(tmp_path_factory.mktemp("tiny") / "model"))
 
 
+@pytest.fixture(scope="session")
+def smollm2(tmp_path_factory):
+    """SmolLM2-135M-Instruct materialised once per worker into a temporary folder (538 MB; tests using it carry
+    xdist_group("smollm2") so one worker does it). No skip when the package is missing: `make test` installs it,
+    and a missing package must fail CI loudly."""
+    from trl_ada.models import materialize
+
+    return materialize("smollm2", str(tmp_path_factory.mktemp("models") / "SmolLM2-135M-Instruct"))
+
+
 def hash_reward_value(text: str, pass_rate: float) -> float:
     """1 with 'probability' pass_rate over completions, as a deterministic function of the completion text."""
     return 1.0 if zlib.crc32(text.encode()) % 1000 / 1000 < pass_rate else 0.0

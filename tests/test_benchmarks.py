@@ -146,3 +146,25 @@ def test_grpo_and_ada_trainers_see_the_same_prompts_for_a_seed(tmp_path, tiny_mo
         loader = iter(trainer.get_train_dataloader())
         batches.append([[row["problem"] for row in next(loader)] for _ in range(4)])
     assert batches[0] == batches[1]
+
+
+@pytest.mark.xdist_group("smollm2")
+def test_smollm2_benchmark_runs_and_rerenders(smollm2, tmp_path, capsys):
+    bench = load("smollm2")
+    out = tmp_path / "run"
+    assert bench.main(["--model", smollm2, "--output_dir", str(out), "--steps", "1", "--prompts_per_step", "1",
+                       "--max_completion_length", "8", "--eval_examples", "1", "--eval_k", "1", "--window", "1",
+                       "--plot", str(tmp_path / "a.png")]) == 0
+    printed = capsys.readouterr().out
+    saved = json.loads((out / "smollm2.json").read_text())
+    runs = {r["method"]: r for r in saved["runs"]}
+    assert set(runs) == {"grpo", "ada_balance"} and saved["steps"] == 1 and saved["prompts_per_step"] == 1
+    assert runs["grpo"]["generated"] == [4.0]  # n=4 for the one prompt
+    assert 8 <= runs["ada_balance"]["generated"][0] <= 32  # rounds of M=8, at most R=4
+    for run in runs.values():
+        assert [s for s, _ in run["held_out"]] == [1] and len(run["wall_clock"]) == 1
+        assert 0 <= run["round1_reward"][0] <= 1 and run["mean_length"][0] <= 8
+    assert "### Equal steps" in printed and (tmp_path / "a.png").stat().st_size > 0
+
+    assert bench.main(["--from_json", str(out / "smollm2.json"), "--plot", str(tmp_path / "b.png")]) == 0
+    assert tables(capsys.readouterr().out) == tables(printed)

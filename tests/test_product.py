@@ -55,7 +55,13 @@ def test_recipe_parses(recipe):
         args=["--config", recipe, "--output_dir", "unused", "--use_cpu", "true", "--use_vllm", "false",
               "--bf16", "false"])
     assert training_args.num_generations == 4
-    if "tiny" not in recipe:
+    on_cpu = "tiny" in recipe or "SmolLM2" in recipe
+    if "SmolLM2" in recipe:  # the CPU recipes of the real model: reference algorithm, CPU-sized batch and length
+        assert training_args.use_cpu and not training_args.use_vllm and model_args.use_peft
+        assert script_args.dataset_name == "word_problems" and training_args.max_completion_length == 64
+        assert (training_args.epsilon, training_args.epsilon_high, training_args.beta) == (0.2, 0.28, 0.0)
+        assert model_args.model_name_or_path == "runs/models/SmolLM2-135M-Instruct"
+    if not on_cpu:
         assert training_args.generation_batch_size == 8 * 32  # 64 prompts on one process; 512 on 8
         assert (training_args.learning_rate, training_args.epsilon, training_args.epsilon_high) in (
             (1e-6, 0.2, 0.28), (1e-5, 0.2, 0.28))
@@ -82,6 +88,16 @@ def test_recipe_runs_one_step_offline(recipe, tmp_path, tiny_model):
     assert (out / "config.json").exists() or (out / "adapter_config.json").exists()
     state = json.load(open(out / "trainer_state.json")) if (out / "trainer_state.json").exists() else None
     assert state is None or state["global_step"] == 1
+
+
+@pytest.mark.slow
+def test_tiny_recipe_run_directly_starts_from_the_warm_start(tmp_path):
+    # Run as its comment says (model line untouched): the untrained tiny model would score 0 on every sample.
+    out = tmp_path / "out"
+    train_main(["--config", small_tiny_recipe(tmp_path, max_completion_length=8), "--output_dir", str(out),
+                "--max_steps", "1", "--warm_start_steps", "2", "--save_strategy", "no"])
+    assert (out / "warm-model" / "model.safetensors").exists() and (out / "tiny-model" / "config.json").exists()
+    assert (out / "model.safetensors").exists()
 
 
 @pytest.mark.slow

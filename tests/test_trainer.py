@@ -196,6 +196,31 @@ def test_needs_an_ada_config(tiny_model, tmp_path):
                        args=GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none"))
 
 
+def test_default_config_when_args_are_omitted(tiny_model, tmp_path, monkeypatch):
+    # A drop-in for GRPOTrainer, which builds GRPOConfig("<model>-GRPO") when args is omitted.
+    monkeypatch.chdir(tmp_path)  # the default output folder is relative
+    dataset = pass_rate_dataset([0.5], repeat=8)
+    # TRL's default config asks for bf16, which TrainingArguments refuses on a machine without a GPU: both
+    # trainers fail the same way there (proof that AdaGRPOTrainer got as far as GRPOTrainer, not a TypeError) ...
+    errors = []
+    for trainer_class in (GRPOTrainer, AdaGRPOTrainer):
+        with pytest.raises(ValueError) as error:
+            trainer_class(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=dataset)
+        errors.append(str(error.value))
+    assert errors[0] == errors[1] and "bf16" in errors[0]
+    # ... and with that check passed as on a GPU machine (bf16 autocast also runs on a CPU), both build a default.
+    import transformers.training_args
+
+    monkeypatch.setattr(transformers.training_args, "is_torch_bf16_gpu_available", lambda: True)
+    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=dataset)
+    grpo = GRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=dataset)
+    assert type(trainer.args) is AdaGRPOConfig and trainer.args.output_dir == "model-AdaGRPO"
+    assert grpo.args.output_dir == "model-GRPO"
+    defaults = AdaGRPOConfig("x")
+    assert trainer.args.multiround_adaptive_downsampling == defaults.multiround_adaptive_downsampling
+    assert trainer.args.reinforce_ada_choice == "balanced" and trainer.args.num_generations == grpo.args.num_generations
+
+
 def test_tools_are_refused_with_adaptive_sampling(tiny_model, tmp_path):
     def add(a: int, b: int) -> int:
         """Add two numbers.

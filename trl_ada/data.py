@@ -111,3 +111,42 @@ def synthetic_solution(problem: str, answer: str) -> str:
     """A reference completion for a synthetic problem, in the format the reward expects (used by the warm start)."""
     expression = problem.removeprefix("What is ").removesuffix("?")
     return f"{expression} = {answer}. The answer is \\boxed{{{answer}}}."
+
+
+# --- Easy arithmetic word problems (the real-model task) --------------------------------------------------------
+
+_NAMES = ("Anna", "Ben", "Carla", "David", "Emma", "Farid", "Grace", "Hugo", "Ines", "Jamal", "Kira", "Leo")
+_ITEMS = ("apples", "marbles", "stickers", "pencils", "books", "cookies", "coins", "shells", "cards", "balloons")
+
+
+def word_problem(rng: random.Random, difficulty: int = 1) -> tuple[str, str]:
+    """One short arithmetic word problem (one operation: +, -, x or an even split) and its integer answer.
+
+    Difficulty 1 keeps the numbers small (sums and differences up to 20, products of one-digit factors); each level
+    up multiplies the ranges by 10."""
+    scale = 10 ** (difficulty - 1)
+    name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
+    kind = rng.randrange(4)
+    if kind == 0:
+        a, b = rng.randint(2, 12 * scale), rng.randint(2, 8 * scale)
+        return f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have now?", str(a + b)
+    if kind == 1:
+        a = rng.randint(5, 20 * scale)
+        b = rng.randint(1, a - 1)
+        return f"{name} had {a} {item} and gave {b} of them away. How many {item} does {name} have left?", str(a - b)
+    if kind == 2:
+        a, b = rng.randint(2, 9 * scale), rng.randint(2, 9)
+        return f"There are {a} bags with {b} {item} in each bag. How many {item} are there in total?", str(a * b)
+    per, people = rng.randint(2, 9 * scale), rng.randint(2, 6)
+    return (f"{name} shares {per * people} {item} equally among {people} friends. How many {item} does each friend "
+            f"get?", str(per))
+
+
+def word_problems(num_examples: int = 256, difficulty: int = 1, seed: int = 0) -> Dataset:
+    """Easy arithmetic word problems with the reference prompt (system + user suffix asking for \\boxed{}),
+    generated deterministically from `seed`: the task of the real-model (SmolLM2) recipes and benchmark."""
+    rng = random.Random(seed)
+    rows = [word_problem(rng, difficulty) for _ in range(num_examples)]
+    return Dataset.from_dict(
+        {"prompt": [make_prompt(p) for p, _ in rows], "answer": [a for _, a in rows], "problem": [p for p, _ in rows]}
+    )

@@ -5,7 +5,10 @@
 
 The YAML keys are the fields of `ScriptArguments` below, `AdaGRPOConfig` and TRL's `ModelConfig` (peft LoRA with
 `use_peft: true`). `--model_name_or_path tiny` builds the tiny offline model and `--dataset_name synthetic` the
-offline arithmetic task, so every recipe can be smoke-tested on a CPU without a hub.
+offline arithmetic task, so every recipe can be smoke-tested on a CPU without a hub. `--model_name_or_path tiny-warm`
+starts from the demo's warm-started tiny model instead (built once, cached in <output_dir>/warm-model), so that the
+tiny recipe learns when run directly. `--dataset_name word_problems` is the offline task of the real-model
+(SmolLM2) recipes: easy arithmetic word problems.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from dataclasses import dataclass, field
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from .config import AdaGRPOConfig
-from .data import load_math_dataset, synthetic_arithmetic
+from .data import load_math_dataset, synthetic_arithmetic, word_problems
+from .models import missing_model_message
 from .rewards import boxed_math_reward, check_gold_answers
 from .tiny import build_tiny_model
 from .trainer import AdaGRPOTrainer
@@ -27,8 +31,9 @@ from .trainer import AdaGRPOTrainer
 class ScriptArguments:
     dataset_name: str = field(
         default="synthetic",
-        metadata={"help": "Hub id (e.g. RLHFlow/reinforce_ada_hard_prompt), local json/jsonl/parquet file, or "
-                  "'synthetic' for the offline arithmetic task."},
+        metadata={"help": "Hub id (e.g. RLHFlow/reinforce_ada_hard_prompt), local json/jsonl/parquet file, "
+                  "'synthetic' for the offline arithmetic task, or 'word_problems' for easy arithmetic word problems "
+                  "(offline, the real-model task)."},
     )
     dataset_split: str = field(default="train", metadata={"help": "Split to train on."})
     dataset_problem_column: str = field(default="problem", metadata={"help": "Column with the problem text."})
@@ -36,8 +41,14 @@ class ScriptArguments:
         default=None, metadata={"help": "Column with the gold answer (default: the first of gt, answer, solution)."}
     )
     dataset_num_examples: int | None = field(default=None, metadata={"help": "Train on the first N examples only."})
-    synthetic_difficulty: int = field(default=1, metadata={"help": "Digits per operand of the synthetic task."})
-    synthetic_num_examples: int = field(default=2048, metadata={"help": "Size of the synthetic training set."})
+    synthetic_difficulty: int = field(
+        default=1, metadata={"help": "Digits per operand of the synthetic task (word_problems: 1 = small numbers, "
+                             "each level up x10)."})
+    synthetic_num_examples: int = field(
+        default=2048, metadata={"help": "Size of the synthetic (or word_problems) training set."})
+    warm_start_steps: int = field(
+        default=300, metadata={"help": "Supervised warm-start steps of `--model_name_or_path tiny-warm` (the demo's "
+                               "300)."})
     reward_funcs: list[str] = field(
         default_factory=lambda: ["boxed_math_reward"],
         metadata={"help": "'boxed_math_reward' (the reference reward) or dotted import paths of reward functions."},
@@ -60,6 +71,8 @@ def load_reward_funcs(names: list[str]):
 def load_train_dataset(script_args: ScriptArguments, seed: int):
     if script_args.dataset_name == "synthetic":
         return synthetic_arithmetic(script_args.synthetic_num_examples, script_args.synthetic_difficulty, seed)
+    if script_args.dataset_name == "word_problems":
+        return word_problems(script_args.synthetic_num_examples, script_args.synthetic_difficulty, seed)
     dataset = load_math_dataset(
         script_args.dataset_name, script_args.dataset_split, script_args.dataset_problem_column,
         script_args.dataset_answer_column, script_args.dataset_num_examples,
@@ -68,12 +81,38 @@ def load_train_dataset(script_args: ScriptArguments, seed: int):
     return dataset
 
 
+def _looks_local(name: str) -> bool:
+    return name.startswith((".", "/", "~", "runs" + os.sep)) or os.sep + "models" + os.sep in name
+
+
+def resolve_model(name: str | None, training_args, warm_start_steps: int = 300) -> str:
+    """The model folder or Hub id to train: `tiny` / `tiny-warm` are built here (the warm start once, by the main
+    process first); a local folder that does not exist is an error that says how to create it."""
+    if name in (None, "tiny", "tiny-warm"):
+        with training_args.main_process_first(desc="building the tiny model"):
+            model = build_tiny_model(os.path.join(training_args.output_dir, "tiny-model"))
+        if name == "tiny-warm":
+            from accelerate import PartialState
+
+            from .demo import warm_start  # the demo imports this module
+
+            # Every process runs the warm start together (it is a data-parallel SFT run when launched on several
+            # processes); the main process saves it, the others wait for the files.
+            model = warm_start(model, os.path.join(training_args.output_dir, "warm-model"), warm_start_steps,
+                               training_args.seed)
+            PartialState().wait_for_everyone()
+        return model
+    if not os.path.isdir(os.path.expanduser(name)) and (_looks_local(name) or missing_model_message(name)):
+        raise FileNotFoundError(
+            missing_model_message(name) or f"model_name_or_path: local folder {name!r} does not exist (give a model "
+            "folder, or a Hub id like Qwen/Qwen2.5-Math-1.5B).")
+    return os.path.expanduser(name)
+
+
 def main(argv=None):
     parser = TrlParser((ScriptArguments, AdaGRPOConfig, ModelConfig))
     script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
-    model = model_args.model_name_or_path
-    if model in (None, "tiny"):
-        model = build_tiny_model(os.path.join(training_args.output_dir, "tiny-model"))
+    model = resolve_model(model_args.model_name_or_path, training_args, script_args.warm_start_steps)
     if model_args.dtype not in (None, "auto"):
         training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype}
 

@@ -48,6 +48,7 @@ from trl.data_utils import is_conversational
 from trl.generation import vllm_generation as _vllm_generation_module
 from trl.generation.vllm_generation import VLLMGeneration
 from trl.trainer import grpo_trainer as _grpo_module
+from trl.trainer.utils import get_config_model_id
 
 from .advantages import pooled_advantages, raft_advantages, reinforce_rej_advantages
 from .config import AdaGRPOConfig
@@ -121,6 +122,9 @@ class AdaGRPOTrainer(GRPOTrainer):
     _name = "AdaGRPO"
 
     def __init__(self, model, reward_funcs=None, args: AdaGRPOConfig | None = None, *pos, **kwargs):
+        if args is None:  # as GRPOTrainer does: a default config, its output folder named after the model
+            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = AdaGRPOConfig(f"{model_name.split('/')[-1]}-AdaGRPO")
         if not isinstance(args, AdaGRPOConfig):
             raise TypeError(
                 f"AdaGRPOTrainer needs args=AdaGRPOConfig(...), got {type(args).__name__}. Replace GRPOConfig with "
