@@ -68,7 +68,9 @@ def test_recipe_parses(recipe):
         assert training_args.beta == 0.0 and training_args.loss_type == "dapo"
     variant = os.path.basename(recipe)
     expected = {"grpo.yaml": (False, "grpo"), "ada_pos.yaml": (True, "positive_focused"),
-                "ada_balance.yaml": (True, "balanced")}[variant]
+                "ada_balance.yaml": (True, "balanced"), "ada_budget.yaml": (True, "balanced")}[variant]
+    if variant == "ada_budget.yaml":  # GRPO parity, with the memory that makes the budget pay
+        assert training_args.sampling_budget == 4.0 and training_args.prompt_memory
     assert training_args.multiround_adaptive_downsampling == expected[0]
     if expected[0]:
         assert training_args.reinforce_ada_choice == expected[1]
