@@ -168,3 +168,75 @@ def test_smollm2_benchmark_runs_and_rerenders(smollm2, tmp_path, capsys):
 
     assert bench.main(["--from_json", str(out / "smollm2.json"), "--plot", str(tmp_path / "b.png")]) == 0
     assert tables(capsys.readouterr().out) == tables(printed)
+
+
+def test_equal_budget_benchmark_stops_every_arm_at_the_budget_and_rerenders(tmp_path, capsys):
+    budget = load("equal_budget")
+    out = tmp_path / "run"
+    methods = ["grpo_n4", "dapo", "ada_budget"]
+    common = ["--output_dir", str(out), "--budget", "48", "--eval_every", "24", "--prompts_per_step", "2",
+              "--train_prompts", "8", "--eval_examples", "4", "--seeds", "0", "--warm_start_steps", "1"]
+    assert budget.main([*common, "--methods", *methods, "--json", str(tmp_path / "b.json"),
+                        "--plot", str(tmp_path / "a.png")]) == 0
+    printed = capsys.readouterr().out
+    saved = json.loads((tmp_path / "b.json").read_text())
+    runs = {r["method"]: r for r in saved["runs"]}
+    assert set(runs) == set(methods) and saved["complete"] and len(saved["warm_pass_rates"]) == 8
+    for method, run in runs.items():
+        curve = run["curve"]
+        assert curve[0]["samples"] == 0 and curve[-1]["samples"] >= 48  # stopped at the first step past the budget
+        assert run["logged_samples"] == curve[-1]["samples"]  # the counter agrees with the trainer's own metrics
+        assert [p["samples"] for p in curve] == sorted(p["samples"] for p in curve)
+        assert all(p["tokens"] >= p["samples"] for p in curve[1:]) and all(0 <= p["held_out"] <= 1 for p in curve)
+    assert runs["grpo_n4"]["curve"][-1]["step"] == 6  # 8 completions a step
+    assert "### At the budget" in printed and "Target" in printed and (tmp_path / "a.png").stat().st_size > 0
+
+    # finished runs are reused, and --from_json re-renders the same tables
+    assert budget.main([*common, "--methods", *methods, "--json", str(tmp_path / "c.json"),
+                        "--plot", str(tmp_path / "c.png")]) == 0
+    assert tables(capsys.readouterr().out) == tables(printed)
+    assert budget.main(["--from_json", str(tmp_path / "b.json"), "--plot", str(tmp_path / "b.png")]) == 0
+    assert tables(capsys.readouterr().out) == tables(printed)
+
+
+def test_equal_budget_task_is_distinct_and_held_out_disjoint():
+    budget = load("equal_budget")
+    train, held_out = budget.budget_task(64, 128, seed=0)
+    problems = list(train["problem"])
+    assert len(set(problems)) == 64 and not set(problems) & set(held_out["problem"])
+    assert {f: list(train["family"]).count(f) for f in set(train["family"])} == {
+        name: count for name, count in zip([f[0] for f in budget.FAMILIES], budget.family_counts(64))}
+
+
+def test_equal_budget_samples_to_reach_on_a_hand_made_curve():
+    budget = load("equal_budget")
+    run = {"curve": [{"samples": 0, "held_out": 0.2}, {"samples": 100, "held_out": 0.4},
+                     {"samples": 200, "held_out": 0.3}, {"samples": 300, "held_out": 0.6}]}
+    assert budget.samples_to_reach(run, 0.1) == 0.0
+    assert budget.samples_to_reach(run, 0.3) == pytest.approx(50.0)  # first crossing, linear between evaluations
+    assert budget.samples_to_reach(run, 0.5) == pytest.approx(200 + 100 * 2 / 3)
+    assert budget.samples_to_reach(run, 0.7) is None
+    assert budget.held_out_at(run, 250) == pytest.approx(0.45)
+
+
+def test_equal_budget_arms_differ_only_in_sampling_fields(tmp_path):
+    from trl import GRPOConfig
+
+    budget = load("equal_budget")
+    _, shared, ada = budget.learning.recipe_kwargs(budget.DEFAULT_RECIPE)
+    configs = {m: budget.make_config(m, 1, 9, str(tmp_path), shared, ada, 16) for m in budget.METHODS}
+    sampling = {"num_generations", "per_device_train_batch_size", "generation_batch_size"}
+    for method, config in configs.items():
+        differing = {name for name in GRPOConfig.__dataclass_fields__
+                     if getattr(config, name) != getattr(configs["grpo_n4"], name)}
+        assert differing <= sampling, (method, differing)
+        assert config.per_device_train_batch_size == 16 * config.num_generations  # 16 prompts a step in every arm
+    assert type(configs["grpo_n4"]) is GRPOConfig and configs["grpo_n8"].num_generations == 8
+    assert not configs["dapo"].multiround_adaptive_downsampling and configs["dapo"].dynamic_sampling
+    assert configs["dapo"].advantage_estimator == "grpo"
+    assert configs["ada_budget"].sampling_budget == 4.0 and configs["ada_budget"].prompt_memory
+    assert configs["ada_budget_no_memory"].sampling_budget == 4.0 and not configs["ada_budget_no_memory"].prompt_memory
+    assert configs["ada_grpo_adv"].advantage_estimator == "grpo"
+    assert configs["ada_grpo_adv"].multiround_adaptive_downsampling
+    assert configs["ada_pos"].reinforce_ada_choice == "positive_focused"
+    assert configs["ada_balance"].advantage_estimator == "reinforce_ada"
