@@ -51,8 +51,8 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 import learning  # noqa: E402  (benchmarks/learning.py: recipe split, held-out measure, table helpers)
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
-from trl_ada.data import make_prompt, synthetic_solution  # noqa: E402
-from trl_ada.demo import DEFAULT_RECIPE  # noqa: E402
+from trl_ada.data import make_prompt  # noqa: E402
+from trl_ada.demo import DEFAULT_RECIPE, warm_start  # noqa: E402
 from trl_ada.evaluate import _generate_transformers  # noqa: E402
 from trl_ada.rewards import boxed_math_reward  # noqa: E402
 from trl_ada.tiny import build_tiny_model  # noqa: E402
@@ -122,36 +122,6 @@ def budget_task(num_train: int, num_held_out: int, seed: int = 0, families=FAMIL
                                        "answer": [a for _, a, _ in rows], "problem": [p for p, _, _ in rows],
                                        "family": [f for _, _, f in rows]}))
     return sets[0], sets[1]
-
-
-def warm_start(base_model: str, output_dir: str, steps: int, schedule_steps: int, seed: int = 0) -> str:
-    """The demo's supervised warm start (`trl_ada.demo.warm_start`: same worked solutions of one-digit sums, batch 32,
-    lr 3e-3, cosine schedule, seed) with the cosine laid out over `schedule_steps` and training stopped after
-    `steps`: the model is then still mid-way (one-digit pass rates spread from 0.1 to 1.0), where the demo's full
-    300-step schedule leaves them all between 0.2 and 0.7. Skipped when <output_dir> already holds the result."""
-    if os.path.exists(os.path.join(output_dir, "model.safetensors")):
-        return output_dir
-    from trl import SFTConfig, SFTTrainer
-
-    from trl_ada.data import synthetic_arithmetic
-
-    class StopAt(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step >= steps:
-                control.should_training_stop = True
-
-    dataset = synthetic_arithmetic(4096, difficulty=1, seed=seed + 1000)
-    dataset = dataset.map(lambda row: {"completion": [
-        {"role": "assistant", "content": synthetic_solution(row["problem"], row["answer"])}]})
-    args = SFTConfig(output_dir=output_dir, max_steps=max(steps, schedule_steps), per_device_train_batch_size=32,
-                     learning_rate=3e-3, lr_scheduler_type="cosine", warmup_steps=10, logging_steps=50,
-                     save_strategy="no", report_to="none", use_cpu=True, bf16=False, seed=seed, disable_tqdm=True)
-    trainer = SFTTrainer(model=base_model, args=args, train_dataset=dataset.select_columns(["prompt", "completion"]),
-                         callbacks=[StopAt()])
-    print(f"[budget] warm start: {steps} supervised steps of a {schedule_steps}-step cosine schedule", flush=True)
-    trainer.train()
-    trainer.save_model(output_dir)
-    return output_dir
 
 
 def pass_rates(model_dir: str, dataset: Dataset, samples: int = 32, seed: int = 0) -> list[float]:
@@ -448,7 +418,7 @@ def main(argv=None):
 
     if args.worker is None:
         base = build_tiny_model(os.path.join(args.output_dir, "tiny-model"))
-        warm_start(base, paths["warm"], args.warm_start_steps, args.warm_start_schedule)
+        warm_start(base, paths["warm"], args.warm_start_steps, seed=0, schedule_steps=args.warm_start_schedule)
         if not os.path.exists(meta_path):
             train, held_out = budget_task(args.train_prompts, args.eval_examples, args.task_seed)
             rates = pass_rates(paths["warm"], train)

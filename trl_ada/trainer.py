@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from accelerate.logging import get_logger
 from accelerate.utils import gather_object
-from datasets import Dataset, IterableDataset
+from datasets import Dataset
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 from trl.chat_template_utils import parse_response
@@ -52,7 +52,7 @@ from trl.trainer.utils import get_config_model_id
 
 from .advantages import pooled_advantages, raft_advantages, reinforce_rej_advantages
 from .config import AdaGRPOConfig
-from .dynamic import fill_with_signal, has_signal
+from .dynamic import fill_with_signal
 from .memory import PromptMemory, prompt_key
 from .budget import run_budgeted_sampling
 from .refill import PromptStream
