@@ -69,10 +69,13 @@ METHODS = {
     "ada_budget": ("ada", {"sampling_budget": 4.0, "prompt_memory": True}),
     "ada_grpo_adv": ("ada", {"reinforce_ada_choice": "balanced", "advantage_estimator": "grpo"}),
     "ada_budget_no_memory": ("ada", {"sampling_budget": 4.0, "prompt_memory": False}),
+    # not a method: GRPO n=4 on the training prompts the warm start solves sometimes but not always (an oracle that
+    # knows the pass rates measured before training); the most any screening can buy at 4 samples per prompt
+    "oracle_n4": ("grpo", {"num_generations": 4}),
 }
 COLORS = {"grpo_n4": "#444444", "grpo_n8": "#999999", "dapo": "#7b3294", "ada_pos": "#d95f02",
           "ada_balance": "#1b63c6", "ada_budget": "#1a9641", "ada_grpo_adv": "#66a3ff",
-          "ada_budget_no_memory": "#a6d96a"}
+          "ada_budget_no_memory": "#a6d96a", "oracle_n4": "#e7298a"}
 
 # The task: (name, share, operand ranges). One-digit sums, which the warm start solves often but not always (pass
 # rates 0.1 to 1.0, most above 0.5), and a two-digit number plus a one-digit number, either way round, which it never
@@ -83,12 +86,10 @@ FAMILIES = (
 )
 
 
-def _problem(rng, family):
+def _operands(rng, family):
     _, _, (a_lo, a_hi), (b_lo, b_hi) = family
     a, b = rng.randint(a_lo, a_hi), rng.randint(b_lo, b_hi)
-    if rng.random() < 0.5:
-        a, b = b, a
-    return f"What is {a} + {b}?", str(a + b)
+    return (b, a) if rng.random() < 0.5 else (a, b)
 
 
 def family_counts(size: int, families=FAMILIES) -> list[int]:
@@ -98,12 +99,24 @@ def family_counts(size: int, families=FAMILIES) -> list[int]:
     return counts
 
 
-def budget_task(num_train: int, num_held_out: int, seed: int = 0, families=FAMILIES) -> tuple[Dataset, Dataset]:
-    """Distinct problems of the mixed families (each family its share of both sets); no problem in both sets."""
+def budget_task(num_train: int, num_held_out: int, seed: int = 0, families=FAMILIES,
+                held_out: str = "twins") -> tuple[Dataset, Dataset]:
+    """Distinct problems of the mixed families (each family its share of both sets); no problem in both sets.
+
+    held_out="twins": each held-out problem is a training problem asked the other way round (`8 + 43` for `43 + 8`):
+    the same sum, a different prompt. It measures whether what RL teaches about a sum carries over to a prompt it
+    never trained on; it does not measure transfer to sums never trained on (a tiny model learns sums one by one).
+    held_out="disjoint": held-out problems are other sums, none in the training set, either way round.
+    """
+    if held_out not in ("twins", "disjoint"):
+        raise ValueError(f"held_out must be 'twins' or 'disjoint', got {held_out!r}")
+    if held_out == "twins" and num_held_out > num_train:
+        raise ValueError(f"held_out='twins' needs num_held_out <= num_train, got {num_held_out} > {num_train}")
     rng = random.Random(seed)
-    seen: set[str] = set()
+    seen: set[frozenset] = set()  # a sum, either way round
     sets = []
-    for size in (num_train, num_held_out):
+    sizes = (num_train,) if held_out == "twins" else (num_train, num_held_out)
+    for size in sizes:
         rows = []
         for family, count in zip(families, family_counts(size, families)):
             made, tries = 0, 0
@@ -111,17 +124,27 @@ def budget_task(num_train: int, num_held_out: int, seed: int = 0, families=FAMIL
                 tries += 1
                 if tries > 100 * count + 10_000:
                     raise ValueError(f"not enough distinct {family[0]} problems for {num_train} + {num_held_out}")
-                problem, answer = _problem(rng, family)
-                if problem in seen:
+                a, b = _operands(rng, family)
+                if a == b or frozenset((a, b)) in seen:  # a + a has no twin
                     continue
-                seen.add(problem)
-                rows.append((problem, answer, family[0]))
+                seen.add(frozenset((a, b)))
+                rows.append((a, b, family[0]))
                 made += 1
+        sets.append(rows)
+    if held_out == "twins":
+        twins = []
+        for family, count in zip(families, family_counts(num_held_out, families)):
+            twins += [(b, a, f) for a, b, f in sets[0] if f == family[0]][:count]
+        sets.append(twins)
+    out = []
+    for rows in sets:
+        rows = list(rows)
         rng.shuffle(rows)
-        sets.append(Dataset.from_dict({"prompt": [make_prompt(p) for p, _, _ in rows],
-                                       "answer": [a for _, a, _ in rows], "problem": [p for p, _, _ in rows],
-                                       "family": [f for _, _, f in rows]}))
-    return sets[0], sets[1]
+        problems = [f"What is {a} + {b}?" for a, b, _ in rows]
+        out.append(Dataset.from_dict({"prompt": [make_prompt(p) for p in problems],
+                                      "answer": [str(a + b) for a, b, _ in rows], "problem": problems,
+                                      "family": [f for _, _, f in rows]}))
+    return out[0], out[1]
 
 
 def pass_rates(model_dir: str, dataset: Dataset, samples: int = 32, seed: int = 0) -> list[float]:
@@ -168,18 +191,20 @@ class _CountingAda(AdaGRPOTrainer, _CountingGRPO):
 class BudgetRun(TrainerCallback):
     """Held-out avg@k at every `every` generated completions, and the stop once `budget` is reached."""
 
-    def __init__(self, counted, held_out: learning.HeldOut, budget, every, baseline):
-        self.counted, self.held, self.budget, self.every = counted, held_out, budget, every
+    def __init__(self, counted, held_out: learning.HeldOut, on_train: learning.HeldOut, budget, every, baseline,
+                 train_baseline):
+        self.counted, self.held, self.on_train, self.budget, self.every = counted, held_out, on_train, budget, every
         self.next_eval = every
-        self.curve = [{"samples": 0, "tokens": 0, "step": 0, "held_out": baseline}]
+        self.curve = [{"samples": 0, "tokens": 0, "step": 0, "held_out": baseline, "train": train_baseline}]
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         samples = self.counted.samples
         done = samples >= self.budget
         if samples >= self.next_eval or done:
             self.held.measure(model, state.global_step)
+            self.on_train.measure(model, state.global_step)
             self.curve.append({"samples": samples, "tokens": self.counted.tokens, "step": state.global_step,
-                               "held_out": self.held.points[-1][1]})
+                               "held_out": self.held.points[-1][1], "train": self.on_train.points[-1][1]})
             while self.next_eval <= samples:
                 self.next_eval += self.every
         if done:
@@ -200,24 +225,30 @@ def make_config(method, seed, max_steps, output_dir, shared, ada, prompts_per_st
     return AdaGRPOConfig(**common, **fields)
 
 
-def train_one(method, seed, paths, args, baseline):
+def train_one(method, seed, paths, args, meta):
     script, shared, ada = learning.recipe_kwargs(args.config)
-    train, held_out = budget_task(args.train_prompts, args.eval_examples, args.task_seed)
+    train, held_out = budget_task(args.train_prompts, args.eval_examples, args.task_seed, held_out=args.held_out)
+    trained_on = train
+    if method == "oracle_n4":
+        trained_on = train.select([i for i, p in enumerate(meta["warm_pass_rates"]) if 0 < p < 1])
     output_dir = os.path.join(args.output_dir, f"{method}-seed{seed}")
     max_steps = math.ceil(args.budget / (args.prompts_per_step * 4)) + 5  # every arm makes >= 4 per prompt a step
     config = make_config(method, seed, max_steps, output_dir, shared, ada, args.prompts_per_step, args.learning_rate)
     trainer_class = _CountingGRPO if METHODS[method][0] == "grpo" else _CountingAda
     counted = _Counted()
-    held = learning.HeldOut(AutoTokenizer.from_pretrained(paths["warm"]), held_out, args.eval_k, 0, args.eval_seed)
-    run = BudgetRun(counted, held, args.budget, args.eval_every, baseline)
-    trainer = trainer_class(model=paths["warm"], reward_funcs=[boxed_math_reward], args=config, train_dataset=train,
+    tokenizer = AutoTokenizer.from_pretrained(paths["warm"])
+    held = learning.HeldOut(tokenizer, held_out, args.eval_k, 0, args.eval_seed)
+    on_train = learning.HeldOut(tokenizer, train, args.eval_k, 0, args.eval_seed)  # the training prompts' avg@k
+    run = BudgetRun(counted, held, on_train, args.budget, args.eval_every, meta["warm_accuracy"],
+                    meta["warm_train_accuracy"])
+    trainer = trainer_class(model=paths["warm"], reward_funcs=[boxed_math_reward], args=config, train_dataset=trained_on,
                             callbacks=[run])
     trainer.counted = counted
     trainer.remove_callback(PrinterCallback)
     print(f"[budget] {method} seed {seed}: until {args.budget} generated completions", flush=True)
     started = time.time()
     trainer.train()
-    seconds = time.time() - started - held.seconds
+    seconds = time.time() - started - held.seconds - on_train.seconds
     logs = [h for h in trainer.state.log_history if "step_time" in h]
     logged = sum(h.get("sampling/total_samples", 0.0) + h.get("sampling/padding_samples", 0.0) for h in logs)
     if METHODS[method][0] == "grpo":
@@ -239,26 +270,60 @@ def train_one(method, seed, paths, args, baseline):
 # Reading the curves.
 
 
-def held_out_at(run, samples):
-    xs = [p["samples"] for p in run["curve"]]
-    ys = [p["held_out"] for p in run["curve"]]
-    return learning.interpolate(xs, ys, samples)
+SMOOTH = 3  # evaluations in the running mean: one evaluation of 720 samples is noisy (about +-1.7 points)
 
 
-def samples_to_reach(run, target):
-    """Generated completions at which the run's held-out curve (linear between evaluations) first reaches target."""
+def smoothed(run, key="held_out", width=SMOOTH):
+    """The run's curve of `key` as (samples, running mean of the last `width` evaluations, the warm start included)."""
     curve = run["curve"]
-    if curve[0]["held_out"] >= target:
+    values = [p.get(key) for p in curve]
+    if any(v is None for v in values):  # runs of the first version of the benchmark have no training-set curve
+        return None
+    return [(p["samples"], statistics.mean(values[max(0, i - width + 1) : i + 1])) for i, p in enumerate(curve)]
+
+
+def held_out_at(run, samples, key="held_out"):
+    points = smoothed(run, key)
+    return None if points is None else learning.interpolate([x for x, _ in points], [y for _, y in points], samples)
+
+
+def samples_to_reach(run, target, key="held_out"):
+    """Generated completions at which the run's smoothed curve (linear between evaluations) first reaches target."""
+    points = smoothed(run, key)
+    if points[0][1] >= target:
         return 0.0
-    for a, b in zip(curve, curve[1:]):
-        if b["held_out"] >= target:
-            return a["samples"] + (b["samples"] - a["samples"]) * (target - a["held_out"]) / (
-                b["held_out"] - a["held_out"])
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if y1 >= target:
+            return x0 + (x1 - x0) * (target - y0) / (y1 - y0)
     return None
 
 
 def final(run):
     return run["curve"][-1]
+
+
+def final_value(run, key="held_out"):
+    """The mean of the run's last `SMOOTH` evaluations."""
+    points = smoothed(run, key)
+    return None if points is None else points[-1][1]
+
+
+def reach_ratios(rs, by, key="held_out"):
+    """Per run: samples to reach grpo_n4's smoothed final of the same seed, over grpo_n4's samples at its stop."""
+    ratios = []
+    for r in rs:
+        grpo = by["grpo_n4"][r["seed"]]
+        reach = samples_to_reach(r, final_value(grpo, key), key)
+        ratios.append(None if reach is None else reach / final(grpo)["samples"])
+    return ratios
+
+
+def _ratio_text(ratios):
+    shown = " / ".join("not reached" if x is None else f"{x:.2f}" for x in ratios)
+    known = [x for x in ratios if x is not None]
+    mean_ratio = (f"{statistics.mean(known):.2f}" + ("" if len(known) == len(ratios) else
+                  f" ({len(known)} of {len(ratios)} reached)")) if known else "not reached"
+    return shown, mean_ratio
 
 
 def report(saved):
@@ -276,61 +341,67 @@ def report(saved):
     print("|---" * 13 + "|---:|")
     print("| prompts | " + " | ".join(str(h) for h in hist) + f" | {sum(p == 0 for p in rates)} | "
           f"{sum(p == 1 for p in rates)} | {100 * signal_share(rates):.1f}% |")
-    print(f"\nHeld-out avg@{saved['eval_k']} at the warm start: {100 * saved['warm_accuracy']:.1f}%.")
+    train_warm = saved.get("warm_train_accuracy")
+    print(f"\nHeld-out ({saved.get('held_out_kind', 'disjoint')}) avg@{saved['eval_k']} at the warm start: "
+          f"{100 * saved['warm_accuracy']:.1f}%" + ("" if train_warm is None else
+                                                    f"; training prompts avg@{saved['eval_k']}: {100 * train_warm:.1f}%")
+          + ".")
 
-    print(f"\n### At the budget ({budget} generated completions; mean ± std over seeds {seeds})\n")
-    print(f"| method | final held-out avg@{saved['eval_k']} | generated at the stop | generated tokens | steps | "
-          "epochs of the prompt set sampled | groups with signal | samples to reach GRPO n=4's final, / GRPO n=4's "
-          "samples (per seed) | mean | final held-out minus grpo_n4, per seed (points) | training time (s) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|")
+    k = saved["eval_k"]
+    print(f"\n### At the budget ({budget} generated completions; mean ± std over seeds {seeds}; 'final' = mean of the "
+          f"last {SMOOTH} evaluations)\n")
+    print(f"| method | final held-out avg@{k} | final training-prompt avg@{k} | generated at the stop | generated "
+          "tokens | steps | epochs of the prompt set sampled | groups with signal | held-out: samples to reach "
+          "grpo_n4's final / grpo_n4's samples, per seed | mean | final held-out minus grpo_n4, per seed (points) | "
+          "training prompts: samples to reach grpo_n4's final, ratio per seed | training time (s) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---|---:|")
     for m in methods:
         rs = [by[m][s] for s in seeds if s in by[m]]
-        ratios = []
-        for r in rs:
-            grpo = by["grpo_n4"][r["seed"]]
-            reach = samples_to_reach(r, final(grpo)["held_out"])
-            ratios.append(None if reach is None else reach / final(grpo)["samples"])
-        shown = " / ".join("not reached" if x is None else f"{x:.2f}" for x in ratios)
-        known = [x for x in ratios if x is not None]
-        mean_ratio = (f"{statistics.mean(known):.2f}" + ("" if len(known) == len(ratios) else
-                      f" ({len(known)} of {len(ratios)} reached)")) if known else "not reached"
-        diffs = learning.per_seed([final(r)["held_out"] - final(by["grpo_n4"][r["seed"]])["held_out"] for r in rs])
-        print(f"| {m} | {learning.mean_spread([final(r)['held_out'] for r in rs])} | "
+        shown, mean_ratio = _ratio_text(reach_ratios(rs, by))
+        has_train = all(smoothed(r, "train") for r in rs)
+        train_shown = _ratio_text(reach_ratios(rs, by, "train"))[0] if has_train else "-"
+        diffs = learning.per_seed([final_value(r) - final_value(by["grpo_n4"][r["seed"]]) for r in rs])
+        print(f"| {m} | {learning.mean_spread([final_value(r) for r in rs])} | "
+              f"{learning.mean_spread([final_value(r, 'train') for r in rs]) if has_train else '-'} | "
               f"{statistics.mean(final(r)['samples'] for r in rs):.0f} | "
               f"{statistics.mean(final(r)['tokens'] for r in rs):.0f} | "
               f"{statistics.mean(r['steps'] for r in rs):.0f} | "
               f"{statistics.mean(r['epochs_sampled'] for r in rs):.1f} | "
               f"{learning.mean_spread([statistics.mean(r['signal']) for r in rs])} | {shown} | {mean_ratio} | "
-              f"{diffs} | {statistics.mean(r['train_seconds'] for r in rs):.0f} |")
+              f"{diffs} | {train_shown} | {statistics.mean(r['train_seconds'] for r in rs):.0f} |")
     if "grpo_n4" in by:
-        flat = [s for s in seeds if final(by["grpo_n4"][s])["held_out"] <= saved["warm_accuracy"]]
+        flat = [s for s in seeds if final_value(by["grpo_n4"][s]) <= saved["warm_accuracy"]]
         if flat:
             print(f"\nIn seed(s) {flat} grpo_n4 ended at or below the warm start "
                   f"({100 * saved['warm_accuracy']:.1f}%): there its final held-out is reached at 0 samples by "
                   "every method, and the ratio says nothing.")
     if "ada_budget" in by and "grpo_n4" in by:
-        ratios = []
-        for s in seeds:
-            reach = samples_to_reach(by["ada_budget"][s], final(by["grpo_n4"][s])["held_out"]) if s in by[
-                "ada_budget"] else None
-            ratios.append(None if reach is None else reach / final(by["grpo_n4"][s])["samples"])
-        met = bool(ratios) and all(x is not None and x <= 0.7 for x in ratios)
-        flat = [s for s in seeds if final(by["grpo_n4"][s])["held_out"] <= saved["warm_accuracy"]]
+        ratios = reach_ratios([by["ada_budget"][s] for s in seeds if s in by["ada_budget"]], by)
+        met = len(ratios) == len(seeds) and all(x is not None and x <= 0.7 for x in ratios)
+        flat = [s for s in seeds if final_value(by["grpo_n4"][s]) <= saved["warm_accuracy"]]
         verdict = "NOT MET" if not met else (
             f"met only trivially (grpo_n4 ended at or below the warm start in seed(s) {flat}): no evidence either way"
             if flat else "MET")
-        shown = " / ".join("not reached" if x is None else f"{x:.2f}" for x in ratios)
         print(f"\nTarget (ada_budget reaches grpo_n4's final held-out with <= 0.7x its samples in every seed; "
-              f"per seed {shown}): {verdict}")
+              f"per seed {_ratio_text(ratios)[0]}): {verdict}")
 
-    mid = budget // 2
-    print(f"\n### Half-way ({mid} generated completions; held-out interpolated between evaluations)\n")
-    print("| method | held-out | minus grpo_n4, per seed (points) |\n|---|---:|---|")
-    for m in methods:
-        rs = [by[m][s] for s in seeds if s in by[m]]
-        values = [held_out_at(r, mid) for r in rs]
-        diffs = [None if v is None else v - held_out_at(by["grpo_n4"][r["seed"]], mid) for v, r in zip(values, rs)]
-        print(f"| {m} | {learning.mean_spread(values)} | {learning.per_seed(diffs)} |")
+    for label, key in (("held-out", "held_out"), ("training prompts", "train")):
+        if not all(smoothed(r, key) for r in runs):
+            continue
+        marks = [budget // 4, budget // 2, 3 * budget // 4]
+        print(f"\n### {label.capitalize()} on the way (smoothed; minus grpo_n4 per seed, points)\n")
+        print("| method | " + " | ".join(f"at {x}" for x in marks) + " | " +
+              " | ".join(f"minus grpo_n4 at {x}" for x in marks) + " |")
+        print("|---" + "|---:" * len(marks) + "|---" * len(marks) + "|")
+        for m in methods:
+            rs = [by[m][s] for s in seeds if s in by[m]]
+            cells, diffs = [], []
+            for x in marks:
+                values = [held_out_at(r, x, key) for r in rs]
+                cells.append(learning.mean_spread(values))
+                diffs.append(learning.per_seed([None if v is None else v - held_out_at(by["grpo_n4"][r["seed"]], x, key)
+                                                for v, r in zip(values, rs)]))
+            print(f"| {m} | " + " | ".join(cells) + " | " + " | ".join(diffs) + " |")
 
 
 def plot(saved, path):
@@ -340,31 +411,39 @@ def plot(saved, path):
     import matplotlib.pyplot as plt
 
     runs = saved["runs"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4), dpi=80)
+    with_train = all(smoothed(r, "train") for r in runs)
+    panels = [("samples", "held_out", "generated completions", f"held-out avg@{saved['eval_k']}"),
+              ("tokens", "held_out", "generated tokens", f"held-out avg@{saved['eval_k']}")]
+    if with_train:
+        panels.append(("samples", "train", "generated completions", f"training prompts avg@{saved['eval_k']}"))
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(5 * (len(panels) + 1), 4.4), dpi=80)
     for m in METHODS:
         rs = [r for r in runs if r["method"] == m]
         if not rs:
             continue
-        for ax, axis in ((axes[0], "samples"), (axes[1], "tokens")):
+        for ax, (axis, key, _, _) in zip(axes, panels):
             # seeds are evaluated at slightly different totals: put each seed on a common grid
             top = min(final(r)[axis] for r in rs)
             grid = [top * i / 40 for i in range(41)]
             ys = []
             for r in rs:
                 xs = [p[axis] for p in r["curve"]]
-                ys.append([learning.interpolate(xs, [p["held_out"] for p in r["curve"]], x) for x in grid])
+                values = [y for _, y in smoothed(r, key)]
+                ys.append([learning.interpolate(xs, values, x) for x in grid])
             learning.band(ax, [grid] * len(rs), ys, COLORS[m], m)
-    for ax, label in ((axes[0], "generated completions"), (axes[1], "generated tokens")):
-        ax.set_xlabel(label)
-        ax.set_ylabel(f"held-out avg@{saved['eval_k']}")
-        ax.axhline(saved["warm_accuracy"], color="k", lw=0.6, ls=":")  # the warm start
+    for ax, (_, key, xlabel, ylabel) in zip(axes, panels):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel + f" (mean of {SMOOTH} evaluations)")
+        ax.axhline(saved["warm_accuracy"] if key == "held_out" else saved["warm_train_accuracy"], color="k", lw=0.6,
+                   ls=":")  # the warm start
     axes[0].legend(fontsize=7)
     rates = saved["warm_pass_rates"]
-    axes[2].hist(rates, bins=[i / 16 for i in range(17)], color="#555555")
-    axes[2].set_xlabel("pass rate at the warm start (32 samples per prompt)")
-    axes[2].set_ylabel("training prompts")
-    axes[2].set_title(f"{100 * signal_share(rates):.0f}% of i.i.d. groups of 4 carry signal", fontsize=9)
-    fig.suptitle(f"Equal budget ({saved['budget']} generated completions): mean and min-max over seeds")
+    axes[-1].hist(rates, bins=[i / 16 for i in range(17)], color="#555555")
+    axes[-1].set_xlabel("pass rate at the warm start (32 samples per prompt)")
+    axes[-1].set_ylabel("training prompts")
+    axes[-1].set_title(f"{100 * signal_share(rates):.0f}% of i.i.d. groups of 4 carry signal", fontsize=9)
+    fig.suptitle(f"Equal budget ({saved['budget']} generated completions, held-out: "
+                 f"{saved.get('held_out_kind', 'disjoint')}): mean and min-max over seeds")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -382,8 +461,10 @@ def main(argv=None):
     parser.add_argument("--prompts_per_step", type=int, default=16)
     parser.add_argument("--learning_rate", type=float, default=None,
                         help="override the recipe's learning rate (2e-4) in every arm")
-    parser.add_argument("--train_prompts", type=int, default=64)
-    parser.add_argument("--eval_examples", type=int, default=128)
+    parser.add_argument("--train_prompts", type=int, default=90)
+    parser.add_argument("--eval_examples", type=int, default=90)
+    parser.add_argument("--held_out", default="twins", choices=["twins", "disjoint"],
+                        help="twins: the training sums asked the other way round; disjoint: other sums")
     parser.add_argument("--eval_k", type=int, default=8)
     parser.add_argument("--eval_seed", type=int, default=1234)
     parser.add_argument("--task_seed", type=int, default=0)
@@ -420,13 +501,18 @@ def main(argv=None):
         base = build_tiny_model(os.path.join(args.output_dir, "tiny-model"))
         warm_start(base, paths["warm"], args.warm_start_steps, seed=0, schedule_steps=args.warm_start_schedule)
         if not os.path.exists(meta_path):
-            train, held_out = budget_task(args.train_prompts, args.eval_examples, args.task_seed)
+            train, held_out = budget_task(args.train_prompts, args.eval_examples, args.task_seed,
+                                          held_out=args.held_out)
             rates = pass_rates(paths["warm"], train)
-            baseline = learning.HeldOut(AutoTokenizer.from_pretrained(paths["warm"]), held_out, args.eval_k, 0,
-                                        args.eval_seed)
-            baseline.measure(AutoModelForCausalLM.from_pretrained(paths["warm"]), 0)
+            tokenizer = AutoTokenizer.from_pretrained(paths["warm"])
+            warm = AutoModelForCausalLM.from_pretrained(paths["warm"])
+            baseline = learning.HeldOut(tokenizer, held_out, args.eval_k, 0, args.eval_seed)
+            baseline.measure(warm, 0)
+            on_train = learning.HeldOut(tokenizer, train, args.eval_k, 0, args.eval_seed)
+            on_train.measure(warm, 0)
             with open(meta_path, "w") as f:
                 json.dump({"warm_pass_rates": rates, "warm_accuracy": baseline.points[0][1],
+                           "warm_train_accuracy": on_train.points[0][1], "held_out_kind": args.held_out,
                            "families": [f for f in train["family"]]}, f)
         with open(meta_path) as f:
             meta = json.load(f)
@@ -451,7 +537,7 @@ def main(argv=None):
     for method, seed in mine:
         if os.path.exists(result_path(method, seed)):  # finished earlier: a rerun resumes
             continue
-        run = train_one(method, seed, paths, args, meta["warm_accuracy"])
+        run = train_one(method, seed, paths, args, meta)
         with open(result_path(method, seed), "w") as f:
             json.dump(learning.rounded(run), f)
     if args.worker is not None:
@@ -468,7 +554,8 @@ def main(argv=None):
              "eval_examples": args.eval_examples, "warm_start_steps": args.warm_start_steps,
              "warm_start_schedule": args.warm_start_schedule,
              "complete": len(runs) == len(todo), "wall_seconds": time.time() - started,
-             "warm_accuracy": meta["warm_accuracy"], "warm_pass_rates": meta["warm_pass_rates"],
+             "warm_accuracy": meta["warm_accuracy"], "warm_train_accuracy": meta["warm_train_accuracy"],
+             "held_out_kind": meta["held_out_kind"], "warm_pass_rates": meta["warm_pass_rates"],
              "warm_families": meta["families"], "runs": runs}
     with open(args.json, "w") as f:
         json.dump(learning.rounded(saved), f)

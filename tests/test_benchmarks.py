@@ -188,6 +188,7 @@ def test_equal_budget_benchmark_stops_every_arm_at_the_budget_and_rerenders(tmp_
         assert run["logged_samples"] == curve[-1]["samples"]  # the counter agrees with the trainer's own metrics
         assert [p["samples"] for p in curve] == sorted(p["samples"] for p in curve)
         assert all(p["tokens"] >= p["samples"] for p in curve[1:]) and all(0 <= p["held_out"] <= 1 for p in curve)
+        assert all(0 <= p["train"] <= 1 for p in curve) and curve[0]["train"] == saved["warm_train_accuracy"]
     assert runs["grpo_n4"]["curve"][-1]["step"] == 6  # 8 completions a step
     assert "### At the budget" in printed and "Target" in printed and (tmp_path / "a.png").stat().st_size > 0
 
@@ -199,24 +200,46 @@ def test_equal_budget_benchmark_stops_every_arm_at_the_budget_and_rerenders(tmp_
     assert tables(capsys.readouterr().out) == tables(printed)
 
 
-def test_equal_budget_task_is_distinct_and_held_out_disjoint():
+def test_equal_budget_task_twins_and_disjoint_held_out():
     budget = load("equal_budget")
-    train, held_out = budget.budget_task(64, 128, seed=0)
+
+    def sums(ds):
+        return [frozenset(p.removeprefix("What is ").removesuffix("?").split(" + ")) for p in ds["problem"]]
+
+    train, twins = budget.budget_task(90, 90, seed=0)  # the default: each held-out problem a training sum reversed
     problems = list(train["problem"])
-    assert len(set(problems)) == 64 and not set(problems) & set(held_out["problem"])
-    assert {f: list(train["family"]).count(f) for f in set(train["family"])} == {
-        name: count for name, count in zip([f[0] for f in budget.FAMILIES], budget.family_counts(64))}
+    assert len(set(problems)) == 90 and not set(problems) & set(twins["problem"])
+    assert len(set(sums(train))) == 90 and set(sums(twins)) == set(sums(train))  # 45 one-digit sums a != b: all of them
+    reversed_train = {f"What is {p.split(' + ')[1].rstrip('?')} + {p.split(' + ')[0].removeprefix('What is ')}?"
+                      for p in problems}
+    assert set(twins["problem"]) == reversed_train
+    assert dict(zip(twins["problem"], twins["answer"])) == {
+        p: str(sum(int(x) for x in p.removeprefix("What is ").removesuffix("?").split(" + "))) for p in twins["problem"]}
+    counts = {f: list(train["family"]).count(f) for f in set(train["family"])}
+    assert counts == {name: count for name, count in zip([f[0] for f in budget.FAMILIES], budget.family_counts(90))}
+    assert {f: list(twins["family"]).count(f) for f in set(twins["family"])} == counts
+
+    train, other = budget.budget_task(30, 40, seed=1, held_out="disjoint")  # other sums, neither way round
+    assert len(other) == 40 and not set(sums(train)) & set(sums(other))
+    with pytest.raises(ValueError, match="num_held_out <= num_train"):
+        budget.budget_task(10, 20, seed=0)
+    with pytest.raises(ValueError, match="not enough distinct 1\\+1 digits"):
+        budget.budget_task(120, 10, seed=0)  # only 45 one-digit sums with a != b exist
 
 
 def test_equal_budget_samples_to_reach_on_a_hand_made_curve():
     budget = load("equal_budget")
     run = {"curve": [{"samples": 0, "held_out": 0.2}, {"samples": 100, "held_out": 0.4},
                      {"samples": 200, "held_out": 0.3}, {"samples": 300, "held_out": 0.6}]}
+    # the running mean of the last 3 evaluations: 0.2, 0.3, 0.3, 0.4333
+    assert [y for _, y in budget.smoothed(run)] == pytest.approx([0.2, 0.3, 0.3, 1.3 / 3])
+    assert budget.final_value(run) == pytest.approx(1.3 / 3)
     assert budget.samples_to_reach(run, 0.1) == 0.0
-    assert budget.samples_to_reach(run, 0.3) == pytest.approx(50.0)  # first crossing, linear between evaluations
-    assert budget.samples_to_reach(run, 0.5) == pytest.approx(200 + 100 * 2 / 3)
-    assert budget.samples_to_reach(run, 0.7) is None
-    assert budget.held_out_at(run, 250) == pytest.approx(0.45)
+    assert budget.samples_to_reach(run, 0.3) == pytest.approx(100.0)  # first crossing, linear between evaluations
+    assert budget.samples_to_reach(run, 0.4) == pytest.approx(200 + 100 * 0.1 / (1.3 / 3 - 0.3))
+    assert budget.samples_to_reach(run, 0.5) is None
+    assert budget.held_out_at(run, 250) == pytest.approx(0.3 + 0.5 * (1.3 / 3 - 0.3))
+    assert budget.smoothed({"curve": [{"samples": 0, "held_out": 0.2}]}, "train") is None  # first-version runs
 
 
 def test_equal_budget_arms_differ_only_in_sampling_fields(tmp_path):
