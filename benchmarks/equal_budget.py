@@ -1,14 +1,14 @@
 """Equal-budget learning benchmark: every sampler stops at the same number of generated completions (issue 13).
 
-    python benchmarks/equal_budget.py --jobs 2        # ~45 min on 2 shared CPU cores; not run in CI
+    python benchmarks/equal_budget.py --jobs 2 --seeds 0 1 2 3 4 --budget 4096   # 26 min on 2 CPU cores; not in CI
     python benchmarks/equal_budget.py --from_json benchmarks/budget.json   # tables and plots of a finished run
 
-The task is a fixed set of distinct synthetic sums of mixed difficulty (`budget_task`: one-digit sums and a
-two-digit number plus a one-digit number), revisited for many epochs, with a separate held-out set of the same mix (no
-problem in both). The warm start (`warm_start`: the demo's supervised warm start stopped early, cached in
-<output_dir>/warm-model) leaves a U-shaped pass-rate distribution: the two-digit problems never solved, the one-digit
-ones mostly solved, some in between. It is measured with 32 samples per training prompt before any RL and plotted in
-the histogram panel.
+The task is a fixed set of distinct sums of mixed difficulty (`budget_task`: the one-digit sums a + b with a != b,
+and a two-digit number plus a one-digit number), revisited for many epochs. The held-out set is the training sums
+asked the other way round (`--held_out twins`; `--held_out disjoint` for other sums, the first version's task). The
+warm start (`warm_start`: the demo's supervised warm start stopped early, cached in <output_dir>/warm-model) leaves a
+U-shaped pass-rate distribution: the two-digit problems never solved, the one-digit ones mostly solved. It is
+measured with 32 samples per training prompt before any RL and plotted in the histogram panel.
 
 Arms (same warm start, same prompts per step in the same order for a seed, same optimiser, loss and learning rate;
 `recipes/tiny/ada_balance.yaml` for everything that is not the sampler):
@@ -19,13 +19,16 @@ Arms (same warm start, same prompts per step in the same order for a seed, same 
 - `ada_budget`: `sampling_budget=4.0` with `prompt_memory=True`;
 - `ada_grpo_adv`: Reinforce-Ada balanced with `advantage_estimator="grpo"` (control: sampling without the pooled
   advantages);
-- `ada_budget_no_memory`: `sampling_budget=4.0` with `prompt_memory=False` (control: the budget without screening).
+- `ada_budget_no_memory`: `sampling_budget=4.0` with `prompt_memory=False` (control: the budget without screening);
+- `oracle_n4` (a bound, not a method): `GRPOTrainer` n = 4 on only the prompts whose warm-start pass rate is strictly
+  between 0 and 1, the most that choosing prompts can buy at 4 samples per prompt.
 
 Every run stops at the first step at which its generated completions reach `--budget`. Generated completions and
 tokens are counted where they are made: every call of GRPOTrainer's `_generate_single_turn` that generates (rounds,
 refills, top-ups, padding; not the hand-over of already generated completions to TRL), tokens = the completion ids
 TRL keeps (up to and including EOS). Held-out avg@k is measured at the first step past every `--eval_every`
-completions and at the stop, with the same seeded sampling for every model and the run's random state restored.
+completions and at the stop, with the same seeded sampling for every model and the run's random state restored;
+the training prompts' avg@k at the same points. Finals are the mean of the last 3 evaluations.
 """
 
 from __future__ import annotations
@@ -231,6 +234,9 @@ def train_one(method, seed, paths, args, meta):
     trained_on = train
     if method == "oracle_n4":
         trained_on = train.select([i for i, p in enumerate(meta["warm_pass_rates"]) if 0 < p < 1])
+        if len(trained_on) == 0:
+            raise ValueError("oracle_n4: no training prompt has a warm-start pass rate strictly between 0 and 1; "
+                             "use more --warm_start_steps or leave oracle_n4 out of --methods")
     output_dir = os.path.join(args.output_dir, f"{method}-seed{seed}")
     max_steps = math.ceil(args.budget / (args.prompts_per_step * 4)) + 5  # every arm makes >= 4 per prompt a step
     config = make_config(method, seed, max_steps, output_dir, shared, ada, args.prompts_per_step, args.learning_rate)
@@ -456,7 +462,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", default="runs/bench-budget")
     parser.add_argument("--config", default=DEFAULT_RECIPE, help="the shared recipe (YAML)")
-    parser.add_argument("--budget", type=int, default=2048, help="generated completions per run")
+    parser.add_argument("--budget", type=int, default=4096, help="generated completions per run")
     parser.add_argument("--eval_every", type=int, default=512, help="held-out evaluation every this many completions")
     parser.add_argument("--prompts_per_step", type=int, default=16)
     parser.add_argument("--learning_rate", type=float, default=None,
