@@ -251,7 +251,9 @@ def test_adversarial_batch_costs_about_one_deadline(fresh_pool):
     elapsed = time.monotonic() - start
 
     assert out == expected
-    assert elapsed < 3 * DEADLINE_S + 2, f"adversarial batch took {elapsed:.1f} s"
+    # The hangers alone would take minutes; the bound is a few deadlines, loose enough for a loaded 2-core machine
+    # (3 deadlines + 2 s failed once at load average 4+ while parallel benchmark runs shared the cores).
+    assert elapsed < 4 * DEADLINE_S + 6, f"adversarial batch took {elapsed:.1f} s"
     assert metrics["rewards/boxed_math/timeouts"] == len(hangers)
     assert metrics["rewards/boxed_math/too_long"] == 1.0
 
