@@ -5,7 +5,7 @@
 
 Both arms start from the same checkpoint (the plain folder `python -m trl_ada.models smollm2` writes; created here
 when missing) and use the same recipe (`recipes/SmolLM2-135M-Instruct/ada_balance.yaml`: LoRA over a bf16 base,
-easy arithmetic word problems with the reference prompt, temperature 0.7, 64 completion tokens, 4 prompts per
+easy arithmetic word problems with the reference prompt, temperature 0.7, 192 completion tokens, 4 prompts per
 step; this script runs 2 by default, to fit its budget), the same prompts in the same order, the same optimiser
 and learning rate. Only the sampling and its advantages differ:
 

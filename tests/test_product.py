@@ -58,7 +58,7 @@ def test_recipe_parses(recipe):
     on_cpu = "tiny" in recipe or "SmolLM2" in recipe
     if "SmolLM2" in recipe:  # the CPU recipes of the real model: reference algorithm, CPU-sized batch and length
         assert training_args.use_cpu and not training_args.use_vllm and model_args.use_peft
-        assert script_args.dataset_name == "word_problems" and training_args.max_completion_length == 64
+        assert script_args.dataset_name == "word_problems" and training_args.max_completion_length == 192
         assert (training_args.epsilon, training_args.epsilon_high, training_args.beta) == (0.2, 0.28, 0.0)
         assert model_args.model_name_or_path == "runs/models/SmolLM2-135M-Instruct"
     if not on_cpu:
