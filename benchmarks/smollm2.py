@@ -1,6 +1,8 @@
 """A real pretrained model on a CPU: GRPOTrainer (n=4) against AdaGRPOTrainer (balanced) from SmolLM2-135M-Instruct.
 
-    python benchmarks/smollm2.py                     # 28 min on the (shared) 2-core dev machine; not run in CI
+    python benchmarks/smollm2.py                     # the defaults: 4 steps, recipe lengths; not run in CI
+    python benchmarks/smollm2.py --steps 4 --match_samples 1 --max_completion_length 192 --eval_examples 16 --eval_k 2
+        # the run in benchmarks/README.md section 4: 78 min on the (shared) 2-core dev machine
     python benchmarks/smollm2.py --from_json benchmarks/smollm2.json     # tables and plot of a finished run
 
 Both arms start from the same checkpoint (the plain folder `python -m trl_ada.models smollm2` writes; created here
