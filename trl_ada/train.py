@@ -25,6 +25,7 @@ from .models import missing_model_message
 from .rewards import boxed_math_reward, check_gold_answers
 from .tiny import build_tiny_model
 from .trainer import AdaGRPOTrainer
+from .warm_start import warm_start
 
 
 @dataclass
@@ -93,8 +94,6 @@ def resolve_model(name: str | None, training_args, warm_start_steps: int = 300) 
             model = build_tiny_model(os.path.join(training_args.output_dir, "tiny-model"))
         if name == "tiny-warm":
             from accelerate import PartialState
-
-            from .demo import warm_start  # the demo imports this module
 
             # Every process runs the warm start together (it is a data-parallel SFT run when launched on several
             # processes); the main process saves it, the others wait for the files.
