@@ -261,3 +261,113 @@ def test_adversarial_batch_costs_about_one_deadline(fresh_pool):
     texts, golds, expected = normal_batch()
     assert boxed_math_reward(texts, answer=golds, log_metric=metrics.__setitem__) == expected
     assert metrics["rewards/boxed_math/timeouts"] == 0.0
+
+
+# --- The lenient numeric reward (chat arithmetic) ----------------------------------------------------------------
+
+from decimal import Decimal  # noqa: E402
+
+from trl_ada.rewards import extract_last_number, last_number_reward  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "12", "7 + 5 = 12", "7 + 5 = 12.", "The answer is **12**!", "12.0", "12.00 apples", "+12", "$12$",
+        "\\boxed{12}", "So $\\boxed{12}$.", "\\(12\\)", "first 11, then 12", "It is 12th", "=12\n\n", "12%",
+    ],
+)
+def test_last_number_forms_that_match(completion):
+    assert last_number_reward([completion], answer=["12"]) == [1.0]
+
+
+@pytest.mark.parametrize(
+    "completion, gold, expected",
+    [
+        ("12, no wait, 13", "12", 0.0),  # the last number counts
+        ("7 + 5", "12", 0.0),
+        ("twelve", "12", 0.0),
+        ("", "12", 0.0),
+        ("1,234 marbles", "1234", 1.0),  # thousands separators
+        ("1234", "1,234", 1.0),
+        ("1,2", "2", 1.0),  # not a thousands separator: two numbers
+        ("x = -4.", "-4", 1.0),
+        ("x = \u22124", "-4", 1.0),  # the Unicode minus sign
+        ("10-3=7", "7", 1.0),
+        ("the answer is 10-3", "-3", 0.0),  # a binary minus is no sign
+        ("2.5 km", "2.5", 1.0),
+        ("2.50", "2.5", 1.0),
+        ("2.5", "25", 0.0),
+    ],
+)
+def test_last_number_values(completion, gold, expected):
+    assert last_number_reward([completion], answer=[gold]) == [expected]
+
+
+def test_last_number_reward_is_a_trl_reward_function():
+    metrics = {}
+    completions = [[{"role": "assistant", "content": "7 + 5 = 12."}], [{"role": "assistant", "content": "no idea"}]]
+    out = last_number_reward(
+        prompts=[[{"role": "user", "content": "What is 7 + 5?"}]] * 2, completions=completions,
+        completion_ids=[[1], [2]], problem=["What is 7 + 5?"] * 2, kind=["1-digit +"] * 2, answer=["12", "12"],
+        trainer_state=None, log_extra=lambda *a: None, log_metric=metrics.__setitem__,
+    )
+    assert out == [1.0, 0.0] and metrics == {"rewards/last_number/no_number": 0.5}
+    assert last_number_reward(["3"], gt=["3"]) == last_number_reward(["3"], solution=["3"]) == [1.0]
+
+
+def test_last_number_reward_data_errors_name_the_row():
+    with pytest.raises(ValueError, match=r"row 2 in this batch, '\\\\frac\{1\}\{2\}', is not a number"):
+        last_number_reward(["1", "2", "0.5"], answer=["1", "2", "\\frac{1}{2}"])
+    with pytest.raises(ValueError, match=r"row 0 in this batch, None"):
+        last_number_reward(["1"], answer=[None])
+    with pytest.raises(ValueError, match="'answer' or 'gt' or 'solution'"):
+        last_number_reward(["1"], problem=["p"])
+    with pytest.raises(ValueError, match="2 completions but 1 gold"):
+        last_number_reward(["1", "2"], answer=["1"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.text(), st.binary().map(lambda b: b.decode("utf-8", errors="replace"))), st.integers())
+def test_last_number_reward_never_raises_on_model_output(text, gold):
+    assert last_number_reward([text, [{"role": "assistant", "content": text}], None, 17],
+                              answer=[str(gold)] * 4) in ([0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0])
+
+
+no_digits = st.text(st.characters(blacklist_categories=("Nd",)), max_size=30)
+
+
+def spelled(value: int, style: int) -> str:
+    """`value` as a model might write it: plain, with thousands separators, as a decimal, boxed or in bold."""
+    if style == 1:
+        return f"{value:,}"
+    if style == 2:
+        return f"{value}.0"
+    if style == 3:
+        return f"\\boxed{{{value}}}"
+    if style == 4:
+        return f"**{value}**."
+    return str(value)
+
+
+@settings(max_examples=500, deadline=None)
+@given(prefix=st.text(max_size=30), value=st.integers(-10**12, 10**12), style=st.integers(0, 4), suffix=no_digits)
+def test_the_last_number_is_graded_whatever_surrounds_it(prefix, value, style, suffix):
+    # a space keeps the number apart from the prefix; the suffix holds no digit, so the number stays the last one
+    text = prefix + " " + spelled(value, style) + suffix
+    assert extract_last_number(text) == Decimal(value)
+    assert last_number_reward([text, text], answer=[str(value), f"{value + 1:,}"]) == [1.0, 0.0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(earlier=st.integers(-999, 999), last=st.integers(-999, 999))
+def test_only_the_last_number_counts(earlier, last):
+    text = f"Maybe {earlier}? No: {last}"
+    assert last_number_reward([text, text], answer=[str(last), str(earlier)]) == [1.0, float(earlier == last)]
+
+
+def test_last_number_reward_is_fast_on_huge_outputs():
+    started = time.monotonic()
+    texts = ["1 " * 500_000 + "12", "lorem ipsum " * 100_000, "9" * 1_000_000, "=" * 1_000_000 + "12"]
+    assert last_number_reward(texts, answer=["12"] * 4) == [1.0, 0.0, 0.0, 1.0]
+    assert time.monotonic() - started < 10

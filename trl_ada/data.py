@@ -11,6 +11,7 @@ column holding the gold answer, which `trl_ada.rewards.boxed_math_reward` reads.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 
@@ -150,3 +151,62 @@ def word_problems(num_examples: int = 256, difficulty: int = 1, seed: int = 0) -
     return Dataset.from_dict(
         {"prompt": [make_prompt(p) for p, _ in rows], "answer": [a for _, a in rows], "problem": [p for p, _ in rows]}
     )
+
+
+# --- Chat arithmetic (the SmolLM2 task: plain questions, a number as the answer) ---------------------------------
+
+# (kind, operator, smallest operand, largest operand). One-digit sums and products an instruct model of 135M
+# parameters gets right often but not always; two-digit sums it rarely gets right at first: headroom.
+ARITHMETIC_KINDS = (
+    ("1-digit +", "+", 0, 9),
+    ("1-digit x", "x", 1, 9),
+    ("2-digit +", "+", 10, 99),
+)
+ARITHMETIC_SPLITS = ("train", "test")
+HELD_OUT_SHARE = 4  # one problem in 4 belongs to the held-out split
+
+
+def arithmetic_split_of(problem: str) -> str:
+    """The split a problem belongs to, from a content hash of its text: the same for every seed, size and process,
+    so a training set and a held-out set never share a question, whatever their seeds."""
+    bucket = int.from_bytes(hashlib.sha256(problem.encode()).digest()[:4], "big") % HELD_OUT_SHARE
+    return "test" if bucket == 0 else "train"
+
+
+def arithmetic_problems(num_examples: int = 2048, seed: int = 0, split: str = "train") -> Dataset:
+    """Chat arithmetic: "What is 7 + 5?", "What is 3 x 8?", "What is 47 + 38?" as a single user message (the
+    model's own chat template adds its system prompt), the integer answer, and the problem `kind`.
+
+    The kinds take equal shares, in a seeded random order. A question belongs to one split only (see
+    `arithmetic_split_of`); `split="test"` rows are distinct questions (the smallest kind there, one-digit products,
+    has 24 questions: up to 72 rows of equal shares), `split="train"` rows are drawn with replacement from the training
+    questions. The answer is meant for a lenient reward (`trl_ada.rewards.last_number_reward`): no \\boxed{} asked.
+    """
+    if split not in ARITHMETIC_SPLITS:
+        raise ValueError(f"split must be one of {ARITHMETIC_SPLITS}, got {split!r}")
+    rng = random.Random(seed)
+    questions = {kind: [] for kind, *_ in ARITHMETIC_KINDS}
+    for kind, operator, low, high in ARITHMETIC_KINDS:
+        for a in range(low, high + 1):
+            for b in range(low, high + 1):
+                problem = f"What is {a} {operator} {b}?"
+                if arithmetic_split_of(problem) == split:
+                    questions[kind].append((problem, str(a + b if operator == "+" else a * b)))
+    kinds = [ARITHMETIC_KINDS[i % len(ARITHMETIC_KINDS)][0] for i in range(num_examples)]
+    rng.shuffle(kinds)
+    if split == "test":
+        for kind in questions:
+            needed = kinds.count(kind)
+            if needed > len(questions[kind]):
+                raise ValueError(f"arithmetic_problems: the test split has only {len(questions[kind])} distinct "
+                                 f"{kind!r} questions, {needed} asked for ({num_examples} rows in equal shares).")
+            rng.shuffle(questions[kind])
+        taken = {kind: iter(questions[kind]) for kind in questions}
+        rows = [(*next(taken[kind]), kind) for kind in kinds]
+    else:
+        rows = [(*rng.choice(questions[kind]), kind) for kind in kinds]
+    return Dataset.from_dict({
+        "prompt": [[{"role": "user", "content": problem}] for problem, _, _ in rows],
+        "answer": [answer for _, answer, _ in rows], "problem": [problem for problem, _, _ in rows],
+        "kind": [kind for _, _, kind in rows],
+    })

@@ -19,50 +19,16 @@ import time
 import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, ProgressCallback, TrainerCallback
-from trl import SFTConfig, SFTTrainer
 
-from .data import synthetic_arithmetic, synthetic_solution
+from .data import synthetic_arithmetic
 from .evaluate import avg_at_k
 from .tiny import build_tiny_model
 from .train import ScriptArguments, load_reward_funcs, load_train_dataset
 from .trainer import AdaGRPOTrainer
+from .warm_start import warm_start
 
 DEFAULT_RECIPE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "tiny",
                               "ada_balance.yaml")
-
-
-def warm_start(base_model: str, output_dir: str, steps: int, seed: int, schedule_steps: int | None = None) -> str:
-    """Supervised warm start on worked solutions; skipped when <output_dir> already holds the result.
-
-    `schedule_steps` (> steps) lays the cosine learning-rate schedule out over that many steps and stops after `steps`:
-    a model left part-way (benchmarks/equal_budget.py uses it for a U-shaped pass-rate distribution).
-    """
-    if os.path.exists(os.path.join(output_dir, "model.safetensors")):
-        print(f"[demo] reusing the warm-started model in {output_dir}")
-        return output_dir
-    dataset = synthetic_arithmetic(4096, difficulty=1, seed=seed + 1000)
-    dataset = dataset.map(lambda row: {"completion": [
-        {"role": "assistant", "content": synthetic_solution(row["problem"], row["answer"])}]})
-    args = SFTConfig(
-        output_dir=output_dir, max_steps=max(steps, schedule_steps or steps), per_device_train_batch_size=32,
-        learning_rate=3e-3, lr_scheduler_type="cosine", warmup_steps=10, logging_steps=25, save_strategy="no",
-        report_to="none", use_cpu=True, bf16=False, seed=seed, disable_tqdm=False,
-    )
-    trainer = SFTTrainer(model=base_model, args=args, train_dataset=dataset.select_columns(["prompt", "completion"]),
-                         callbacks=[_StopAt(steps)])
-    print(f"[demo] warm start: {steps} supervised steps on worked solutions")
-    trainer.train()
-    trainer.save_model(output_dir)
-    return output_dir
-
-
-class _StopAt(TrainerCallback):
-    def __init__(self, steps: int):
-        self.steps = steps
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step >= self.steps:
-            control.should_training_stop = True
 
 
 class SamplingLine(TrainerCallback):

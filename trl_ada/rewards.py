@@ -35,11 +35,13 @@ import subprocess
 import sys
 import threading
 import time
+from decimal import Decimal
 from multiprocessing.connection import Connection, wait
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
-__all__ = ["boxed_math_reward", "check_gold_answers", "extract_last_boxed", "shutdown_reward_pool", "verify_answer"]
+__all__ = ["boxed_math_reward", "check_gold_answers", "extract_last_boxed", "extract_last_number", "last_number_reward",
+           "shutdown_reward_pool", "verify_answer"]
 
 BOX = "\\boxed{"
 MAX_ANSWER_CHARS = 1000  # a longer boxed answer scores 0.0 without being parsed: no real answer is that long
@@ -470,6 +472,74 @@ def check_gold_answers(answers) -> None:
             f"The gold answer of dataset row {rows[0]}, {first!r}, {why} (as \\boxed{{...}}); {len(rows)} row(s) "
             f"in all have unusable gold answers, the first ones: {rows[:10]}. Fix or drop those rows."
         )
+
+
+# --- A lenient numeric reward (chat arithmetic) ------------------------------------------------------------------
+# Small chat models answer "What is 7 + 5?" in prose ("7 + 5 = 12.", "The answer is **12**", "\(\boxed{12}\)"), not
+# in a \boxed{}: the reference reward would score nearly all of it 0. This one grades the last number of the text.
+# Pure Python on a linear-time regular expression: no sympy, so no worker pool and nothing that can hang; math-verify
+# would only help for symbolic answers, which this reward does not take (boxed_math_reward does).
+
+# A number: an optional sign (only where it cannot be a binary minus, e.g. not in "10-3"), digits with optional
+# thousands separators ("12,345"; "1,2" is two numbers), an optional decimal part ("5.0"; a sentence's full stop in
+# "is 5." is not one).
+_NUMBER = re.compile(r"(?:(?<![\w)\]}])[-+\u2212])?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d+)?", re.ASCII)
+
+
+def extract_last_number(text: str) -> Decimal | None:
+    """The value of the last number in `text`, or None if it holds none.
+
+    >>> extract_last_number("7 + 5 = 12. So the answer is $\\\\boxed{12}$.")
+    Decimal('12')
+    >>> extract_last_number("a total of 1,234.50 dollars!") == extract_last_number("-x: 1234.5")
+    True
+    """
+    last = None
+    for last in _NUMBER.finditer(text):
+        pass
+    if last is None:
+        return None
+    return Decimal(last.group().replace(",", "").replace("\u2212", "-"))
+
+
+def _gold_number(gold, row: int) -> Decimal:
+    match = _NUMBER.fullmatch(str(gold).strip()) if gold is not None else None
+    if match is None:
+        raise ValueError(
+            f"last_number_reward: the gold answer of row {row} in this batch, {gold!r}, is not a number (like '12', "
+            f"'-3', '1,234' or '2.5'). Fix the dataset row, or use boxed_math_reward for symbolic answers."
+        )
+    return Decimal(match.group().replace(",", "").replace("\u2212", "-"))
+
+
+def last_number_reward(completions, answer=None, gt=None, solution=None, **kwargs) -> list[float]:
+    """TRL reward function: 1.0 per completion whose last number equals its gold answer numerically, else 0.0.
+
+    Lenient on form: "12", "12.0", "+12", "**12**.", "\\\\boxed{12}", "12 apples" all match the gold "12"; thousands
+    separators are read ("1,234" is 1234). Strict on the value: the last number counts, whatever comes before it
+    ("12, no wait, 13" is 13). The gold answers come from the column `answer`, `gt` or `solution`, as for
+    `boxed_math_reward`, and must be plain numbers: any other gold raises ValueError naming the row. Never raises
+    for a completion. When TRL passes `log_metric`, logs `rewards/last_number/no_number` (the fraction of completions
+    without any number).
+
+    >>> last_number_reward(["7 + 5 = 12.", "It is 12.0", "\\\\(\\\\boxed{13}\\\\)", "twelve"], answer=["12"] * 4)
+    [1.0, 1.0, 0.0, 0.0]
+    """
+    golds = next((column for column in (answer, gt, solution) if column is not None), None)
+    if golds is None:
+        raise ValueError(
+            f"last_number_reward needs the gold answers: add a column named {' or '.join(map(repr, GOLD_COLUMNS))} to "
+            f"the dataset (TRL passes every dataset column to reward functions), or pass answer=[...] when calling it."
+        )
+    completions, golds = list(completions), list(golds)
+    if len(golds) != len(completions):
+        raise ValueError(f"last_number_reward got {len(completions)} completions but {len(golds)} gold answers.")
+    values = [_gold_number(gold, row) for row, gold in enumerate(golds)]  # a data error fails before any scoring
+    predictions = [extract_last_number(_completion_text(completion)) for completion in completions]
+    log_metric = kwargs.get("log_metric")
+    if log_metric is not None and completions:
+        log_metric("rewards/last_number/no_number", sum(p is None for p in predictions) / len(completions))
+    return [1.0 if predicted == gold else 0.0 for predicted, gold in zip(predictions, values)]
 
 
 if __name__ == _WORKER_NAME:

@@ -7,8 +7,9 @@ The YAML keys are the fields of `ScriptArguments` below, `AdaGRPOConfig` and TRL
 `use_peft: true`). `--model_name_or_path tiny` builds the tiny offline model and `--dataset_name synthetic` the
 offline arithmetic task, so every recipe can be smoke-tested on a CPU without a hub. `--model_name_or_path tiny-warm`
 starts from the demo's warm-started tiny model instead (built once, cached in <output_dir>/warm-model), so that the
-tiny recipe learns when run directly. `--dataset_name word_problems` is the offline task of the real-model
-(SmolLM2) recipes: easy arithmetic word problems.
+tiny recipe learns when run directly. `--dataset_name word_problems` (easy arithmetic word problems,
+\boxed{} answers) and `--dataset_name arithmetic` (chat arithmetic graded by `last_number_reward`) are the offline tasks
+of the real-model (SmolLM2) recipes.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from dataclasses import dataclass, field
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from .config import AdaGRPOConfig
-from .data import load_math_dataset, synthetic_arithmetic, word_problems
+from .data import arithmetic_problems, load_math_dataset, synthetic_arithmetic, word_problems
 from .models import missing_model_message
-from .rewards import boxed_math_reward, check_gold_answers
+from .rewards import boxed_math_reward, check_gold_answers, last_number_reward
 from .tiny import build_tiny_model
 from .trainer import AdaGRPOTrainer
+from .warm_start import warm_start
 
 
 @dataclass
@@ -32,8 +34,8 @@ class ScriptArguments:
     dataset_name: str = field(
         default="synthetic",
         metadata={"help": "Hub id (e.g. RLHFlow/reinforce_ada_hard_prompt), local json/jsonl/parquet file, "
-                  "'synthetic' for the offline arithmetic task, or 'word_problems' for easy arithmetic word problems "
-                  "(offline, the real-model task)."},
+                  "'synthetic' for the offline arithmetic task, 'word_problems' for easy arithmetic word problems or "
+                  "'arithmetic' for chat arithmetic (offline, the real-model tasks)."},
     )
     dataset_split: str = field(default="train", metadata={"help": "Split to train on."})
     dataset_problem_column: str = field(default="problem", metadata={"help": "Column with the problem text."})
@@ -45,26 +47,32 @@ class ScriptArguments:
         default=1, metadata={"help": "Digits per operand of the synthetic task (word_problems: 1 = small numbers, "
                              "each level up x10)."})
     synthetic_num_examples: int = field(
-        default=2048, metadata={"help": "Size of the synthetic (or word_problems) training set."})
+        default=2048, metadata={"help": "Size of the synthetic (word_problems, arithmetic) training set."})
     warm_start_steps: int = field(
         default=300, metadata={"help": "Supervised warm-start steps of `--model_name_or_path tiny-warm` (the demo's "
                                "300)."})
     reward_funcs: list[str] = field(
         default_factory=lambda: ["boxed_math_reward"],
-        metadata={"help": "'boxed_math_reward' (the reference reward) or dotted import paths of reward functions."},
+        metadata={"help": "'boxed_math_reward' (the reference reward), 'last_number_reward' (the last number of the "
+                  "text equals the gold: chat arithmetic) or dotted import paths of reward functions."},
     )
+
+
+# Reward functions a recipe can name without an import path.
+NAMED_REWARDS = {"boxed_math_reward": boxed_math_reward, "last_number_reward": last_number_reward}
 
 
 def load_reward_funcs(names: list[str]):
     funcs = []
     for name in names:
-        if name == "boxed_math_reward":
-            funcs.append(boxed_math_reward)
+        if name in NAMED_REWARDS:
+            funcs.append(NAMED_REWARDS[name])
         elif "." in name:
             module, attribute = name.rsplit(".", 1)
             funcs.append(getattr(importlib.import_module(module), attribute))
         else:
-            raise ValueError(f"reward_funcs: unknown {name!r}; use 'boxed_math_reward' or a dotted import path.")
+            raise ValueError(f"reward_funcs: unknown {name!r}; use one of {sorted(NAMED_REWARDS)} or a dotted import "
+                             "path.")
     return funcs
 
 
@@ -73,6 +81,8 @@ def load_train_dataset(script_args: ScriptArguments, seed: int):
         return synthetic_arithmetic(script_args.synthetic_num_examples, script_args.synthetic_difficulty, seed)
     if script_args.dataset_name == "word_problems":
         return word_problems(script_args.synthetic_num_examples, script_args.synthetic_difficulty, seed)
+    if script_args.dataset_name == "arithmetic":  # its mix of kinds is fixed: synthetic_difficulty does not apply
+        return arithmetic_problems(script_args.synthetic_num_examples, seed, split="train")
     dataset = load_math_dataset(
         script_args.dataset_name, script_args.dataset_split, script_args.dataset_problem_column,
         script_args.dataset_answer_column, script_args.dataset_num_examples,
@@ -93,8 +103,6 @@ def resolve_model(name: str | None, training_args, warm_start_steps: int = 300) 
             model = build_tiny_model(os.path.join(training_args.output_dir, "tiny-model"))
         if name == "tiny-warm":
             from accelerate import PartialState
-
-            from .demo import warm_start  # the demo imports this module
 
             # Every process runs the warm start together (it is a data-parallel SFT run when launched on several
             # processes); the main process saves it, the others wait for the files.
