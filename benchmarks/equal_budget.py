@@ -456,6 +456,51 @@ def plot(saved, path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Running many (method, seed) runs: resumable, optionally in parallel processes (also used by real_model.py).
+
+
+def add_parallel_run_arguments(parser):
+    """The options `run_pending` reads: --jobs, --threads, and the internal --worker."""
+    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (processes of --threads each)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads per process (1: with another process busy, more threads can be far slower)")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # "i/N": this process's share of runs
+
+
+def run_pending(todo, result_path, train, jobs, worker, script, argv):
+    """Run the (method, seed) pairs of `todo` whose result file (`result_path(method, seed)`) does not exist yet,
+    writing each result as it ends, so that a rerun resumes. With jobs > 1 and no `worker`, start `jobs` processes of
+    `script` with the same arguments plus `--worker i/jobs` and wait for them; a worker runs every jobs-th pair."""
+    if worker is None and jobs > 1:
+        passed = list(argv if argv is not None else sys.argv[1:])
+        workers = [subprocess.Popen([sys.executable, script, *passed, "--worker", f"{i}/{jobs}"]) for i in range(jobs)]
+        codes = [w.wait() for w in workers]
+        if any(codes):
+            print(f"[{os.path.basename(script)}] a worker failed: exit codes {codes}", flush=True)
+        return
+    mine = todo
+    if worker is not None:
+        index, count = (int(x) for x in worker.split("/"))
+        mine = todo[index::count]
+    for method, seed in mine:
+        if os.path.exists(result_path(method, seed)):  # finished earlier: a rerun resumes
+            continue
+        run = train(method, seed)
+        with open(result_path(method, seed), "w") as f:
+            json.dump(learning.rounded(run), f)
+
+
+def finished_runs(todo, result_path):
+    """The results of the pairs of `todo` that have finished, in `todo`'s order."""
+    runs = []
+    for method, seed in todo:
+        if os.path.exists(result_path(method, seed)):
+            with open(result_path(method, seed)) as f:
+                runs.append(json.load(f))
+    return runs
+
+
+# ---------------------------------------------------------------------------------------------------------------
 
 
 def main(argv=None):
@@ -478,9 +523,7 @@ def main(argv=None):
     parser.add_argument("--warm_start_schedule", type=int, default=750, help="steps the warm start's cosine spans")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (processes of 1 torch thread each)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
-    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # "i/N": this process's share of runs
+    add_parallel_run_arguments(parser)
     parser.add_argument("--json", default=os.path.join(HERE, "budget.json"))
     parser.add_argument("--plot", default=os.path.join(HERE, "budget.png"))
     parser.add_argument("--from_json", default=None, help="re-print the tables and redraw the plot, without training")
@@ -526,34 +569,15 @@ def main(argv=None):
         print(f"[budget] warm start: {sum(p == 0 for p in rates)} prompts never solved, {sum(p == 1 for p in rates)} "
               f"always, {100 * signal_share(rates):.1f}% of groups of 4 with signal; held-out "
               f"{100 * meta['warm_accuracy']:.1f}%", flush=True)
-        if args.jobs > 1:
-            passed = [a for a in (argv if argv is not None else sys.argv[1:])]
-            workers = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *passed,
-                                         "--worker", f"{i}/{args.jobs}"]) for i in range(args.jobs)]
-            codes = [w.wait() for w in workers]
-            if any(codes):
-                print(f"[budget] a worker failed: exit codes {codes}", flush=True)
-        mine = [] if args.jobs > 1 else todo
     else:
         with open(meta_path) as f:
             meta = json.load(f)
-        index, count = (int(x) for x in args.worker.split("/"))
-        mine = todo[index::count]
-
-    for method, seed in mine:
-        if os.path.exists(result_path(method, seed)):  # finished earlier: a rerun resumes
-            continue
-        run = train_one(method, seed, paths, args, meta)
-        with open(result_path(method, seed), "w") as f:
-            json.dump(learning.rounded(run), f)
+    run_pending(todo, result_path, lambda method, seed: train_one(method, seed, paths, args, meta), args.jobs,
+                args.worker, os.path.abspath(__file__), argv)
     if args.worker is not None:
         return 0
 
-    runs = []
-    for method, seed in todo:
-        if os.path.exists(result_path(method, seed)):
-            with open(result_path(method, seed)) as f:
-                runs.append(json.load(f))
+    runs = finished_runs(todo, result_path)
     saved = {"budget": args.budget, "eval_every": args.eval_every, "eval_k": args.eval_k,
              "prompts_per_step": args.prompts_per_step, "learning_rate": args.learning_rate,
              "train_prompts": args.train_prompts,

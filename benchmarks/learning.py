@@ -27,6 +27,7 @@ bands (min-max over seeds) against steps and against generated samples.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -68,6 +69,23 @@ def recipe_kwargs(path: str) -> tuple[dict, dict, dict]:
     return script, shared, ada
 
 
+@contextlib.contextmanager
+def evaluation_noise(model, seed):
+    """Evaluate inside a run without disturbing it: the same seeded sampling noise for every model and checkpoint,
+    then the run's random state and the model's train/eval mode as they were."""
+    cpu_state = torch.get_rng_state()
+    cuda_state = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    torch.manual_seed(seed)
+    was_training = model.training
+    try:
+        yield
+    finally:
+        model.train(was_training)
+        torch.set_rng_state(cpu_state)
+        if cuda_state is not None:
+            torch.cuda.set_rng_state_all(cuda_state)
+
+
 class HeldOut(TrainerCallback):
     """avg@k on the held-out problems every `every` steps, without disturbing the run's random state; also the
     training wall clock at each step, evaluation time excluded."""
@@ -82,15 +100,8 @@ class HeldOut(TrainerCallback):
 
     def measure(self, model, step):
         start = time.time()
-        cpu_state = torch.get_rng_state()
-        cuda_state = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-        torch.manual_seed(self.seed)  # the same sampling noise for every model and checkpoint
-        was_training = model.training
-        accuracy = avg_at_k(model, self.tokenizer, self.dataset, k=self.k, max_new_tokens=24, batch_size=256)
-        model.train(was_training)
-        torch.set_rng_state(cpu_state)
-        if cuda_state is not None:
-            torch.cuda.set_rng_state_all(cuda_state)
+        with evaluation_noise(model, self.seed):
+            accuracy = avg_at_k(model, self.tokenizer, self.dataset, k=self.k, max_new_tokens=24, batch_size=256)
         self.points.append((step, accuracy))
         self.seconds += time.time() - start
         print(f"[learning] step {step:4d}  held-out avg@{self.k} {100 * accuracy:.1f}%", flush=True)

@@ -263,3 +263,39 @@ def test_equal_budget_arms_differ_only_in_sampling_fields(tmp_path):
     assert configs["ada_grpo_adv"].multiround_adaptive_downsampling
     assert configs["ada_pos"].reinforce_ada_choice == "positive_focused"
     assert configs["ada_balance"].advantage_estimator == "reinforce_ada"
+
+
+def test_real_model_benchmark_stops_every_arm_at_the_budget_resumes_and_rerenders(tmp_path, tiny_model, capsys):
+    # The tiny model stands in for SmolLM2 (any complete model folder is used as it is); the recipe is SmolLM2's.
+    bench = load("real_model")
+    out = tmp_path / "run"
+    methods = ["grpo_n4", "ada_balance", "ada_budget"]
+    common = ["--model", tiny_model, "--output_dir", str(out), "--budget", "32", "--eval_every", "16",
+              "--eval_examples", "6", "--eval_k", "2", "--seeds", "0", "--methods", *methods]
+    assert bench.main([*common, "--json", str(tmp_path / "a.json"), "--plot", str(tmp_path / "a.png")]) == 0
+    printed = capsys.readouterr().out
+    saved = json.loads((tmp_path / "a.json").read_text())
+    runs = {r["method"]: r for r in saved["runs"]}
+    assert set(runs) == set(methods) and saved["complete"]
+    before = saved["held_out_before"]
+    assert set(before) == {f"{m}{kind}" for m in ("greedy", "avg@k")
+                           for kind in ("", " 1-digit +", " 1-digit x", " 2-digit +")}
+    for method, run in runs.items():
+        assert run["held_out_before"] == before and set(run["held_out_after"]) == set(before)
+        curve = run["curve"]
+        assert curve[0]["samples"] == 0 and run["generated_samples"] == curve[-1]["samples"] >= 32
+        # stopped at the first step past the budget: the step before it was still short of it
+        assert len(run["per_step"]) == run["steps"] and (run["steps"] == 1 or run["per_step"][-2]["samples"] < 32)
+        assert [p["samples"] for p in curve] == sorted(p["samples"] for p in curve)
+        assert all(0 <= p["greedy"] <= 1 and 0 <= p["avg@k"] <= 1 for p in curve)
+        assert run["train_seconds"] == run["per_step"][-1]["seconds"] > 0
+    assert runs["grpo_n4"]["steps"] == 2 and runs["grpo_n4"]["generated_samples"] == 32  # 4 prompts x 4 a step
+    assert runs["ada_budget"]["generated_samples"] <= 2 * 16  # GRPO parity: at most 16 a step
+    assert "### At the budget" in printed and (tmp_path / "a.png").stat().st_size > 0
+
+    # finished runs are reused (a second call trains nothing), and --from_json re-renders the same tables
+    assert bench.main([*common, "--json", str(tmp_path / "b.json"), "--plot", str(tmp_path / "b.png")]) == 0
+    assert tables(capsys.readouterr().out) == tables(printed)
+    assert json.loads((tmp_path / "b.json").read_text())["runs"] == saved["runs"]
+    assert bench.main(["--from_json", str(tmp_path / "a.json"), "--plot", str(tmp_path / "c.png")]) == 0
+    assert tables(capsys.readouterr().out) == tables(printed)

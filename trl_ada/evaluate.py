@@ -48,16 +48,27 @@ def _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p):
     return [o.text for out in outputs for o in out.outputs]
 
 
-def avg_at_k(model, tokenizer, dataset, k=32, max_new_tokens=4096, temperature=1.0, top_p=1.0, batch_size=64,
-             use_vllm=False, model_path=None) -> float:
-    """Mean over problems of the fraction of k samples whose last \\boxed{} matches the gold answer."""
+def sample_rewards(model, tokenizer, dataset, k=32, max_new_tokens=4096, temperature=1.0, top_p=1.0, batch_size=64,
+                   use_vllm=False, model_path=None, reward_func=boxed_math_reward) -> list[float]:
+    """The reward of each of k samples per problem, problem by problem (k rows for the first problem, then the next).
+
+    `temperature=0` decodes greedily (then k=1 is enough). `reward_func` is any TRL-style reward function taking the
+    completion texts and `answer=`."""
     prompts = list(dataset["prompt"])
     if use_vllm:
         texts = _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p)
     else:
         texts = _generate_transformers(model, tokenizer, prompts, k, max_new_tokens, temperature, top_p, batch_size)
     answers = [a for a in dataset["answer"] for _ in range(k)]
-    rewards = boxed_math_reward(texts, answer=answers)
+    return reward_func(texts, answer=answers)
+
+
+def avg_at_k(model, tokenizer, dataset, k=32, max_new_tokens=4096, temperature=1.0, top_p=1.0, batch_size=64,
+             use_vllm=False, model_path=None, reward_func=boxed_math_reward) -> float:
+    """Mean over problems of the fraction of k samples that `reward_func` grades right (default: the last \\boxed{}
+    matches the gold answer)."""
+    rewards = sample_rewards(model, tokenizer, dataset, k, max_new_tokens, temperature, top_p, batch_size, use_vllm,
+                             model_path, reward_func)
     return sum(rewards) / len(rewards)
 
 
