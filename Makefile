@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: install install-vllm real-model smollm2 test test-lean test-vllm test-fast test-newest test-oldest test-sets \
-	demo bench clean
+	demo bench bench-real-model clean
 
 $(STAMP): setup.cfg pyproject.toml .ci/constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -142,6 +142,11 @@ test-oldest:
 
 # What .ci/run runs: the lock (the newcomer's `make test`), then the newest and the oldest sets.
 test-sets: test test-newest test-oldest
+
+# The real-model comparison (issue 21): SmolLM2-135M-Instruct on chat arithmetic, 5 arms x 3 seeds at equal generated
+# completions; estimated at 3.5-5 hours on 2 cores (never run by CI; resumes where it stopped).
+bench-real-model: smollm2
+	OMP_NUM_THREADS=1 $(PY) benchmarks/real_model.py --model $(SMOLLM2) --jobs 2 --seeds 0 1 2 --budget 640
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(NEWEST) $(NEWEST_VLLM) $(OLDEST) runs
