@@ -208,7 +208,7 @@ def plot(saved, path):
             for column, (axis, _) in enumerate(axes_x):
                 # seeds are evaluated at slightly different positions: put each seed on a common grid
                 top = min(r["curve"][-1][axis] for r in rs)
-                grid = [top * i / 40 for i in range(41)]
+                grid = [top * i / 40 for i in range(40)] + [top]  # top * 40 / 40 can exceed top by an ulp
                 ys = [[learning.interpolate([p[axis] for p in r["curve"]], [p[measure] for p in r["curve"]], x)
                        for x in grid] for r in rs]
                 learning.band(axes[row][column], [grid] * len(rs), ys, equal_budget.COLORS[m], m)
