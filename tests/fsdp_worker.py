@@ -1,0 +1,105 @@
+"""Run by tests/test_fsdp.py under `accelerate launch` with 2 CPU processes (gloo); writes one JSON per rank.
+
+accelerate 1.15 never selects FSDP on CPU: `AcceleratorState` (accelerate/state.py, the `elif self.distributed_type
+in [MULTI_GPU, MULTI_NPU, ...]` branch) turns an FSDP launch into MULTI_CPU, i.e. plain DDP, and drops the plugin.
+torch 2.13's FSDP2 itself runs on CPU with gloo, so `--fsdp` switches accelerate to FSDP after that decision: from
+there on the model is sharded by accelerate's own `fsdp2_prepare_model` (torch `fully_shard`), and TRL and trl_ada
+run unchanged. `--ddp` runs the same training as plain DDP, for the loss comparison.
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+def switch_accelerate_to_fsdp_on_cpu():
+    from accelerate import state
+    from accelerate.utils import DistributedType
+
+    original = state.AcceleratorState.__init__
+
+    def init(self, *args, fsdp_plugin=None, **kwargs):
+        original(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
+        if fsdp_plugin is not None and self.distributed_type == DistributedType.MULTI_CPU:
+            self.distributed_type = DistributedType.FSDP
+            self.fsdp_plugin = fsdp_plugin
+            state.PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+
+    state.AcceleratorState.__init__ = init
+
+
+if "--fsdp" in sys.argv:
+    switch_accelerate_to_fsdp_on_cpu()
+
+import torch  # noqa: E402
+from torch.distributed.tensor import DTensor  # noqa: E402
+
+from conftest import make_recording_reward, pass_rate_dataset  # noqa: E402
+from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
+
+
+class Recorder(AdaGRPOTrainer):
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:  # what this rank restored, before any new step changes it
+            self.restored = {"memory": self.prompt_memory.table(), "refill": self._refill.state_dict(),
+                             "prompts_drawn": self._prompts_drawn}
+
+
+def run(name, model_path, output_dir, lora=False, resume=None, **overrides):
+    args = dict(output_dir=os.path.join(output_dir, name), num_generations=4, max_completion_length=8, use_cpu=True,
+                bf16=False, report_to="none", save_strategy="no", shuffle_dataset=False, logging_steps=1, seed=0,
+                disable_tqdm=True, per_device_train_batch_size=8, learning_rate=1e-2, max_steps=2)
+    args.update(overrides)
+    peft_config = None
+    if lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    reward = make_recording_reward()
+    # Mixed, hard and easy prompts: some finish in round 1, some run every round; the rewards give a non-zero loss.
+    dataset = pass_rate_dataset([0.5, 0.02, 1.0, 0.3], repeat=4)
+    trainer = Recorder(model=model_path, reward_funcs=reward, args=AdaGRPOConfig(**args), train_dataset=dataset,
+                       peft_config=peft_config)
+    trainer.train(resume_from_checkpoint=resume)
+    params = list(trainer.model.parameters())
+    record = {
+        "distributed_type": str(trainer.accelerator.distributed_type),
+        "sharded": all(isinstance(p, DTensor) for p in params),
+        # What this rank holds of the parameters against their full size: about half of it under FSDP.
+        "local_numel": sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in params),
+        "full_numel": sum(p.numel() for p in params),
+        "reward_calls": len(reward.log),
+        "logs": [h for h in trainer.state.log_history if "loss" in h],
+        "global_step": trainer.state.global_step,
+    }
+    if trainer.prompt_memory is not None:
+        record.update(memory=trainer.prompt_memory.table(), prompts_drawn=trainer._prompts_drawn)
+    if trainer._refill is not None:
+        record["refill"] = trainer._refill.state_dict()
+    if hasattr(trainer, "restored"):
+        record["restored"] = trainer.restored
+    return record
+
+
+def main():
+    model_path, output_dir, engine = sys.argv[1], sys.argv[2], sys.argv[3].removeprefix("--")
+    records = {"balanced": run("balanced", model_path, output_dir)}
+    if engine == "fsdp":
+        records["lora"] = run("lora", model_path, output_dir, lora=True)
+        records["dynamic"] = run("dynamic", model_path, output_dir, dynamic_sampling=True)
+        # Budgeted sampling with prompt memory, 4 prompts revisited: a checkpoint at step 2, resumed for step 3.
+        budget = dict(sampling_budget=4.0, prompt_memory=True)
+        records["budget"] = run("budget", model_path, output_dir, save_strategy="steps", save_steps=2, **budget)
+        records["resumed"] = run("budget", model_path, output_dir, max_steps=3,
+                                 resume=os.path.join(output_dir, "budget", "checkpoint-2"), **budget)
+    rank = int(os.environ["RANK"])
+    with open(os.path.join(output_dir, f"{engine}-rank{rank}.json"), "w") as f:
+        json.dump(records, f)
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    main()
