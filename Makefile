@@ -1,4 +1,5 @@
-# Two commands for a newcomer (README): `make demo` runs the offline Reinforce-Ada training, `make test` the tests.
+# Two commands for a newcomer (README): `make demo` runs the offline Reinforce-Ada training of a real model (SmolLM2,
+# about 15 min), `make test` the tests. `make demo-tiny` is the 90-second version on the tiny offline model.
 # Both create .venv on first use: torch==2.13.0 (CPU wheel) first, then this package pinned by .ci/constraints.txt.
 PYTHON ?= python3
 VENV := .venv
@@ -6,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: install install-vllm real-model smollm2 test test-lean test-vllm test-fast test-newest test-oldest test-sets \
-	demo bench bench-real-model clean
+	demo demo-tiny bench bench-real-model clean
 
 $(STAMP): setup.cfg pyproject.toml .ci/constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -72,8 +73,14 @@ test-vllm: $(VLLM_STAMP)
 test-fast: $(REAL_STAMP)
 	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadgroup -m "not slow" tests
 
-demo: $(STAMP)
-	$(PY) -m trl_ada.demo --output_dir runs/demo
+# The demo runs alone on the machine: DEMO_THREADS torch threads (2 on the 2-core dev machine; with another busy
+# process, 2 threads ran a forward pass 16x slower than 1: set DEMO_THREADS=1 then).
+DEMO_THREADS ?= 2
+demo: $(REAL_STAMP)
+	OMP_NUM_THREADS=$(DEMO_THREADS) $(PY) -m trl_ada.demo --output_dir runs/demo --threads $(DEMO_THREADS)
+
+demo-tiny: $(STAMP)
+	$(PY) -m trl_ada.demo --model tiny --output_dir runs/demo-tiny
 
 # All four benchmark scripts (about 20 min on 2 CPU cores; never run by CI). Each prints its table and rewrites its
 # PNG under benchmarks/; benchmarks/README.md holds the numbers from the last full run.

@@ -45,7 +45,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, T
 import equal_budget  # noqa: E402  (arms, counting trainers, resumable parallel runs)
 import learning  # noqa: E402  (recipe split, undisturbed evaluation, table and plot helpers)
 from trl_ada.data import arithmetic_problems  # noqa: E402
-from trl_ada.evaluate import sample_rewards  # noqa: E402
+from trl_ada.evaluate import held_out_accuracy  # noqa: E402
 from trl_ada.models import KNOWN_MODELS, materialize  # noqa: E402
 from trl_ada.rewards import last_number_reward  # noqa: E402
 
@@ -65,16 +65,9 @@ class HeldOutArithmetic:
 
     def measure(self, model) -> dict:
         start = time.time()
-        result = {}
         with learning.evaluation_noise(model, self.seed):
-            for measure, k, temperature in (("greedy", 1, 0.0), ("avg@k", self.k, 1.0)):
-                rewards = sample_rewards(model, self.tokenizer, self.dataset, k=k, max_new_tokens=self.max_new_tokens,
-                                         temperature=temperature, batch_size=256, reward_func=last_number_reward)
-                per_problem = [statistics.mean(rewards[i * k : (i + 1) * k]) for i in range(len(self.dataset))]
-                result[measure] = statistics.mean(per_problem)
-                for kind in sorted(set(self.dataset["kind"])):
-                    result[f"{measure} {kind}"] = statistics.mean(
-                        p for p, row_kind in zip(per_problem, self.dataset["kind"]) if row_kind == kind)
+            result = held_out_accuracy(model, self.tokenizer, self.dataset, k=self.k,
+                                       max_new_tokens=self.max_new_tokens, reward_func=last_number_reward)
         self.seconds += time.time() - start
         return result
 

@@ -172,7 +172,8 @@ def test_demo_main_job_runs_and_reports(tmp_path, capsys):
     from trl_ada.demo import main as demo_main
 
     out = tmp_path / "demo"
-    demo_main(["--output_dir", str(out), "--config", small_tiny_recipe(tmp_path, max_completion_length=8),
+    demo_main(["--model", "tiny", "--output_dir", str(out),
+               "--config", small_tiny_recipe(tmp_path, max_completion_length=8),
                "--max_steps", "2",
                "--warm_start_steps", "2", "--eval_examples", "8", "--eval_k", "2"])
     summary = json.loads((out / "demo_summary.json").read_text())

