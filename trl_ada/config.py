@@ -104,7 +104,7 @@ class AdaGRPOConfig(GRPOConfig):
         default="earliest",
         metadata={
             "help": "Which positives/negatives of the pool are kept: 'earliest' generated (the reference) or "
-            "'random' (deviation, seeded by `seed` and the step).",
+            "'random' (deviation, seeded by `seed`, the step and the prompt: independent of the order prompts retire).",
             "choices": list(SELECTIONS),
         },
     )

@@ -26,6 +26,7 @@ Example (plan a budget with a simulated policy, no model needed):
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -38,11 +39,13 @@ __all__ = [
     "CHOICES",
     "SELECTIONS",
     "PromptResult",
+    "PromptRounds",
     "normalize_choice",
     "is_positive",
     "exit_rule",
     "select_at_exit",
     "select_fallback",
+    "selection_rng",
     "run_adaptive_sampling",
 ]
 
@@ -153,6 +156,76 @@ class PromptResult:
         return [self.pool_rewards[i] for i in self.selected]
 
 
+def selection_rng(selection: str, seed: int, prompt: int) -> random.Random | None:
+    """The generator of one prompt's random selection (None for "earliest", the reference).
+
+    Seeded by (seed, prompt) alone, never shared between prompts: a prompt's group then does not depend on which other
+    prompts retired before it, so a driver that retires prompts in the order their samples finish
+    (`trl_ada.pipelined`) selects exactly what the synchronous driver selects.
+    """
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}.")
+    if selection == "earliest":
+        return None
+    digest = hashlib.blake2b(f"{seed}/{prompt}".encode(), digest_size=8).digest()
+    return random.Random(int.from_bytes(digest, "little"))
+
+
+class PromptRounds:
+    """One prompt's successive elimination (rules 1-4 of the module docstring): its pool grows by whole rounds of
+    `round_repeat` rewards, in sample order; after each round the exit rule is checked; a prompt that meets it, or
+    that has had `max_rounds` rounds, is retired with its selected group.
+
+    Every driver (the synchronous rounds below, the pipelined one in `trl_ada.pipelined`) feeds it complete rounds, so
+    the pool it sees is exactly the reference's, whatever order the samples were generated in.
+    """
+
+    def __init__(self, num_generations: int, round_repeat: int, max_rounds: int, choice: str,
+                 positive_threshold: float, rng: random.Random | None = None):
+        self.num_generations, self.round_repeat, self.max_rounds = num_generations, round_repeat, max_rounds
+        self.choice, self.positive_threshold, self.rng = choice, positive_threshold, rng
+        self.result = PromptResult()
+        self.retired = False
+
+    @property
+    def pool_rewards(self) -> list[float]:
+        return self.result.pool_rewards
+
+    def add_round(self, rewards: Sequence[float]) -> bool:
+        """Append one complete round to the pool and check the exit rule; return True if the prompt is now retired."""
+        if self.retired:
+            raise RuntimeError("add_round on a retired prompt: its pool is final.")
+        if len(rewards) != self.round_repeat:
+            raise ValueError(f"a round holds round_repeat={self.round_repeat} rewards, got {len(rewards)}.")
+        result = self.result
+        result.pool_rewards.extend(float(r) for r in rewards)
+        result.rounds += 1
+        num_pos = sum(is_positive(r, self.positive_threshold) for r in result.pool_rewards)
+        num_neg = len(result.pool_rewards) - num_pos
+        if exit_rule(num_pos, num_neg, self.num_generations, self.choice):
+            result.finished = True
+            result.selected = select_at_exit(result.pool_rewards, self.num_generations, self.positive_threshold,
+                                             self.rng)
+            self.retired = True
+        elif result.rounds == self.max_rounds:
+            result.selected = select_fallback(result.pool_rewards, self.num_generations, self.positive_threshold,
+                                              self.choice, self.rng)
+            self.retired = True
+        return self.retired
+
+
+def check_sampling_args(choice: str, selection: str, num_generations: int, round_repeat: int, max_rounds: int) -> str:
+    """Validate the algorithm's parameters (shared by every driver); return the normalised choice."""
+    choice = normalize_choice(choice)
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}.")
+    if round_repeat < num_generations:
+        raise ValueError(f"round_repeat ({round_repeat}) must be >= num_generations ({num_generations}).")
+    if max_rounds < 1:
+        raise ValueError(f"max_rounds ({max_rounds}) must be >= 1.")
+    return choice
+
+
 SampleRound = Callable[[list[int], int], Sequence[Sequence[float]]]
 
 
@@ -178,46 +251,25 @@ def run_adaptive_sampling(
         max_rounds: rounds R at most.
         choice: exit rule, "balanced" or "positive_focused".
         positive_threshold: a reward strictly above it is a positive.
-        selection: "earliest" (the reference) or "random" (opt-in deviation, seeded by `seed`).
+        selection: "earliest" (the reference) or "random" (opt-in deviation, seeded by `seed` and the prompt index:
+            see `selection_rng`).
         seed: seed of the random selection; unused with "earliest".
 
     Returns:
         one `PromptResult` per prompt, in prompt order.
     """
-    choice = normalize_choice(choice)
-    if selection not in SELECTIONS:
-        raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}.")
-    if round_repeat < num_generations:
-        raise ValueError(f"round_repeat ({round_repeat}) must be >= num_generations ({num_generations}).")
-    if max_rounds < 1:
-        raise ValueError(f"max_rounds ({max_rounds}) must be >= 1.")
-    rng = random.Random(seed) if selection == "random" else None
-
-    results = [PromptResult() for _ in range(num_prompts)]
+    choice = check_sampling_args(choice, selection, num_generations, round_repeat, max_rounds)
+    prompts = [
+        PromptRounds(num_generations, round_repeat, max_rounds, choice, positive_threshold,
+                     selection_rng(selection, seed, p))
+        for p in range(num_prompts)
+    ]
     active = list(range(num_prompts))
-    for _ in range(max_rounds):
-        if not active:
-            break
+    while active:  # every round retires the prompts that meet the exit rule; round max_rounds retires the rest
         rewards = sample_round(list(active), round_repeat)
         if len(rewards) != len(active) or any(len(r) != round_repeat for r in rewards):
             raise ValueError(
                 f"sample_round must return {round_repeat} rewards for each of the {len(active)} active prompts."
             )
-        still_active = []
-        for prompt, new_rewards in zip(active, rewards):
-            result = results[prompt]
-            result.pool_rewards.extend(float(r) for r in new_rewards)
-            result.rounds += 1
-            num_pos = sum(is_positive(r, positive_threshold) for r in result.pool_rewards)
-            num_neg = len(result.pool_rewards) - num_pos
-            if exit_rule(num_pos, num_neg, num_generations, choice):
-                result.finished = True
-                result.selected = select_at_exit(result.pool_rewards, num_generations, positive_threshold, rng)
-            else:
-                still_active.append(prompt)
-        active = still_active
-
-    for prompt in active:
-        result = results[prompt]
-        result.selected = select_fallback(result.pool_rewards, num_generations, positive_threshold, choice, rng)
-    return results
+        active = [p for p, new_rewards in zip(active, rewards) if not prompts[p].add_round(new_rewards)]
+    return [prompt.result for prompt in prompts]

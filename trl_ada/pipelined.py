@@ -1,0 +1,188 @@
+"""Barrier-free rounds: each prompt moves to its next round as soon as its own round is scored (issue 23, pure core).
+
+`trl_ada.sampling.run_adaptive_sampling` runs a round as one batch over every active prompt, so a round waits for
+the slowest completion of the whole batch before any prompt can be checked and resampled. A prompt's exit rule
+depends only on its own pool, so nothing requires that barrier. `run_pipelined_sampling` drives an engine that takes
+single samples and finishes them in any order (a colocated vLLM engine stepped by hand, or a simulation) and returns
+exactly what the synchronous driver returns, by construction (`../docs/rollout.md`'s four invariants):
+
+1. a round is the fixed set of slots issued for it: sample j of round k of a prompt is slot k*M + j, never "the
+   first M completions to arrive";
+2. the exit check runs once every slot of the round is finished and scored, on slots 0 ... (k+1)*M - 1, through
+   `trl_ada.sampling.PromptRounds`, the state machine the synchronous driver uses;
+3. nothing beyond that pool is ever issued: a round is issued only when it is certain to happen (its previous round
+   is complete and did not retire the prompt, or "certain continuation" below);
+4. "earliest" selection means slot order (rewards enter the pool in slot order), and a random selection uses a
+   generator per prompt (`selection_rng`), so finish order changes nothing.
+
+Certain continuation (balanced only): round k+1 of a prompt can be issued before round k is complete once the
+scored samples make the exit rule unreachable at the end of round k, that is when the positives and negatives still
+missing outnumber the samples of rounds <= k not yet scored. Those samples are certain to be in the synchronous pool,
+so issuing them early wastes nothing. For positive_focused it never fires (the last straggler could be the first
+positive). Speculative rounds (issuing a round that may not happen into idle slots) are future work: they would need
+a buffer whose samples are discarded when their round does not happen.
+
+The engine protocol is four methods (`Engine`). The driver never leaves a request in the engine: on return, and on
+any exception (a reward function raising, say), it aborts whatever is still running.
+
+    >>> from trl_ada.sampling import run_adaptive_sampling
+    >>> table = {0: [1.0] * 32, 1: [0.0] * 8 + [1.0, 0.0] * 12, 2: [1.0, 0.0] * 16}   # reward of (prompt, slot)
+    >>> class LastFirst:                           # finishes the most recently submitted request first
+    ...     def __init__(self): self.running = []
+    ...     def submit(self, requests): self.running += requests
+    ...     def abort(self, requests): self.running = [r for r in self.running if r not in requests]
+    ...     def poll(self): return [self.running.pop()] if self.running else []
+    ...     def free_slots(self): return 4 - len(self.running)
+    >>> out = run_pipelined_sampling(3, LastFirst(), score=lambda done: [table[p][s] for p, s in done])
+    >>> drawn = [0, 0, 0]
+    >>> def sample_round(active, k):               # the synchronous driver reads the same table, slot by slot
+    ...     out = [table[p][drawn[p] : drawn[p] + k] for p in active]
+    ...     for p in active: drawn[p] += k
+    ...     return out
+    >>> out.results == run_adaptive_sampling(3, sample_round)
+    True
+    >>> [(r.rounds, r.finished, r.selected) for r in out.results]
+    [(4, False, [0, 1, 2, 3]), (2, True, [8, 10, 0, 1]), (1, True, [0, 2, 1, 3])]
+    >>> out.stats.samples_issued, out.stats.max_running <= 4
+    (56, True)
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .sampling import PromptResult, PromptRounds, check_sampling_args, is_positive, selection_rng
+
+__all__ = ["Engine", "PipelinedStats", "Pipelined", "run_pipelined_sampling"]
+
+Request = tuple[int, int]  # (prompt, slot): slot k * round_repeat + j is sample j of round k
+
+
+class Engine(Protocol):
+    """What the driver needs from a generation engine: one request per sample, finished in any order."""
+
+    def submit(self, requests: Sequence[Request]) -> None:
+        """Start generating one sample for each request."""
+
+    def abort(self, requests: Sequence[Request]) -> None:
+        """Cancel requests still running; an aborted request is never returned by `poll`."""
+
+    def poll(self) -> Sequence[Request]:
+        """Advance the engine (one step) and return the requests that finished since the last poll."""
+
+    def free_slots(self) -> int:
+        """How many more requests the engine can run now (vLLM: max_num_seqs minus the running ones)."""
+
+
+@dataclass
+class PipelinedStats:
+    samples_issued: int = 0  # requests submitted (all of them end in a pool: nothing speculative is issued)
+    early_samples: int = 0  # of which issued by certain continuation, before their previous round was complete
+    polls: int = 0  # engine steps taken
+    max_running: int = 0  # most requests in the engine at once
+
+
+@dataclass
+class Pipelined:
+    results: list[PromptResult]  # one per prompt, equal to run_adaptive_sampling's
+    stats: PipelinedStats = field(default_factory=PipelinedStats)
+
+
+def run_pipelined_sampling(
+    num_prompts: int,
+    engine: Engine,
+    score: Callable[[list[Request]], Sequence[float]],
+    num_generations: int = 4,
+    round_repeat: int = 8,
+    max_rounds: int = 4,
+    choice: str = "balanced",
+    positive_threshold: float = 0.7,
+    selection: str = "earliest",
+    seed: int = 0,
+    max_running: int | None = None,
+    certain_continuation: bool = True,
+) -> Pipelined:
+    """Successive elimination without a barrier between prompts; the same results as `run_adaptive_sampling`.
+
+    Args:
+        num_prompts, num_generations, round_repeat, max_rounds, choice, positive_threshold, selection, seed: as in
+            `trl_ada.sampling.run_adaptive_sampling`.
+        engine: see `Engine`.
+        score: `score(finished)` returns one reward per finished request (called in the caller's thread, once per
+            engine step that finished something: batched, and where math-verify's signal-based timeouts work).
+        max_running: at most this many requests in the engine at once (None: only `engine.free_slots()` limits).
+        certain_continuation: issue a balanced prompt's next round as soon as its exit has become unreachable.
+    """
+    choice = check_sampling_args(choice, selection, num_generations, round_repeat, max_rounds)
+    m, half = round_repeat, num_generations // 2
+    prompts = [PromptRounds(num_generations, round_repeat, max_rounds, choice, positive_threshold,
+                            selection_rng(selection, seed, p)) for p in range(num_prompts)]
+    scored: list[dict[int, float]] = [{} for _ in range(num_prompts)]  # slot -> reward, slots not yet in the pool
+    issued_rounds = [0] * num_prompts
+    queue: list[tuple[int, int, int]] = []  # (-round, prompt, slot): later rounds first (they end a prompt sooner)
+    running: set[Request] = set()
+    stats = PipelinedStats()
+
+    def issue_round(p: int, early: bool) -> None:
+        k = issued_rounds[p]
+        issued_rounds[p] += 1
+        for slot in range(k * m, (k + 1) * m):
+            heapq.heappush(queue, (-k, p, slot))
+        stats.early_samples += m if early else 0
+
+    def exit_unreachable(p: int) -> bool:
+        # At the end of the last issued round: the pool then holds every issued slot. Counts only grow with the
+        # rounds, so unreachable there means unreachable at every earlier round too.
+        pool = prompts[p].pool_rewards
+        num_pos = sum(is_positive(r, positive_threshold) for r in [*pool, *scored[p].values()])
+        num_neg = len(pool) + len(scored[p]) - num_pos
+        unscored = issued_rounds[p] * m - len(pool) - len(scored[p])
+        return max(0, half - num_pos) + max(0, num_generations - half - num_neg) > unscored
+
+    for p in range(num_prompts):
+        issue_round(p, early=False)
+    try:
+        while not all(prompt.retired for prompt in prompts):
+            room = engine.free_slots() if max_running is None else min(engine.free_slots(), max_running - len(running))
+            admitted = [heapq.heappop(queue)[1:] for _ in range(min(room, len(queue)))]
+            if admitted:
+                engine.submit(admitted)
+                running.update(admitted)
+                stats.samples_issued += len(admitted)
+                stats.max_running = max(stats.max_running, len(running))
+            if not running:
+                raise RuntimeError("run_pipelined_sampling: prompts are unfinished but nothing is running or queued "
+                                   "(the engine reports no free slots).")
+            finished = list(engine.poll())
+            stats.polls += 1
+            if not finished:
+                continue
+            unknown = [request for request in finished if request not in running]
+            if unknown:
+                raise RuntimeError(f"the engine returned requests that are not running: {unknown[:4]}")
+            running.difference_update(finished)
+            rewards = list(score(finished))
+            if len(rewards) != len(finished):
+                raise ValueError(f"score returned {len(rewards)} rewards for {len(finished)} finished samples.")
+            for (p, slot), reward in zip(finished, rewards):
+                scored[p][slot] = float(reward)
+            for p in sorted({p for p, _ in finished}):
+                prompt = prompts[p]
+                while not prompt.retired:  # fold in every round that is now complete, in order
+                    k = prompt.result.rounds
+                    slots = range(k * m, (k + 1) * m)
+                    if any(slot not in scored[p] for slot in slots):
+                        break
+                    prompt.add_round([scored[p].pop(slot) for slot in slots])
+                    if not prompt.retired and issued_rounds[p] == prompt.result.rounds:
+                        issue_round(p, early=False)
+                while (certain_continuation and choice == "balanced" and not prompt.retired
+                        and issued_rounds[p] < max_rounds and exit_unreachable(p)):
+                    issue_round(p, early=True)
+        return Pipelined([prompt.result for prompt in prompts], stats)
+    finally:
+        if running:  # an exception left samples in flight: the engine must hold nothing of ours afterwards
+            engine.abort(sorted(running))
