@@ -173,8 +173,8 @@ def real_model_demo(args) -> dict:
     held_out = arithmetic_problems(args.eval_examples or 48, training_args.seed, split="test")
     tokens = training_args.max_completion_length
     print(f"[demo] {os.path.basename(os.path.normpath(model_dir))} learns chat arithmetic with AdaGRPOTrainer "
-          f"({training_args.reinforce_ada_choice}, {training_args.max_steps} steps); held-out: {len(held_out)} questions "
-          "never trained on. About 10 minutes on 2 CPU cores.", flush=True)
+          f"({training_args.reinforce_ada_choice}, {training_args.max_steps} steps); held-out: {len(held_out)} "
+          "questions never trained on. About 10 minutes on 2 CPU cores.", flush=True)
 
     def measure(path: str, when: str) -> dict:
         print(f"[demo] held-out evaluation {when} RL: {len(held_out)} greedy + {len(held_out) * args.eval_k} sampled "
@@ -232,7 +232,8 @@ def tiny_demo(args) -> dict:
     summary = {f"held_out_avg@{args.eval_k}_before": before, f"held_out_avg@{args.eval_k}_after": after,
                **_sampling_summary(trainer.state.log_history, 10), "wall_seconds": time.time() - started}
     print("\n| | before RL | after RL |\n|---|---|---|")
-    print(f"| held-out accuracy (avg@{args.eval_k}, {len(held_out)} problems) | {100 * before:.1f}% | {100 * after:.1f}% |")
+    print(f"| held-out accuracy (avg@{args.eval_k}, {len(held_out)} problems) | {100 * before:.1f}% | "
+          f"{100 * after:.1f}% |")
     print(f"| round-1 training reward (mean of the first / last 10 steps) | "
           f"{100 * summary['first_steps_round1_reward']:.1f}% | {100 * summary['last_steps_round1_reward']:.1f}% |")
     _print_cost(summary)
@@ -248,7 +249,8 @@ def main(argv=None):
     parser.add_argument("--output_dir", default=None, help="default: runs/demo (smollm2) or runs/demo-tiny (tiny)")
     parser.add_argument("--config", default=None, help="AdaGRPOConfig recipe (YAML); default: the model's recipe")
     parser.add_argument("--model_name_or_path", default=None, help="smollm2: the model folder (default: the recipe's)")
-    parser.add_argument("--max_steps", type=int, default=None, help="override the steps (smollm2: 10; tiny: the recipe's 200)")
+    parser.add_argument("--max_steps", type=int, default=None,
+                        help="override the steps (smollm2: 10; tiny: the recipe's 200)")
     parser.add_argument("--warm_start_steps", type=int, default=300, help="tiny: supervised warm-start steps")
     parser.add_argument("--eval_examples", type=int, default=None, help="held-out questions (smollm2 48, tiny 256)")
     parser.add_argument("--eval_k", type=int, default=4)
