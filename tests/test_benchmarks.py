@@ -299,3 +299,30 @@ def test_real_model_benchmark_stops_every_arm_at_the_budget_resumes_and_rerender
     assert json.loads((tmp_path / "b.json").read_text())["runs"] == saved["runs"]
     assert bench.main(["--from_json", str(tmp_path / "a.json"), "--plot", str(tmp_path / "c.png")]) == 0
     assert tables(capsys.readouterr().out) == tables(printed)
+
+
+def test_rollout_schedule_simulation_orders_the_schedules(tmp_path):
+    """With step time independent of the running sequences and room for every sample, a prompt's round k ends no
+    later pipelined than synchronously (it waits only for its own samples), and certain continuation only starts
+    rounds earlier; when step time is proportional to the running sequences (a throughput-bound engine), time is
+    tokens and every schedule takes the same time. The script also checks that every schedule selects the same
+    groups as the synchronous driver."""
+    rollout = load("rollout_schedule")
+    flat = tmp_path / "flat.json"
+    flat.write_text("[[1, 0.01], [4096, 0.01]]")
+    common = ["--prompts", "12", "--median_tokens", "50", "--max_tokens", "200", "--seeds", "2",
+              "--max_num_seqs", "4096"]
+    summary = rollout.main(common + ["--step_time_curve", str(flat), "--json", str(tmp_path / "a.json"),
+                                     "--plot", str(tmp_path / "a.png")])
+    for choice in ("positive_focused", "balanced"):
+        sync, pipe, certain = (summary[f"{choice} {s}"]["time_ratio_to_grpo"] for s in rollout.SCHEDULES)
+        assert 0 < certain <= pipe <= sync
+    assert summary["balanced pipelined"]["time_ratio_to_grpo"] < summary["balanced synchronous"]["time_ratio_to_grpo"]
+    steep = tmp_path / "steep.json"
+    steep.write_text("[[1, 0.001], [4096, 4.096]]")
+    summary = rollout.main(common + ["--step_time_curve", str(steep), "--json", str(tmp_path / "b.json"),
+                                     "--plot", str(tmp_path / "b.png")])
+    for key, value in summary.items():
+        assert value["time_ratio_to_grpo"] == pytest.approx(value["token_ratio_to_grpo"], rel=1e-9), key
+    saved = json.loads((tmp_path / "b.json").read_text())
+    assert len(saved["runs"]) == 2 and (tmp_path / "b.png").stat().st_size > 0
