@@ -50,6 +50,14 @@ $(REAL_STAMP): $(STAMP)
 
 real-model: $(REAL_STAMP)
 
+# DeepSpeed (tests/test_deepspeed.py: ZeRO-3 on 2 CPU processes with DeepSpeed's CPU accelerator). Built from its
+# sdist (about 15 s; no ops compiled: the test uses torch's AdamW and no offload). Not a dependency of trl-ada.
+DS_STAMP := $(VENV)/.deepspeed
+
+$(DS_STAMP): $(STAMP) .ci/constraints-deepspeed.txt
+	$(PY) -m pip install --quiet -c .ci/constraints.txt -c .ci/constraints-deepspeed.txt deepspeed
+	touch $(DS_STAMP)
+
 # Materialise it once as a plain Hugging Face folder (what the SmolLM2 recipes point to).
 smollm2: $(REAL_STAMP)
 	$(PY) -m trl_ada.models smollm2 --output_dir $(SMOLLM2)
@@ -64,13 +72,13 @@ TEST_ENV := OMP_NUM_THREADS=1
 test: test-lean test-vllm
 
 # --dist loadgroup: the real-model tests share one worker, so SmolLM2 is materialised once per run, not per worker.
-test-lean: $(REAL_STAMP)
+test-lean: $(REAL_STAMP) $(DS_STAMP)
 	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadgroup tests
 
 test-vllm: $(VLLM_STAMP)
 	$(TEST_ENV) $(VLLM_PY) -m pytest -m vllm tests
 
-test-fast: $(REAL_STAMP)
+test-fast: $(REAL_STAMP) $(DS_STAMP)
 	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadgroup -m "not slow" tests
 
 # The demo runs alone on the machine: DEMO_THREADS torch threads (2 on the 2-core dev machine; with another busy

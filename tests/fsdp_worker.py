@@ -1,10 +1,19 @@
-"""Run by tests/test_fsdp.py under `accelerate launch` with 2 CPU processes (gloo); writes one JSON per rank.
+"""Run by tests/test_fsdp.py and tests/test_deepspeed.py under `accelerate launch` with 2 CPU processes (gloo);
+writes one JSON per rank.
 
 accelerate 1.15 never selects FSDP on CPU: `AcceleratorState` (accelerate/state.py, the `elif self.distributed_type
 in [MULTI_GPU, MULTI_NPU, ...]` branch) turns an FSDP launch into MULTI_CPU, i.e. plain DDP, and drops the plugin.
 torch 2.13's FSDP2 itself runs on CPU with gloo, so `--fsdp` switches accelerate to FSDP after that decision: from
 there on the model is sharded by accelerate's own `fsdp2_prepare_model` (torch `fully_shard`), and TRL and trl_ada
 run unchanged. `--ddp` runs the same training as plain DDP, for the loss comparison.
+
+`--zero3` (DeepSpeed ZeRO-3 with DeepSpeed's CPU accelerator, `DS_ACCELERATOR=cpu`, gloo): accelerate 1.15 does start
+DeepSpeed on a machine without a GPU when `use_cpu` is false, but its `PartialState` then reports one process
+(`_prepare_backend` knows no CPU backend outside `cpu=True`, so the process count is never read from
+torch.distributed), while DeepSpeed's world holds two: DeepSpeedConfig stops with "train_batch_size is not equal to
+micro_batch_per_gpu * gradient_acc_step * world_size 8 != 8 * 1 * 2". `--zero3` corrects the count after accelerate's
+decision; from there DeepSpeed partitions the model and TRL and trl_ada run unchanged. (`use_cpu: true` instead makes
+accelerate drop DeepSpeed and run DDP.)
 """
 
 import json
@@ -30,8 +39,26 @@ def switch_accelerate_to_fsdp_on_cpu():
     state.AcceleratorState.__init__ = init
 
 
+def count_deepspeed_processes_on_cpu():
+    import torch.distributed
+    from accelerate import state
+
+    original = state.PartialState.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        if torch.distributed.is_initialized() and self.num_processes != torch.distributed.get_world_size():
+            self.num_processes = torch.distributed.get_world_size()
+            self.process_index = torch.distributed.get_rank()
+            self.local_process_index = int(os.environ.get("LOCAL_RANK", 0))
+
+    state.PartialState.__init__ = init
+
+
 if "--fsdp" in sys.argv:
     switch_accelerate_to_fsdp_on_cpu()
+if "--zero3" in sys.argv:
+    count_deepspeed_processes_on_cpu()
 
 import torch  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
@@ -65,12 +92,14 @@ def run(name, model_path, output_dir, lora=False, resume=None, **overrides):
                        peft_config=peft_config)
     trainer.train(resume_from_checkpoint=resume)
     params = list(trainer.model.parameters())
+    zero3 = all(hasattr(p, "ds_tensor") for p in params)  # DeepSpeed's partitioned parameters
     record = {
         "distributed_type": str(trainer.accelerator.distributed_type),
-        "sharded": all(isinstance(p, DTensor) for p in params),
-        # What this rank holds of the parameters against their full size: about half of it under FSDP.
-        "local_numel": sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in params),
-        "full_numel": sum(p.numel() for p in params),
+        "sharded": all(isinstance(p, DTensor) for p in params) or zero3,
+        # What this rank holds of the parameters against their full size: about half of it under FSDP and ZeRO-3.
+        "local_numel": sum(p.ds_tensor.numel() if zero3 else (p.to_local() if isinstance(p, DTensor) else p).numel()
+                           for p in params),
+        "full_numel": sum(p.ds_numel if zero3 else p.numel() for p in params),
         "reward_calls": len(reward.log),
         "logs": [h for h in trainer.state.log_history if "loss" in h],
         "global_step": trainer.state.global_step,
@@ -86,7 +115,15 @@ def run(name, model_path, output_dir, lora=False, resume=None, **overrides):
 
 def main():
     model_path, output_dir, engine = sys.argv[1], sys.argv[2], sys.argv[3].removeprefix("--")
-    records = {"balanced": run("balanced", model_path, output_dir)}
+    if engine == "zero3":  # use_cpu=True would make accelerate drop DeepSpeed (see the docstring)
+        records = {"balanced": run("balanced", model_path, output_dir, use_cpu=False)}
+        records["dynamic"] = run("dynamic", model_path, output_dir, use_cpu=False, dynamic_sampling=True)
+        budget = dict(sampling_budget=4.0, prompt_memory=True, use_cpu=False)
+        records["budget"] = run("budget", model_path, output_dir, save_strategy="steps", save_steps=2, **budget)
+        records["resumed"] = run("budget", model_path, output_dir, max_steps=3,
+                                 resume=os.path.join(output_dir, "budget", "checkpoint-2"), **budget)
+    else:
+        records = {"balanced": run("balanced", model_path, output_dir)}
     if engine == "fsdp":
         records["lora"] = run("lora", model_path, output_dir, lora=True)
         records["dynamic"] = run("dynamic", model_path, output_dir, dynamic_sampling=True)
