@@ -14,7 +14,9 @@ learning rate; only the sampler differs; the overrides of benchmarks/equal_budge
 - `grpo_n4`: TRL's own `GRPOTrainer`, n = 4;
 - `ada_balance`, `ada_pos`: Reinforce-Ada balanced / positive_focused, reference settings (M=8, R=4);
 - `dapo`: `AdaGRPOTrainer`, adaptive rounds off, `dynamic_sampling=True` (DAPO's filter and refill);
-- `ada_budget`: `sampling_budget=4.0` (GRPO parity) with `prompt_memory=True`.
+- `ada_budget`: `sampling_budget=4.0` (GRPO parity) with `prompt_memory=True`;
+- `ada_budget_kind`: the same with `prompt_memory_group_column="kind"`: an unseen question starts from the pass-rate
+  distribution of its kind (`trl_ada.memory.GroupPrior`), so the screening works before any question comes back.
 
 Every generated completion is counted where it is made (benchmarks/equal_budget.py's counting trainers: rounds,
 refills, padding), and every run stops at the first step at which its count reaches `--budget`. Held-out accuracy on
@@ -51,7 +53,11 @@ from trl_ada.rewards import last_number_reward  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_RECIPE = os.path.join(os.path.dirname(HERE), "recipes", "SmolLM2-135M-Instruct", "arith_ada_balance.yaml")
-METHODS = ("grpo_n4", "ada_balance", "ada_pos", "dapo", "ada_budget")
+METHODS = ("grpo_n4", "ada_balance", "ada_pos", "dapo", "ada_budget", "ada_budget_kind")
+# The arms of benchmarks/equal_budget.py, and one that needs this task's `kind` column: the budgeted mode whose prompts
+# start from their kind's pass-rate distribution (issue 21, item 3: a run this short rarely meets a prompt twice).
+ARMS = dict(equal_budget.METHODS, ada_budget_kind=("ada", {"sampling_budget": 4.0, "prompt_memory": True,
+                                                          "prompt_memory_group_column": "kind"}))
 MEASURES = ("greedy", "avg@k")
 
 
@@ -112,7 +118,8 @@ def train_one(method, seed, model_dir, args, before):
     held_out = arithmetic_problems(args.eval_examples, args.task_seed, split="test")
     output_dir = os.path.join(args.output_dir, f"{method}-seed{seed}")
     max_steps = math.ceil(args.budget / (prompts_per_step * 4)) + 5  # every arm makes >= 4 per prompt a step
-    config = equal_budget.make_config(method, seed, max_steps, output_dir, shared, ada, prompts_per_step)
+    config = equal_budget.make_config(method, seed, max_steps, output_dir, shared, ada, prompts_per_step,
+                                      methods=ARMS)
     trainer_class = equal_budget._CountingGRPO if method == "grpo_n4" else equal_budget._CountingAda
     counted = equal_budget._Counted()
     held = HeldOutArithmetic(AutoTokenizer.from_pretrained(model_dir), held_out, args.eval_k,

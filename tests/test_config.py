@@ -64,6 +64,8 @@ def test_adaptive_off_defaults_to_grpo():
         ({"sampling_budget": 4.0, "budget_explore_floor": 0.0}, ["budget_explore_floor=0.0", "starve"]),
         ({"sampling_budget": 4.0, "budget_skip_threshold": 2}, ["budget_skip_threshold=2", "[0, 1]"]),
         ({"sampling_budget": 4.0, "budget_skip_decay": 0}, ["budget_skip_decay=0", "(0, 1]"]),
+        ({"prompt_memory_group_column": "kind"}, ["prompt_memory_group_column='kind'", "sampling_budget=4.0"]),
+        ({"sampling_budget": 4.0, "prompt_memory_group_column": ""}, ["prompt_memory_group_column=''", "column"]),
         ({"multiround_adaptive_downsampling": False, "dynamic_sampling": True,
           "multi_objective_aggregation": "normalize_then_sum"}, ["multi_objective_aggregation", "sum_then_normalize"]),
     ],

@@ -1,6 +1,7 @@
 """Dynamic sampling, prompt refill and prompt memory in the real trainer, one process (tests/test_multiprocess.py has
 two): trains only on groups with signal, honours the cap, counts every completion, survives a resume exactly."""
 
+import json
 import math
 
 import numpy as np
@@ -120,7 +121,32 @@ def memory_run(tiny_model, tmp_path, **kwargs):
                                     "shuffle_dataset": True, **kwargs}))
 
 
-@pytest.mark.parametrize("mode", [{"dynamic_sampling": True}, {"dynamic_sampling": False, "sampling_budget": 6.0}])
+def test_group_prior_screens_prompts_never_seen_before(tiny_model, tmp_path):
+    """64 distinct prompts, 4 per step at GRPO parity: the per-prompt memory has nothing to go on, but after a few
+    steps the group prior (column `pass_rate`) knows the 1.0 group comes back uniform and screens its new prompts.
+    The per-prompt memory is off: only the group prior can screen."""
+    trainer, reward, logs = train(tiny_model, tmp_path, [1.0, 0.5], repeat=32, max_steps=8, per_device_train_batch_size=16,
+                                  sampling_budget=4.0, prompt_memory_group_column="pass_rate")
+    assert len(logs) == 8 and len(reward.log) == sum(h["sampling/total_samples"] for h in logs)
+    assert all(h["sampling/total_samples"] + h["sampling/padding_samples"] <= 16 for h in logs)  # parity holds
+    assert logs[0]["sampling/prompts_skipped"] == 0  # no group known yet
+    assert logs[-1]["sampling/groups_known"] == 2 and sum(h["sampling/prompts_skipped"] for h in logs[4:]) >= 6
+    trained = [rate for _, output in trainer.recorded[4:] for _, rate, _, _ in decode_groups(trainer, output)]
+    assert sum(rate == 0.5 for rate in trained) >= 0.75 * len(trained)
+    exported = json.loads((tmp_path / "out" / "prompt_groups.json").read_text())
+    assert exported["group"] == ["0.5", "1.0"] and exported["pass_rate"][1] > 0.9
+
+
+def test_a_missing_group_column_is_named(tiny_model, tmp_path):
+    with pytest.raises(ValueError, match="prompt_memory_group_column='kind' is not a column of train_dataset"):
+        AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=pass_rate_dataset([0.5]),
+                       args=tiny_args(tmp_path, per_device_train_batch_size=8, sampling_budget=4.0, max_steps=1,
+                                      prompt_memory_group_column="kind"))
+
+
+@pytest.mark.parametrize("mode", [{"dynamic_sampling": True}, {"dynamic_sampling": False, "sampling_budget": 6.0},
+                                  {"dynamic_sampling": False, "sampling_budget": 6.0,
+                                   "prompt_memory_group_column": "pass_rate"}])
 def test_memory_and_refill_survive_a_resume_exactly(tiny_model, tmp_path, mode):
     uninterrupted = memory_run(tiny_model, tmp_path / "a", max_steps=4, save_strategy="steps", save_steps=2, **mode)
     uninterrupted.train()
@@ -134,6 +160,9 @@ def test_memory_and_refill_survive_a_resume_exactly(tiny_model, tmp_path, mode):
     assert all(np.array_equal(a[k], b[k]) for k in a)  # the posterior after resume = the uninterrupted one
     assert uninterrupted._refill.state_dict() == resumed._refill.state_dict()
     assert uninterrupted._prompts_drawn == resumed._prompts_drawn
+    if "prompt_memory_group_column" in mode:
+        assert len(uninterrupted.group_prior) == 4
+        assert uninterrupted.group_prior.state_dict() == resumed.group_prior.state_dict()
     # ...and so does the training itself: after the epoch boundary at step 2, TRL's sampler walks the prompts in the
     # uninterrupted order (AdaGRPOTrainer gives it set_epoch), so steps 3 and 4 are the same steps.
     losses = [[h["loss"] for h in run.state.log_history if "loss" in h][-2:] for run in (uninterrupted, resumed)]

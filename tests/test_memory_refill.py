@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trl_ada.dynamic import fill_with_signal, has_signal
-from trl_ada.memory import PromptMemory, prompt_key
+from trl_ada.memory import GroupPrior, PromptMemory, prompt_key
 from trl_ada.refill import PromptStream
 from trl_ada.sampling import run_adaptive_sampling
 
@@ -277,3 +277,100 @@ def test_budget_rejects_bad_input():
         run_budgeted_sampling([0, 1], target=2, budget=7, **args)
     with pytest.raises(ValueError, match="explore_floor"):
         run_budgeted_sampling([0, 1], target=2, budget=8, explore_floor=0.0, **args)
+
+
+# -- group prior -----------------------------------------------------------------------------------------------------
+
+
+def simulate_group(groups: GroupPrior, label, a, b, visits, n, rng):
+    """`visits` prompts of a group whose pass rates are Beta(a, b), n samples each, folded in as one step."""
+    p = rng.beta(a, b, visits)
+    groups.update([label] * visits, [n] * visits, rng.binomial(n, p).tolist())
+
+
+@pytest.mark.parametrize("a, b, n", [(0.3, 0.3, 4), (1, 1, 4), (2, 18, 4), (900, 100, 4), (0.5, 3, 8), (5, 5, 2)])
+def test_group_prior_predicts_the_pass_rates_of_unseen_prompts(a, b, n):
+    """The fitted prior reproduces what matters for screening: the mean pass rate and how often a fresh group of n
+    samples from an unseen prompt comes back uniform (against Monte Carlo over the true distribution)."""
+    rng = np.random.default_rng(1)
+    groups = GroupPrior(decay=1.0)
+    simulate_group(groups, "g", a, b, 4000, n, rng)
+    fitted = groups.prior("g")
+    assert fitted is not None and min(fitted) > 0
+    p = rng.beta(a, b, 400_000)
+    assert fitted[0] / sum(fitted) == pytest.approx(a / (a + b), abs=0.02)
+    assert predictive_uniform(*fitted, 4) == pytest.approx(np.mean(p**4 + (1 - p) ** 4), abs=0.03)
+
+
+def test_group_prior_tells_groups_apart_and_ages():
+    rng = np.random.default_rng(0)
+    groups = GroupPrior(decay=0.9, min_visits=2.0)
+    for _ in range(5):
+        simulate_group(groups, "easy", 50, 1, 3, 4, rng)
+        simulate_group(groups, "hard", 1, 50, 3, 4, rng)
+    easy, hard = groups.prior("easy"), groups.prior("hard")
+    assert predictive_uniform(*easy, 4) > 0.6 and predictive_uniform(*hard, 4) > 0.6  # both screened at 0.5
+    assert easy[0] / sum(easy) > 0.9 > 0.1 > hard[0] / sum(hard)
+    assert groups.prior("never seen") is None
+    for _ in range(20):  # the group is no longer sampled: its evidence fades until its prompts are taken again
+        simulate_group(groups, "easy", 50, 1, 3, 4, rng)
+    assert groups.prior("hard") is None and groups.prior("easy") is not None
+    table = groups.table()
+    assert table["group"] == ["easy", "hard"] and table["strength"][1] is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from("abc"), st.integers(2, 16), st.floats(0, 1)), max_size=6),
+                max_size=8), st.floats(0.3, 1.0))
+def test_group_prior_is_always_a_proper_beta_and_survives_a_round_trip(steps, decay):
+    groups = GroupPrior(decay=decay, min_visits=1.0)
+    for visits in steps:
+        groups.update([g for g, _, _ in visits], [n for _, n, _ in visits], [round(n * f) for _, n, f in visits])
+    for label in "abc":
+        prior = groups.prior(label)
+        if prior is not None:
+            assert all(math.isfinite(x) and x > 0 for x in prior)
+    copy = GroupPrior(decay=decay, min_visits=1.0)
+    copy.load_state_dict(groups.state_dict())
+    assert all(copy.prior(label) == groups.prior(label) for label in "abc")
+    with pytest.raises(ValueError, match="decay"):
+        GroupPrior(decay=0.5 if decay != 0.5 else 0.6, min_visits=1.0).load_state_dict(groups.state_dict())
+
+
+def test_group_prior_rejects_bad_input():
+    with pytest.raises(ValueError, match="decay"):
+        GroupPrior(decay=0.0)
+    with pytest.raises(ValueError, match="same length"):
+        GroupPrior().update(["a"], [4, 4], [1])
+    with pytest.raises(ValueError, match="samples >= 2"):
+        GroupPrior().update(["a"], [4], [5])
+
+
+def test_budget_with_a_group_prior_screens_unseen_prompts_of_an_extreme_group():
+    """Every prompt is new (nothing to remember per prompt), yet the always-right group stops taking the budget."""
+    rng = random.Random(0)
+    groups = GroupPrior()
+    rates = {"solved": 1.0, "frontier": 0.5}
+    handles = iter(range(10**6))
+    label = {}
+
+    def fresh(k):
+        out = [next(handles) for _ in range(k)]
+        label.update({h: ("solved", "frontier")[h % 2] for h in out})
+        return out
+
+    def predict(h):
+        prior = groups.prior(label[h])
+        return (1.0, 1.0, 0) if prior is None else (*prior, 1)
+
+    taken = {"solved": 0, "frontier": 0}
+    for step in range(12):
+        out = run_budgeted_sampling(fresh(4), fresh, predict, lambda h: rng.random(),
+                                    lambda hs, k: [[float(rng.random() < rates[label[h]]) for _ in range(k)] for h in hs],
+                                    target=4, budget=16)
+        if step >= 4:
+            for h, _ in out.sampled:
+                taken[label[h]] += 1
+        groups.update([label[h] for h, _ in out.sampled], [4] * 4,
+                      [sum(r.pool_rewards[:4]) for _, r in out.sampled])
+    assert taken["frontier"] > 0.8 * sum(taken.values())

@@ -11,7 +11,8 @@ the surplus buys top-ups. What it optimises, step by step:
    its group is more likely useless than useful) is skipped before any rollout, except with probability
    `explore_floor` (a deterministic coin), and replaced by the next candidate (the step's own prompts first, then
    the refill stream). Every prompt is still sampled with probability at least `explore_floor` per visit, so one the
-   policy starts to solve is seen again; a prompt never sampled before is always taken. With equal cost per prompt
+   policy starts to solve is seen again; a prompt nothing is known about (never sampled, and no group prior,
+   `trl_ada.memory.GroupPrior`, for its kind yet) is always taken. With equal cost per prompt
    (n samples), accepting the prompts whose expected signal clears a bar is the knapsack optimum; a softer rule
    (skip with probability P(uniform), as GRESO-like methods do) kept too many extreme prompts in our simulation
    (benchmarks/README.md). If the candidates run out (`max_candidate_batches`), the skipped ones least likely to be
@@ -106,8 +107,8 @@ def run_budgeted_sampling(
     Args:
         first: the step's own prompt handles (at least `target`).
         draw: `draw(k)` returns `k` more candidate handles (the refill stream).
-        predict: `predict(handle)` returns (a, b, visits): the Beta posterior of its pass rate and how often it was
-            seen (0: never, it is then always sampled).
+        predict: `predict(handle)` returns (a, b, evidence): the Beta posterior of its pass rate and how much
+            informs it (its visits, plus one when its group's prior is known; 0: nothing, it is then always sampled).
         coin: `coin(handle)` returns a uniform number in [0, 1), deterministic for the step (the screening coin).
         sample_round: `sample_round(handles, k)` draws k fresh samples for each handle, returns their rewards.
         target: prompts (groups of `num_generations`) to train on.
@@ -143,8 +144,8 @@ def run_budgeted_sampling(
         if handle in seen:
             raise ValueError(f"prompt handle {handle} was offered twice: handles must be unique within a step.")
         seen.add(handle)
-        a, b, visits = predict(handle)
-        p_uniform = predictive_uniform(a, b, n) if visits > 0 else 0.0
+        a, b, evidence = predict(handle)
+        p_uniform = predictive_uniform(a, b, n) if evidence > 0 else 0.0
         if p_uniform > skip_threshold and coin(handle) >= explore_floor:
             skipped.append((p_uniform, handle))
         else:

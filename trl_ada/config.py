@@ -184,6 +184,16 @@ class AdaGRPOConfig(GRPOConfig):
             "for a while is sampled again and a prompt the policy starts to solve is not starved. 1.0: never."
         },
     )
+    prompt_memory_group_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "With sampling_budget: a dataset column that groups prompts (a problem kind, a source, a difficulty "
+            "level). The pass rates seen in each group are fitted as a Beta distribution (trl_ada.memory.GroupPrior) "
+            "and used as the prior of every prompt of the group, so a prompt never seen before is screened by what "
+            "its group's prompts did. Worth it when a run rarely meets a prompt twice. None (the default): every "
+            "prompt starts from the flat prior."
+        },
+    )
     budget_explore_floor: float = field(
         default=0.05,
         metadata={
@@ -279,6 +289,17 @@ class AdaGRPOConfig(GRPOConfig):
                 raise ValueError(
                     f"budget_explore_floor={self.budget_explore_floor!r} must be in (0, 1] (default 0.05): a floor of "
                     "0 could starve a prompt forever."
+                )
+        if self.prompt_memory_group_column is not None:
+            if not isinstance(self.prompt_memory_group_column, str) or not self.prompt_memory_group_column:
+                raise ValueError(
+                    f"prompt_memory_group_column={self.prompt_memory_group_column!r} must be the name of a dataset "
+                    "column (a string), or None."
+                )
+            if self.sampling_budget is None:
+                raise ValueError(
+                    f"prompt_memory_group_column={self.prompt_memory_group_column!r} only informs budgeted sampling's "
+                    "screening: set sampling_budget (e.g. sampling_budget=4.0 for GRPO parity), or drop it."
                 )
         if self.dynamic_sampling or self.multiround_adaptive_downsampling:
             if self.multi_objective_aggregation != "sum_then_normalize":

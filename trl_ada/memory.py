@@ -27,16 +27,23 @@ that were actually sampled are stored.
     >>> memory.update([key], [8], [8], step=1)  # old counts decay to 3 of 4, then 8 of 8 join
     >>> round(memory.pass_rate(key), 3)         # (3 + 8 + 1) / (4 + 8 + 2)
     0.857
+
+A run that trains on a few prompts out of many rarely meets a prompt twice, so the per-prompt memory alone predicts
+little. What such a run does learn early is how each *kind* of prompt fares (one-digit sums are mostly right,
+two-digit sums never are). `GroupPrior` remembers that per group (the value of a dataset column): the distribution of
+pass rates across the group's prompts, fitted by moments from the first samples of every visit, so that a prompt
+never seen before starts from its group's Beta instead of the flat prior.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["PromptMemory", "prompt_key"]
+__all__ = ["GroupPrior", "PromptMemory", "prompt_key"]
 
 
 def prompt_key(prompt_ids: Sequence[int]) -> int:
@@ -176,3 +183,92 @@ class PromptMemory:
             "pass_rate": pass_rate.tolist(),
             "last_step": state["last_step"].tolist(),
         }
+
+
+class GroupPrior:
+    """Per group of prompts, the Beta distribution of its prompts' pass rates (empirical Bayes, method of moments).
+
+    Each visit of a prompt contributes the fraction f = k / n of positives among its first n samples (the ones drawn
+    before any sampling rule looked at the rewards, so unbiased). Across a group's visits:
+
+        mean      m   = average f
+        noise         = average f (1 - f) / (n - 1)     (the binomial part of the spread of f, unbiased)
+        spread    v   = variance of f - noise           (how much the prompts' own pass rates differ)
+        strength  s   = m (1 - m) / v - 1,  clipped to [min_strength, samples seen]
+        prior         = Beta(m s, (1 - m) s)
+
+    A homogeneous group (v ~ 0) gives a confident prior around m; a group of always-right and always-wrong prompts a
+    U-shaped one: both predict correctly how often a fresh group of n comes back uniform. Every step ages all groups
+    by `decay` (visited or not), so the prior follows the policy. A screened group keeps being sampled through the
+    budget's explore floor, and each such visit is a fresh, unbiased look at the group: a group that starts to give
+    signal is seen to do so. One that is no longer sampled at all fades below `min_visits` and its prompts are taken
+    again. m is shrunk by half a pseudo-visit toward 1/2 so that a group never seen right still has a positive rate.
+
+        >>> groups = GroupPrior(decay=1.0)
+        >>> groups.prior("hard") is None                                 # nothing known yet
+        True
+        >>> groups.update(["hard"] * 4 + ["easy"] * 4, [4] * 8, [0, 0, 0, 1, 4, 4, 3, 4])
+        >>> a, b = groups.prior("hard")
+        >>> round(a / (a + b), 3), round(a + b, 1)   # mean (0.25 + 0.25) / (4 + 0.5); homogeneous: capped at 16 samples
+        (0.111, 16.0)
+    """
+
+    def __init__(self, decay: float = 0.9, min_visits: float = 2.0, min_strength: float = 0.2):
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"decay={decay!r} must be in (0, 1].")
+        self.decay, self.min_visits, self.min_strength = float(decay), float(min_visits), float(min_strength)
+        # label -> [visits, sum f, sum f^2, sum f(1-f)/(n-1), samples], all decayed per step
+        self._stats: dict[str, list[float]] = {}
+
+    def __len__(self) -> int:
+        return len(self._stats)
+
+    def update(self, labels: Sequence[str], samples: Sequence[int], positives: Sequence[int]) -> None:
+        """One step: age every group, then add one visit per entry (`positives[i]` right of its first `samples[i]`)."""
+        if not len(labels) == len(samples) == len(positives):
+            raise ValueError("labels, samples and positives must have the same length.")
+        for stats in self._stats.values():
+            for i in range(len(stats)):
+                stats[i] *= self.decay
+        for label, n, k in zip(labels, samples, positives):
+            if not (n >= 2 and 0 <= k <= n):
+                raise ValueError(f"a visit needs samples >= 2 and 0 <= positives <= samples, got {k} of {n}.")
+            f = k / n
+            stats = self._stats.setdefault(str(label), [0.0] * 5)
+            for i, value in enumerate((1.0, f, f * f, f * (1.0 - f) / (n - 1), float(n))):
+                stats[i] += value
+
+    def prior(self, label: str) -> tuple[float, float] | None:
+        """Beta(a, b) for a prompt of this group, or None while the group has fewer than `min_visits` (decayed)."""
+        stats = self._stats.get(str(label))
+        if stats is None or stats[0] < self.min_visits:
+            return None
+        visits, sum_f, sum_f2, sum_noise, samples = stats
+        raw_mean = sum_f / visits
+        spread = sum_f2 / visits - raw_mean**2 - sum_noise / visits
+        mean = (sum_f + 0.25) / (visits + 0.5)
+        strength = mean * (1.0 - mean) / spread - 1.0 if spread > 0 else math.inf
+        strength = min(max(strength, self.min_strength), samples)
+        return mean * strength, (1.0 - mean) * strength
+
+    def state_dict(self) -> dict:
+        return {"hyperparameters": [self.decay, self.min_visits, self.min_strength],
+                "groups": {label: list(stats) for label, stats in self._stats.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        saved = tuple(float(x) for x in state["hyperparameters"])
+        if saved != (self.decay, self.min_visits, self.min_strength):
+            raise ValueError(f"The saved group prior was built with (decay, min_visits, min_strength) = {saved}, not "
+                             f"{(self.decay, self.min_visits, self.min_strength)}.")
+        self._stats = {str(label): [float(x) for x in stats] for label, stats in state["groups"].items()}
+
+    def table(self) -> dict[str, list]:
+        """Columns for a readable summary: group, decayed visits, mean pass rate, prior strength (None: too few)."""
+        out: dict[str, list] = {"group": [], "visits": [], "pass_rate": [], "strength": []}
+        for label, stats in sorted(self._stats.items()):
+            prior = self.prior(label)
+            out["group"].append(label)
+            out["visits"].append(stats[0])
+            out["pass_rate"].append(stats[1] / stats[0] if stats[0] else None)
+            out["strength"].append(None if prior is None else sum(prior))
+        return out

@@ -65,7 +65,7 @@ except ImportError as error:
 from .advantages import pooled_advantages, raft_advantages, reinforce_rej_advantages
 from .config import AdaGRPOConfig
 from .dynamic import fill_with_signal
-from .memory import PromptMemory, prompt_key
+from .memory import GroupPrior, PromptMemory, prompt_key
 from .budget import run_budgeted_sampling
 from .refill import PromptStream
 from .sampling import PromptResult, is_positive, run_adaptive_sampling
@@ -75,6 +75,7 @@ logger = get_logger(__name__)
 SAMPLING_STATE_FILE = "ada_sampling_state.json"  # refill cursor and counters, in every checkpoint
 MEMORY_STATE_FILE = "prompt_memory.npz"  # the prompt memory, in every checkpoint
 MEMORY_EXPORT_FILE = "prompt_memory.parquet"  # the readable export, in output_dir at the end of training
+GROUP_EXPORT_FILE = "prompt_groups.json"  # the group prior per group, in output_dir at the end of training
 
 
 @dataclass
@@ -166,6 +167,12 @@ class AdaGRPOTrainer(GRPOTrainer):
                 f"datasets.Dataset (got {type(given.arguments.get('train_dataset')).__name__}). Convert an "
                 "IterableDataset with Dataset.from_generator, or turn it off."
             )
+        group_column = args.prompt_memory_group_column
+        if group_column is not None and group_column not in given.arguments["train_dataset"].column_names:
+            raise ValueError(
+                f"prompt_memory_group_column={group_column!r} is not a column of train_dataset (its columns: "
+                f"{given.arguments['train_dataset'].column_names}). Add the column or set the name of an existing one."
+            )
         with _vllm_generation_for(args):
             super().__init__(model, reward_funcs, args, *pos, **kwargs)
         self._step_sampling: _Step | None = None
@@ -178,6 +185,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             if args.prompt_memory
             else None
         )
+        self.group_prior = GroupPrior() if args.prompt_memory_group_column is not None else None
         self._refill = (
             PromptStream(len(self.train_dataset), args.seed, shuffle=self.shuffle_dataset) if refills else None
         )
@@ -275,9 +283,17 @@ class AdaGRPOTrainer(GRPOTrainer):
             return keys[prompt]
 
         def predict(prompt: int) -> tuple[float, float, int]:
-            if memory is None:
-                return args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta, 0
-            return memory.posterior(key(prompt))
+            # The prior: the prompt's group when it is known, else the flat one; the prompt's own counts update it.
+            a, b, evidence = args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta, 0
+            if self.group_prior is not None:
+                group = self.group_prior.prior(step.rows[prompt][args.prompt_memory_group_column])
+                if group is not None:
+                    (a, b), evidence = group, 1
+            if memory is not None:
+                alpha, beta, visits = memory.posterior(key(prompt))
+                a, b = a + alpha - args.prompt_memory_prior_alpha, b + beta - args.prompt_memory_prior_beta
+                evidence += visits
+            return a, b, evidence
 
         def coin(prompt: int) -> float:
             # Deterministic for (seed, step, prompt, position): identical on every rank and after a resume.
@@ -524,9 +540,20 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _update_prompt_memory(self, step: _Step) -> dict[str, float]:
         """Fold every scored completion of the step into the memory; return its calibration metrics."""
+        metrics: dict[str, float] = {}
+        if self.group_prior is not None:
+            # Only the first n samples of each pool: drawn before any sampling rule saw a reward, so unbiased.
+            column, n = self.args.prompt_memory_group_column, self.num_generations
+            pools = [(step.rows[p][column], r.pool_rewards[:n]) for p, r in step.results.items()]
+            self.group_prior.update(
+                [label for label, _ in pools],
+                [len(pool) for _, pool in pools],
+                [sum(is_positive(x, self.args.positive_threshold) for x in pool) for _, pool in pools],
+            )
+            metrics["sampling/groups_known"] = float(sum(s is not None for s in self.group_prior.table()["strength"]))
         memory = self.prompt_memory
         if memory is None:
-            return {}
+            return metrics
         keys = [prompt_key(step.prompt_ids[prompt]) for prompt in step.results]
         samples = [len(r.pool_rewards) for r in step.results.values()]
         positives = [
@@ -535,7 +562,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         # Predicted before this step's samples join: how well the memory foresaw what the step then saw.
         predicted = [memory.pass_rate(key) for key in keys]
         seen = [i for i, key in enumerate(keys) if key in memory]
-        metrics = {
+        metrics |= {
             "sampling/memory_seen_before": len(seen) / len(keys),
             "sampling/memory_predicted_extreme": sum(not 0.05 <= p <= 0.95 for p in predicted) / len(keys),
         }
@@ -555,6 +582,8 @@ class AdaGRPOTrainer(GRPOTrainer):
         state = {"prompts_drawn": self._prompts_drawn}
         if self._refill is not None:
             state["refill"] = self._refill.state_dict()
+        if self.group_prior is not None:
+            state["group_prior"] = self.group_prior.state_dict()
         with open(os.path.join(folder, SAMPLING_STATE_FILE), "w") as f:
             json.dump(state, f)
         if self.prompt_memory is not None:
@@ -579,6 +608,12 @@ class AdaGRPOTrainer(GRPOTrainer):
             if "refill" not in state:
                 raise ValueError(f"{checkpoint} was saved with dynamic_sampling=False: resume with the same setting.")
             self._refill.load_state_dict(state["refill"])
+        if self.group_prior is not None:
+            if "group_prior" not in state:
+                raise ValueError(
+                    f"{checkpoint} was saved without prompt_memory_group_column: resume with the same setting."
+                )
+            self.group_prior.load_state_dict(state["group_prior"])
         if self.prompt_memory is not None:
             memory_path = os.path.join(checkpoint, MEMORY_STATE_FILE)
             if not os.path.exists(memory_path):
@@ -592,6 +627,9 @@ class AdaGRPOTrainer(GRPOTrainer):
         output = super().train(*args, **kwargs)
         if self.prompt_memory is not None and self.args.should_save:
             self.export_prompt_memory(os.path.join(self.args.output_dir, MEMORY_EXPORT_FILE))
+        if self.group_prior is not None and self.args.should_save:
+            with open(os.path.join(self.args.output_dir, GROUP_EXPORT_FILE), "w") as f:
+                json.dump(self.group_prior.table(), f, indent=1)
         return output
 
     def export_prompt_memory(self, path: str) -> Dataset:
