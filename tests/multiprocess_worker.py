@@ -40,6 +40,29 @@ def main():
         return
 
     reward = make_recording_reward()
+    if mode == "pipelined":  # barrier-free rounds on a stand-in engine; rank 1's engine is far slower than rank 0's
+        from standin_engine import install
+
+        class Pipelined(Recorder):
+            def _update_prompt_memory(self, step):
+                self.results = getattr(self, "results", []) + [[
+                    (r.pool_rewards, r.selected, r.rounds, r.finished) for _, r in sorted(step.results.items())]]
+                return super()._update_prompt_memory(step)
+
+        rank = int(os.environ["RANK"])
+        args = AdaGRPOConfig(per_device_train_batch_size=8, max_steps=3, learning_rate=1e-2, pool_selection="random",
+                             **common)
+        trainer = Pipelined(model=model_path, reward_funcs=reward, args=args,
+                            train_dataset=pass_rate_dataset([0.02, 0.0, 1.0, 0.5], repeat=4))
+        llm = install(trainer, seed=rank, pace=0.9 if rank == 0 else 0.1)
+        trainer.args.pipelined_rounds = True  # after construction: use_vllm=True would start a real engine
+        trainer.train()
+        with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:
+            json.dump({"reward_calls": len(reward.log), "results": trainer.results, "advantages": trainer.advantages,
+                       "groups": trainer.groups, "polls": [s.polls for s in llm.streams],
+                       "left_running": sum(len(s.running) for s in llm.streams),
+                       "logs": [h for h in trainer.state.log_history if "loss" in h]}, f)
+        return
     if mode in ("dynamic", "budget"):  # refills (and, for the budget, screening): the same on both ranks
         if mode == "dynamic":  # DAPO: plain sampling, uniform groups dropped and refilled
             extra = dict(dynamic_sampling=True, multiround_adaptive_downsampling=False, max_steps=2)

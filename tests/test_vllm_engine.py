@@ -10,7 +10,8 @@ trains a few steps with a large learning rate and checks, on what TRL hands to t
 - TRL's importance-sampling correction is computed from those vLLM log-probs;
 - adaptive sampling runs several rounds per step, a whole round in one engine call (`max_num_seqs` sized for it);
   plain GRPO through `multiround_adaptive_downsampling=False` keeps TRL's one call per step; the budgeted sampler
-  (`sampling_budget`) runs its first round and top-ups within its cap, still with one push per step.
+  (`sampling_budget`) runs its first round and top-ups within its cap, still with one push per step;
+  `pipelined_rounds=True` runs the rounds request by request (trl_ada.vllm_stream), with the same checks.
 
 The trainer runs in bfloat16: vLLM loads the float32 checkpoint as bfloat16 (its "auto" dtype downcasts float32),
 so the pushed weights are exactly the ones the engine computes with, and the two sides differ only by kernel noise.
@@ -100,13 +101,15 @@ MODES = {
     "grpo": dict(multiround_adaptive_downsampling=False),
     # The budgeted sampler: a first round of n per prompt, then top-ups of the uniform pools, within 8 per prompt.
     "budget": dict(sampling_budget=8.0, prompt_memory=True),
+    # Barrier-free rounds: one request per sample through trl_ada.vllm_stream, never LLM.generate.
+    "pipelined": dict(pipelined_rounds=True),
 }
 
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_colocated_engine_trains_with_pushed_weights(vllm_tiny_model, tmp_path, mode):
     steps = 3
-    adaptive, budget = mode != "grpo", mode == "budget"
+    adaptive, budget, pipelined = mode != "grpo", mode == "budget", mode == "pipelined"
     args = tiny_args(
         tmp_path, per_device_train_batch_size=8, max_steps=steps, max_completion_length=12, learning_rate=1e-2,
         use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False, model_init_kwargs={"dtype": "bfloat16"},
@@ -126,7 +129,12 @@ def test_colocated_engine_trains_with_pushed_weights(vllm_tiny_model, tmp_path, 
     # Weights pushed once per step, before its first engine call; rounds within a step reuse them.
     assert trainer.pushes == list(range(steps))
     calls = [[n for step, n in trainer.engine_calls if step == s] for s in range(steps)]
-    if budget:  # 2 prompts x 4, then top-ups of 2 for the 0.0 prompt's uniform pool: 16 completions at most
+    if pipelined:  # no generate call at all; the rounds ran request by request and left the engine empty
+        logs = [h for h in trainer.state.log_history if "sampling/rounds_max" in h]
+        assert calls == [[]] * steps and not engine.has_unfinished_requests()
+        assert all(h["sampling/pipelined/engine_steps"] > 0 for h in logs)
+        assert [h["sampling/rounds_max"] for h in logs] == [args.max_rounds] * steps
+    elif budget:  # 2 prompts x 4, then top-ups of 2 for the 0.0 prompt's uniform pool: 16 completions at most
         logs = [h for h in trainer.state.log_history if "sampling/top_up_rounds" in h]
         assert all(c[0] == 8 and len(c) >= 2 and sum(c) <= 16 for c in calls)
         assert all(h["sampling/total_samples"] == sum(c) for h, c in zip(logs, calls))

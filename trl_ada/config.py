@@ -108,6 +108,17 @@ class AdaGRPOConfig(GRPOConfig):
             "choices": list(SELECTIONS),
         },
     )
+    pipelined_rounds: bool = field(
+        default=False,
+        metadata={
+            "help": "Barrier-free rounds (vLLM colocate only): each prompt moves to its next round as soon as its own "
+            "samples are scored, instead of every round waiting for the slowest completion of the batch. One "
+            "request per sample on the colocated engine, the same results as the synchronous rounds "
+            "(trl_ada/pipelined.py); each process pipelines its own share of the prompts and the results are "
+            "gathered once per batch. A balanced prompt's next round starts as soon as its exit has become "
+            "unreachable (no wasted sample)."
+        },
+    )
 
     dynamic_sampling: bool = field(
         default=False,
@@ -289,6 +300,24 @@ class AdaGRPOConfig(GRPOConfig):
                 raise ValueError(
                     f"budget_explore_floor={self.budget_explore_floor!r} must be in (0, 1] (default 0.05): a floor of "
                     "0 could starve a prompt forever."
+                )
+        if self.pipelined_rounds:
+            if not self.multiround_adaptive_downsampling or self.sampling_budget is not None:
+                raise ValueError(
+                    "pipelined_rounds=True pipelines Reinforce-Ada's rounds: it needs "
+                    "multiround_adaptive_downsampling=True and sampling_budget=None (the budgeted sampler's top-ups "
+                    "are synchronous). Set pipelined_rounds=False."
+                )
+            if not self.use_vllm or self.vllm_mode != "colocate":
+                raise ValueError(
+                    f"pipelined_rounds=True drives a colocated vLLM engine request by request; got use_vllm="
+                    f"{self.use_vllm}, vllm_mode={self.vllm_mode!r}. Set use_vllm=True and vllm_mode='colocate', or "
+                    "pipelined_rounds=False (a vLLM server or transformers generation runs the synchronous rounds)."
+                )
+            if self.vllm_tensor_parallel_size != 1:
+                raise ValueError(
+                    f"pipelined_rounds=True needs vllm_tensor_parallel_size=1 (got {self.vllm_tensor_parallel_size}): "
+                    "a tensor-parallel group shares one engine across processes. Set pipelined_rounds=False."
                 )
         if self.prompt_memory_group_column is not None:
             if not isinstance(self.prompt_memory_group_column, str) or not self.prompt_memory_group_column:

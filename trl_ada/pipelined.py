@@ -104,6 +104,7 @@ def run_pipelined_sampling(
     seed: int = 0,
     max_running: int | None = None,
     certain_continuation: bool = True,
+    prompt_numbers: Sequence[int] | None = None,
 ) -> Pipelined:
     """Successive elimination without a barrier between prompts; the same results as `run_adaptive_sampling`.
 
@@ -115,11 +116,17 @@ def run_pipelined_sampling(
             engine step that finished something: batched, and where math-verify's signal-based timeouts work).
         max_running: at most this many requests in the engine at once (None: only `engine.free_slots()` limits).
         certain_continuation: issue a balanced prompt's next round as soon as its exit has become unreachable.
+        prompt_numbers: the number each prompt's random selection is keyed by (`selection_rng`); default 0, 1, ...
+            A process that pipelines its share of a batch passes the prompts' positions in the whole batch, so its
+            selections are those of `run_adaptive_sampling` over the batch.
     """
     choice = check_sampling_args(choice, selection, num_generations, round_repeat, max_rounds)
     m, half = round_repeat, num_generations // 2
+    numbers = list(range(num_prompts)) if prompt_numbers is None else list(prompt_numbers)
+    if len(numbers) != num_prompts:
+        raise ValueError(f"prompt_numbers holds {len(numbers)} numbers for {num_prompts} prompts.")
     prompts = [PromptRounds(num_generations, round_repeat, max_rounds, choice, positive_threshold,
-                            selection_rng(selection, seed, p)) for p in range(num_prompts)]
+                            selection_rng(selection, seed, number)) for number in numbers]
     scored: list[dict[int, float]] = [{} for _ in range(num_prompts)]  # slot -> reward, slots not yet in the pool
     issued_rounds = [0] * num_prompts
     queue: list[tuple[int, int, int]] = []  # (-round, prompt, slot): later rounds first (they end a prompt sooner)

@@ -55,11 +55,17 @@ SEAMS: tuple[Seam, ...] = (
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "vllm_generation", kind="instance"),
     # The vLLM backend: built as ReloadingVLLMGeneration through the grpo_trainer module's global.
     Seam("trl.trainer.grpo_trainer", "VLLMGeneration", kind="attribute"),
+    Seam("trl.trainer.grpo_trainer", "gather", kind="attribute"),  # made rank-local while pipelined rounds score
     Seam("trl.generation.vllm_generation", "empty_cache", kind="attribute"),
     Seam("trl.generation.vllm_generation.VLLMGeneration", "sync_weights", ("self",)),
     Seam("trl.generation.vllm_generation.VLLMGeneration", "_iter_named_params", ("self",)),
     Seam("trl.generation.vllm_generation.VLLMGeneration", "_llm_weights_sleeping", kind="instance"),
     Seam("trl.generation.vllm_generation.VLLMGeneration", "enable_sleep_mode", kind="instance"),
+    # What trl_ada.vllm_stream reads to sample exactly as TRL's colocate branch does.
+    Seam("trl.generation.vllm_generation", "extract_logprobs", kind="attribute"),
+    *(Seam("trl.generation.vllm_generation.VLLMGeneration", name, kind="instance") for name in (
+        "repetition_penalty", "temperature", "top_p", "top_k", "min_p", "max_completion_length", "logprobs",
+        "generation_kwargs", "structured_outputs_regex", "llm")),
 )
 
 

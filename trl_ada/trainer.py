@@ -66,6 +66,7 @@ from .advantages import pooled_advantages, raft_advantages, reinforce_rej_advant
 from .config import AdaGRPOConfig
 from .dynamic import fill_with_signal
 from .memory import GroupPrior, PromptMemory, prompt_key
+from .pipelined import run_pipelined_sampling
 from .budget import run_budgeted_sampling
 from .refill import PromptStream
 from .sampling import PromptResult, is_positive, run_adaptive_sampling
@@ -105,6 +106,7 @@ class _Step:
     rounds: dict[int, tuple[float, int]] = field(default_factory=dict)  # round -> (seconds, active prompts), all batches
     round_index: int = 0  # round of the batch being sampled
     padding_samples: int = 0
+    pipelined: dict[str, float] = field(default_factory=dict)  # pipelined_rounds: engine statistics, all batches
 
 
 class AdaGRPOTrainer(GRPOTrainer):
@@ -256,6 +258,11 @@ class AdaGRPOTrainer(GRPOTrainer):
         args, n = self.args, self.num_generations
         adaptive = args.multiround_adaptive_downsampling
         batch, step.batches, step.round_index = step.batches, step.batches + 1, 0
+        seed = args.seed + self.state.global_step + 7919 * batch
+        if args.pipelined_rounds:
+            results = self._sample_pipelined(step, prompts, seed)
+            step.results.update(zip(prompts, results))
+            return results
         results = run_adaptive_sampling(
             num_prompts=len(prompts),
             sample_round=lambda active, k: self._sample_round(step, [prompts[i] for i in active], k),
@@ -265,7 +272,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             choice=args.reinforce_ada_choice,
             positive_threshold=args.positive_threshold,
             selection=args.pool_selection if adaptive else "earliest",
-            seed=args.seed + self.state.global_step + 7919 * batch,
+            seed=seed,
         )
         first = len(step.results)
         step.results.update({prompts[i]: result for i, result in enumerate(results)})
@@ -345,13 +352,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         state.round_index += 1
         seconds, prompts_active = state.rounds.get(state.round_index, (0.0, 0))
         state.rounds[state.round_index] = (seconds + time.perf_counter() - start, prompts_active + len(active))
-        # Columns from log_extra belong to this round's samples: they follow their completion, kept or not (TRL
-        # would otherwise flush every round's values into the table, next to the wrong completions).
-        extra = {column: values for column, values in self._pending_extra_logs.items() if len(values) == len(mine)}
-        for column in set(self._pending_extra_logs) - set(extra) - self._warned_extra_columns:
-            self._warned_extra_columns.add(column)
-            logger.warning(f"log_extra column {column!r} does not hold one value per completion; it is not logged.")
-        self._pending_extra_logs.clear()
+        extra = self._take_extra_logs(len(mine))
 
         for offset, key in enumerate(mine):
             if rank * per_rank + offset < len(items):
@@ -364,6 +365,91 @@ class AdaGRPOTrainer(GRPOTrainer):
         for (p, _), row in zip(items, rewards_per_func[: len(items)]):
             state.pool_rewards_per_func[p].append(row)
         return [rewards[i * k : (i + 1) * k] for i in range(len(active))]
+
+    def _take_extra_logs(self, count: int) -> dict[str, list]:
+        """The log_extra columns the reward functions just wrote for `count` samples, taken out of TRL's buffer.
+
+        They belong to these samples and follow their completion, kept or not (TRL would otherwise flush every
+        round's values into the completions table, next to the wrong completions).
+        """
+        extra = {column: values for column, values in self._pending_extra_logs.items() if len(values) == count}
+        for column in set(self._pending_extra_logs) - set(extra) - self._warned_extra_columns:
+            self._warned_extra_columns.add(column)
+            logger.warning(f"log_extra column {column!r} does not hold one value per completion; it is not logged.")
+        self._pending_extra_logs.clear()
+        return extra
+
+    def _sample_pipelined(self, step: _Step, prompts: list[int], seed: int) -> list[PromptResult]:
+        """Barrier-free rounds (`pipelined_rounds=True`, trl_ada.pipelined) on this rank's colocated engine.
+
+        Each rank pipelines whole prompts (positions rank, rank + world, ... of the batch: a pool never straddles two
+        engines) and scores its samples as they finish, in this thread, with the rewards kept rank-local (no
+        collective per engine step: ranks finish at different times). One gather per batch then gives every rank
+        every prompt's pool, as the synchronous rounds leave it. Completions stay on the rank that generated them
+        until `_collect_selected` sends the kept ones where they are trained, as in the synchronous path.
+        """
+        args, n = self.args, self.num_generations
+        world, rank = self.accelerator.num_processes, self.accelerator.process_index
+        positions = list(range(rank, len(prompts), world))
+        mine = [prompts[i] for i in positions]
+        reward_rows: dict[tuple[int, int], list[float]] = {}
+        start = time.perf_counter()
+        stream = self._open_stream([step.prompt_ids[p] for p in mine])
+
+        def score(finished: list[tuple[int, int]]) -> list[float]:
+            keys = [(mine[i], slot) for i, slot in finished]  # (prompt, slot): slot = position in the pool
+            completion_ids, logprobs = stream.take(finished)
+            rows = [step.rows[p] for p, _ in keys]
+            texts = [row["prompt"] for row in rows]
+            completions = self._decode(texts, [step.prompt_ids[p] for p, _ in keys], completion_ids)
+            with _rank_local_rewards():
+                rewards_per_func = self._calculate_rewards(rows, texts, completions, completion_ids)
+            extra = self._take_extra_logs(len(keys))
+            for offset, key in enumerate(keys):
+                step.generated[key] = (
+                    completion_ids[offset],
+                    logprobs[offset] if logprobs is not None else None,
+                    {column: values[offset] for column, values in extra.items()},
+                )
+                reward_rows[key] = rewards_per_func[offset].tolist()
+            return _weighted_sum(rewards_per_func, self.reward_weights).tolist()
+
+        with stream:
+            out = run_pipelined_sampling(
+                len(mine), stream, score, num_generations=n, round_repeat=args.round_repeat,
+                max_rounds=args.max_rounds, choice=args.reinforce_ada_choice,
+                positive_threshold=args.positive_threshold, selection=args.pool_selection, seed=seed,
+                prompt_numbers=positions,
+            )
+        stats = out.stats
+        mine_stats = {"seconds": time.perf_counter() - start, "engine_steps": float(stats.polls),
+                      "early_samples": float(stats.early_samples), "max_running": float(stats.max_running)}
+        results: dict[int, PromptResult] = {}
+        device = self.accelerator.device
+        parts = gather_object([(mine, out.results, reward_rows, mine_stats)])
+        for ranks_prompts, ranks_results, ranks_rows, _ in parts:
+            for p, result in zip(ranks_prompts, ranks_results):
+                results[p] = result
+                step.pool_rewards_per_func[p] = [
+                    torch.tensor(ranks_rows[(p, slot)], dtype=torch.float32, device=device)
+                    for slot in range(len(result.pool_rewards))
+                ]
+        # Per batch: the slowest rank sets the pace, early samples add up; over the step's batches: times add up.
+        batch_stats = {name: max(part[3][name] for part in parts) for name in ("seconds", "engine_steps")}
+        batch_stats["early_samples"] = sum(part[3]["early_samples"] for part in parts)
+        for name, value in batch_stats.items():
+            step.pipelined[name] = step.pipelined.get(name, 0.0) + value
+        step.pipelined["max_running"] = max([step.pipelined.get("max_running", 0.0)] +
+                                            [part[3]["max_running"] for part in parts])
+        return [results[p] for p in prompts]
+
+    def _open_stream(self, prompt_ids: list[list[int]]):
+        """The engine the pipelined rounds drive: this rank's colocated vLLM engine, one request per sample."""
+        from .vllm_stream import VLLMStream, colocate_sampling_params
+
+        generation = self.vllm_generation
+        max_num_seqs = generation.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
+        return VLLMStream(generation.llm, prompt_ids, colocate_sampling_params(generation), max_num_seqs)
 
     def _decode(self, prompts, prompt_ids, completion_ids):
         """Completions as reward functions see them: the same decoding as GRPOTrainer._generate (no tools here)."""
@@ -514,6 +600,8 @@ class AdaGRPOTrainer(GRPOTrainer):
         m["sampling/iid_reward"].append(_nanmean(round_one))
         signal = advantages.view(chosen, -1).abs().amax(dim=1) > 1e-8
         m["sampling/effective_prompt_ratio"].append(signal.float().mean().item())
+        for name, value in step.pipelined.items():
+            m[f"sampling/pipelined/{name}"].append(value)
         for index, (seconds, active) in sorted(step.rounds.items()):
             m[f"sampling/round_{index}/seconds"].append(seconds)
             m[f"sampling/round_{index}/active_prompts"].append(float(active))
@@ -749,6 +837,21 @@ def _reprocess_tied_embeddings(model: torch.nn.Module) -> None:
         method = getattr(module, "quant_method", None)
         if isinstance(method, UnquantizedEmbeddingMethod):
             method.process_weights_after_loading(module)
+
+
+@contextlib.contextmanager
+def _rank_local_rewards():
+    """While the pipelined rounds score a rank's finished samples, TRL's `_calculate_rewards` must not gather.
+
+    It ends with `gather(rewards_per_func)`, a collective: ranks whose samples finish at different times would call
+    it different numbers of times and deadlock. The rewards are gathered once per batch instead (`_sample_pipelined`).
+    """
+    original = _grpo_module.gather
+    _grpo_module.gather = lambda tensor: tensor
+    try:
+        yield
+    finally:
+        _grpo_module.gather = original
 
 
 @contextlib.contextmanager
