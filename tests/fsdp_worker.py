@@ -13,7 +13,8 @@ DeepSpeed on a machine without a GPU when `use_cpu` is false, but its `PartialSt
 torch.distributed), while DeepSpeed's world holds two: DeepSpeedConfig stops with "train_batch_size is not equal to
 micro_batch_per_gpu * gradient_acc_step * world_size 8 != 8 * 1 * 2". `--zero3` corrects the count after accelerate's
 decision; from there DeepSpeed partitions the model and TRL and trl_ada run unchanged. (`use_cpu: true` instead makes
-accelerate drop DeepSpeed and run DDP.)
+accelerate drop DeepSpeed and run DDP.) `--zero2`: the same with ZeRO stage 2 (optimizer states and gradients
+partitioned, parameters whole on every rank).
 """
 
 import json
@@ -57,7 +58,7 @@ def count_deepspeed_processes_on_cpu():
 
 if "--fsdp" in sys.argv:
     switch_accelerate_to_fsdp_on_cpu()
-if "--zero3" in sys.argv:
+if "--zero3" in sys.argv or "--zero2" in sys.argv:
     count_deepspeed_processes_on_cpu()
 
 import torch  # noqa: E402
@@ -104,6 +105,12 @@ def run(name, model_path, output_dir, lora=False, resume=None, **overrides):
         "logs": [h for h in trainer.state.log_history if "loss" in h],
         "global_step": trainer.state.global_step,
     }
+    engine = getattr(trainer, "deepspeed", None)
+    if engine is not None:  # what DeepSpeed runs, and what this rank holds of the fp32 optimizer state (ZeRO-1/2)
+        record["zero_stage"] = engine.zero_optimization_stage()
+        partitions = getattr(engine.optimizer, "single_partition_of_fp32_groups", None)
+        if partitions is not None:
+            record["optimizer_numel"] = sum(p.numel() for p in partitions)
     if trainer.prompt_memory is not None:
         record.update(memory=trainer.prompt_memory.table(), prompts_drawn=trainer._prompts_drawn)
     if trainer._refill is not None:
@@ -115,7 +122,7 @@ def run(name, model_path, output_dir, lora=False, resume=None, **overrides):
 
 def main():
     model_path, output_dir, engine = sys.argv[1], sys.argv[2], sys.argv[3].removeprefix("--")
-    if engine == "zero3":  # use_cpu=True would make accelerate drop DeepSpeed (see the docstring)
+    if engine in ("zero3", "zero2"):  # use_cpu=True would make accelerate drop DeepSpeed (see the docstring)
         records = {"balanced": run("balanced", model_path, output_dir, use_cpu=False)}
         records["dynamic"] = run("dynamic", model_path, output_dir, use_cpu=False, dynamic_sampling=True)
         budget = dict(sampling_budget=4.0, prompt_memory=True, use_cpu=False)

@@ -1,5 +1,5 @@
-"""DeepSpeed ZeRO-3 on two CPU processes (DeepSpeed's CPU accelerator, gloo), against plain DDP of the same seed:
-tests/fsdp_worker.py --zero3 under accelerate. Skipped where deepspeed is not installed (CI's sets do not install
+"""DeepSpeed ZeRO-3 and ZeRO-2 on two CPU processes (DeepSpeed's CPU accelerator, gloo), against plain DDP of the same
+seed: tests/fsdp_worker.py --zero3 / --zero2 under accelerate. Skipped where deepspeed is not installed (CI's sets do not install
 it yet; README, "What has run where")."""
 
 import json
@@ -15,6 +15,7 @@ pytestmark = pytest.mark.slow
 HERE = os.path.dirname(__file__)
 WORKER = os.path.join(HERE, "fsdp_worker.py")
 ZERO3_CONFIG = os.path.join(HERE, os.pardir, "recipes", "accelerate_configs", "zero3_cpu.yaml")
+ZERO2_CONFIG = os.path.join(HERE, os.pardir, "recipes", "accelerate_configs", "zero2_cpu.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -25,13 +26,18 @@ def ranks(tiny_model, tmp_path_factory):
     launches = {
         "zero3": [sys.executable, "-m", "accelerate.commands.launch", "--config_file", ZERO3_CONFIG,
                   "--main_process_port", "0", WORKER, tiny_model, str(out), "--zero3"],
+        "zero2": [sys.executable, "-m", "accelerate.commands.launch", "--config_file", ZERO2_CONFIG,
+                  "--main_process_port", "0", WORKER, tiny_model, str(out / "zero2"), "--zero2"],
         "ddp": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                 WORKER, tiny_model, str(out), "--ddp"],
     }
+    (out / "zero2").mkdir()
     for command in launches.values():
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=out)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    return {engine: [json.load(open(out / f"{engine}-rank{r}.json")) for r in range(2)] for engine in launches}, out
+    folder = {"zero2": out / "zero2"}
+    return {engine: [json.load(open(folder.get(engine, out) / f"{engine}-rank{r}.json")) for r in range(2)]
+            for engine in launches}, out
 
 
 def sampling_keys(logs):
@@ -71,3 +77,25 @@ def test_zero3_checkpoint_saved_once_and_resumed_on_every_rank(ranks):
         assert resumed["global_step"] == 3 and [h["step"] for h in resumed["logs"]] == [1, 2, 3]
         assert resumed["restored"]["memory"] == saved["memory"]
         assert resumed["restored"]["refill"] == saved["refill"]
+
+
+@pytest.mark.parametrize("run", ["balanced", "dynamic", "budget", "resumed"])
+def test_zero2_ranks_agree_score_once_and_partition_the_optimizer(ranks, run):
+    rank0, rank1 = (r[run] for r in ranks[0]["zero2"])
+    for rank in (rank0, rank1):  # really ZeRO-2: whole parameters, each rank owning half of the fp32 optimizer state
+        assert rank["distributed_type"] == "DistributedType.DEEPSPEED" and rank["zero_stage"] == 2
+        assert not rank["sharded"] and rank["local_numel"] == rank["full_numel"]
+        assert abs(rank["optimizer_numel"] - rank["full_numel"] / 2) <= 2
+    logs0, logs1 = rank0["logs"], rank1["logs"]
+    keys = sampling_keys(logs0)
+    assert keys and all(a[k] == b[k] for a, b in zip(logs0, logs1) for k in keys)
+    assert all(math.isfinite(h["loss"]) for h in logs0 + logs1)
+    new_steps = logs0[2:] if run == "resumed" else logs0
+    generated = sum(h["sampling/total_samples"] + h["sampling/padding_samples"] for h in new_steps)
+    assert rank0["reward_calls"] + rank1["reward_calls"] == generated > 0
+    if run == "balanced":  # the first step's loss is DDP's
+        ddp = ranks[0]["ddp"][0]["balanced"]["logs"]
+        assert abs(logs0[0]["loss"] - ddp[0]["loss"]) <= 1e-6
+    if run == "resumed":
+        saved = ranks[0]["zero2"][0]["budget"]
+        assert rank0["global_step"] == 3 and rank0["restored"]["memory"] == saved["memory"]

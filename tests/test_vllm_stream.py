@@ -84,7 +84,9 @@ def test_sampling_params_are_trls_colocate_ones(colocated, monkeypatch):
     fields = ("n", "temperature", "top_p", "top_k", "min_p", "max_tokens", "logprobs", "repetition_penalty", "seed",
               "stop", "stop_token_ids", "ignore_eos", "structured_outputs")
     assert {f: getattr(ours, f) for f in fields} == {f: getattr(built[0], f) for f in fields}
-    assert ours.max_tokens == 12 and ours.n == 1 and str(ours.output_kind).endswith("FINAL_ONLY")
+    assert ours.max_tokens == 12 and ours.n == 1
+    stream = stream_for(trainer, prompts_of(tokenizer, 1))
+    assert str(stream.params.output_kind).endswith("FINAL_ONLY") and stream.params.temperature == ours.temperature
 
 
 @pytest.mark.parametrize("choice", ["balanced", "positive_focused"])
@@ -178,6 +180,7 @@ def test_a_stream_needs_the_engine_to_itself(colocated):
     generation.generation_kwargs = {"n": 2}
     try:
         with pytest.raises(ValueError, match="n=2"):
-            colocate_sampling_params(generation)
+            stream_for(trainer, prompt_ids)
     finally:
         generation.generation_kwargs = {}
+    assert colocate_sampling_params(generation).n == 1

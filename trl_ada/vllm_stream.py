@@ -34,9 +34,9 @@ _streams = itertools.count()
 
 
 def colocate_sampling_params(vllm_generation) -> Any:
-    """The `vllm.SamplingParams` TRL's colocate branch of `VLLMGeneration.generate` builds, with FINAL_ONLY output."""
+    """The `vllm.SamplingParams` TRL's colocate branch of `VLLMGeneration.generate` builds."""
     from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+    from vllm.sampling_params import StructuredOutputsParams
 
     g = vllm_generation
     kwargs = {
@@ -54,11 +54,7 @@ def colocate_sampling_params(vllm_generation) -> Any:
         kwargs["structured_outputs"] = StructuredOutputsParams(regex=g.structured_outputs_regex)
     elif isinstance(kwargs.get("structured_outputs"), dict):
         kwargs["structured_outputs"] = StructuredOutputsParams(**kwargs["structured_outputs"])
-    params = SamplingParams(**kwargs)
-    if params.n != 1:
-        raise ValueError(f"generation_kwargs sets n={params.n}: a pipelined sample is one request of n=1.")
-    params.output_kind = RequestOutputKind.FINAL_ONLY
-    return params
+    return SamplingParams(**kwargs)
 
 
 class VLLMStream:
@@ -67,17 +63,25 @@ class VLLMStream:
     Args:
         llm: TRL's colocated engine (`trainer.vllm_generation.llm`); it must hold no request when the stream opens.
         prompt_ids: token ids of every prompt the driver may ask for, by prompt number.
-        sampling_params: `colocate_sampling_params(trainer.vllm_generation)`.
+        sampling_params: `colocate_sampling_params(trainer.vllm_generation)`; the stream uses a copy that returns
+            each sample's output once, when it is finished (FINAL_ONLY).
         max_running: requests in flight at most (the engine's `max_num_seqs`).
     """
 
     def __init__(self, llm, prompt_ids: Sequence[Sequence[int]], sampling_params, max_running: int):
+        from vllm.sampling_params import RequestOutputKind
+
+        if sampling_params.n != 1:
+            raise ValueError(f"sampling_params.n={sampling_params.n} (generation_kwargs?): a pipelined sample is one "
+                             "request of n=1.")
         self.engine = llm.llm_engine
         if self.engine.has_unfinished_requests():
             raise RuntimeError("VLLMStream: the vLLM engine already holds requests; a stream needs it to itself.")
         if max_running < 1:
             raise ValueError(f"max_running={max_running!r} must be >= 1.")
-        self.prompt_ids, self.params, self.max_running = prompt_ids, sampling_params, max_running
+        self.prompt_ids, self.max_running = prompt_ids, max_running
+        self.params = sampling_params.clone()
+        self.params.output_kind = RequestOutputKind.FINAL_ONLY
         self._prefix = f"trl-ada-{next(_streams)}-"
         self._running: dict[str, Request] = {}  # request id -> (prompt, slot)
         self._ids: dict[Request, str] = {}
