@@ -56,7 +56,7 @@ def count_deepspeed_processes_on_cpu():
     state.PartialState.__init__ = init
 
 
-if "--fsdp" in sys.argv:
+if "--fsdp" in sys.argv or "--fsdp-vllm" in sys.argv:
     switch_accelerate_to_fsdp_on_cpu()
 if "--zero3" in sys.argv or "--zero2" in sys.argv:
     count_deepspeed_processes_on_cpu()
@@ -91,6 +91,7 @@ def run(name, model_path, output_dir, lora=False, resume=None, **overrides):
     dataset = pass_rate_dataset([0.5, 0.02, 1.0, 0.3], repeat=4)
     trainer = Recorder(model=model_path, reward_funcs=reward, args=AdaGRPOConfig(**args), train_dataset=dataset,
                        peft_config=peft_config)
+    before = sum(float(p.detach().double().abs().sum()) for p in trainer.model.parameters())  # not sharded yet
     trainer.train(resume_from_checkpoint=resume)
     params = list(trainer.model.parameters())
     zero3 = all(hasattr(p, "ds_tensor") for p in params)  # DeepSpeed's partitioned parameters
@@ -104,6 +105,9 @@ def run(name, model_path, output_dir, lora=False, resume=None, **overrides):
         "reward_calls": len(reward.log),
         "logs": [h for h in trainer.state.log_history if "loss" in h],
         "global_step": trainer.state.global_step,
+        # |sum|-norm of the full weights after training relative to before: the update moved them
+        "weights_moved": abs(sum(float((p.full_tensor() if isinstance(p, DTensor) else p).detach().double().abs()
+                                       .sum()) for p in params) - before) / before,
     }
     engine = getattr(trainer, "deepspeed", None)
     if engine is not None:  # what DeepSpeed runs, and what this rank holds of the fp32 optimizer state (ZeRO-1/2)
@@ -129,6 +133,11 @@ def main():
         records["budget"] = run("budget", model_path, output_dir, save_strategy="steps", save_steps=2, **budget)
         records["resumed"] = run("budget", model_path, output_dir, max_steps=3,
                                  resume=os.path.join(output_dir, "budget", "checkpoint-2"), **budget)
+    elif engine == "fsdp-vllm":  # a colocated vLLM engine per rank (TRL's external launcher), weights pushed from FSDP
+        colocated = dict(use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False,
+                         model_init_kwargs={"dtype": "bfloat16"}, max_completion_length=8)
+        pipelined = "--pipelined" in sys.argv  # barrier-free rounds: each rank pipelines its prompts on its engine
+        records = {"vllm": run("vllm", model_path, output_dir, pipelined_rounds=pipelined, **colocated)}
     else:
         records = {"balanced": run("balanced", model_path, output_dir)}
     if engine == "fsdp":

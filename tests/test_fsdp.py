@@ -84,3 +84,35 @@ def test_fsdp_checkpoint_saved_once_and_resumed_on_every_rank(ranks):
         assert resumed["restored"]["memory"] == saved["memory"]
         assert resumed["restored"]["refill"] == saved["refill"]  # the refill cursor
         assert resumed["restored"]["prompts_drawn"] == saved["prompts_drawn"]
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("pipelined", [False, True], ids=["rounds", "pipelined"])
+def test_fsdp_with_a_colocated_vllm_engine_per_rank(tmp_path, pipelined):
+    """FSDP2 on 2 CPU processes, each rank with its own colocated vllm-cpu engine (TRL's external launcher): the
+    weights pushed after each update are the gathered full tensors, so the log-probs vLLM returns for its samples
+    agree with the trainer's (TRL's `sampling/sampling_logp_difference`, mean per token) after the weights moved.
+    `pipelined`: with `pipelined_rounds=True` each rank drives its own engine request by request."""
+    pytest.importorskip("vllm")
+    from trl_ada.tiny import VLLM_CPU_TINY, build_tiny_model
+
+    model = build_tiny_model(str(tmp_path / "model"), **VLLM_CPU_TINY)  # head_dim 64: vLLM's CPU attention needs it
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",
+           "VLLM_CPU_KVCACHE_SPACE": "1"}
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", FSDP_CONFIG,
+               "--main_process_port", "0", WORKER, model, str(tmp_path / "out"), "--fsdp-vllm"]
+    command += ["--pipelined"] if pipelined else []
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    ranks = [json.load(open(tmp_path / "out" / f"fsdp-vllm-rank{r}.json"))["vllm"] for r in range(2)]
+    for rank in ranks:
+        assert rank["distributed_type"] == "DistributedType.FSDP" and rank["sharded"]
+        assert rank["local_numel"] == rank["full_numel"] // 2
+        assert rank["weights_moved"] > 1e-4  # lr 1e-2: the pushes had something to push
+        logs = rank["logs"]
+        assert len(logs) == 2 and all(h["sampling/sampling_logp_difference/mean"] < 0.02 for h in logs)
+        assert all(("sampling/pipelined/engine_steps" in h) == pipelined for h in logs)
+    keys = sampling_keys(ranks[0]["logs"])
+    assert all(a[k] == b[k] for a, b in zip(ranks[0]["logs"], ranks[1]["logs"]) for k in keys)
+    generated = sum(h["sampling/total_samples"] + h["sampling/padding_samples"] for h in ranks[0]["logs"])
+    assert ranks[0]["reward_calls"] + ranks[1]["reward_calls"] == generated  # each rank's engine, scored once
