@@ -32,7 +32,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 
 def chat_prompt_ids(tokenizer, rows):
-    return [tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True) for row in rows]
+    return [list(tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
+                                               return_dict=True)["input_ids"]) for row in rows]
 
 
 def measure_curve(llm, prompt_ids, points, tokens):
@@ -124,7 +125,8 @@ def main(argv=None):
 
         def score(finished):
             completion_ids, _ = stream.take(finished)
-            return rewards_of([p for p, _ in finished], tokenizer.batch_decode(completion_ids, skip_special_tokens=True))
+            texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+            return rewards_of([p for p, _ in finished], texts)
 
         with stream:
             out = run_pipelined_sampling(args.prompts, stream, score, choice=choice)

@@ -125,8 +125,9 @@ def test_group_prior_screens_prompts_never_seen_before(tiny_model, tmp_path):
     """64 distinct prompts, 4 per step at GRPO parity: the per-prompt memory has nothing to go on, but after a few
     steps the group prior (column `pass_rate`) knows the 1.0 group comes back uniform and screens its new prompts.
     The per-prompt memory is off: only the group prior can screen."""
-    trainer, reward, logs = train(tiny_model, tmp_path, [1.0, 0.5], repeat=32, max_steps=8, per_device_train_batch_size=16,
-                                  sampling_budget=4.0, prompt_memory_group_column="pass_rate")
+    trainer, reward, logs = train(tiny_model, tmp_path, [1.0, 0.5], repeat=32, max_steps=8,
+                                  per_device_train_batch_size=16, sampling_budget=4.0,
+                                  prompt_memory_group_column="pass_rate")
     assert len(logs) == 8 and len(reward.log) == sum(h["sampling/total_samples"] for h in logs)
     assert all(h["sampling/total_samples"] + h["sampling/padding_samples"] <= 16 for h in logs)  # parity holds
     assert logs[0]["sampling/prompts_skipped"] == 0  # no group known yet

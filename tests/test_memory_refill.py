@@ -365,9 +365,11 @@ def test_budget_with_a_group_prior_screens_unseen_prompts_of_an_extreme_group():
 
     taken = {"solved": 0, "frontier": 0}
     for step in range(12):
-        out = run_budgeted_sampling(fresh(4), fresh, predict, lambda h: rng.random(),
-                                    lambda hs, k: [[float(rng.random() < rates[label[h]]) for _ in range(k)] for h in hs],
-                                    target=4, budget=16)
+        def sample_round(hs, k):
+            return [[float(rng.random() < rates[label[h]]) for _ in range(k)] for h in hs]
+
+        out = run_budgeted_sampling(fresh(4), fresh, predict, lambda h: rng.random(), sample_round, target=4,
+                                    budget=16)
         if step >= 4:
             for h, _ in out.sampled:
                 taken[label[h]] += 1

@@ -89,7 +89,7 @@ def test_two_processes_pipeline_their_own_prompts(tiny_model, tmp_path):
     """pipelined_rounds=True on a stand-in engine (tests/standin_engine.py) whose rank 1 finishes samples 9x slower
     than rank 0's: each rank pipelines its own prompts with no collective per engine step, then one gather per batch;
     both ranks end each step with the same pools and decisions, equal to the synchronous driver's on those pools."""
-    from trl_ada.sampling import run_adaptive_sampling
+    from test_pipelined import synchronous
 
     ranks = launch(tmp_path, tiny_model, "pipelined")
     assert ranks[0]["results"] == ranks[1]["results"] and len(ranks[0]["results"]) == 3  # same decisions
@@ -102,16 +102,7 @@ def test_two_processes_pipeline_their_own_prompts(tiny_model, tmp_path):
     assert sum(ranks[1]["polls"]) > 2 * sum(ranks[0]["polls"])  # the ranks finished far apart
     assert ranks[0]["left_running"] == ranks[1]["left_running"] == 0
     for step, results in enumerate(ranks[0]["results"]):
-        pools = [pool for pool, _, _, _ in results]
         assert all(len(pool) == rounds * 8 for pool, _, rounds, _ in results)
-        drawn = [0] * len(pools)
-
-        def sample_round(active, k):
-            out = [pools[p][drawn[p] : drawn[p] + k] for p in active]
-            for p in active:
-                drawn[p] += k
-            return out
-
         # The batch's own random selection: seeded by (seed + step, the prompt's position in the whole batch).
-        replay = run_adaptive_sampling(len(pools), sample_round, selection="random", seed=step)
+        replay = synchronous([pool for pool, _, _, _ in results], selection="random", seed=step)
         assert [(r.pool_rewards, r.selected, r.rounds, r.finished) for r in replay] == [tuple(r) for r in results]

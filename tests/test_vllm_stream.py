@@ -21,11 +21,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl.import_utils import is_vllm_available
 
 from conftest import make_recording_reward, pass_rate_dataset
+from test_pipelined import synchronous
 from test_trainer import tiny_args
 from test_vllm_engine import AGREE
 from trl_ada import AdaGRPOTrainer
 from trl_ada.pipelined import run_pipelined_sampling
-from trl_ada.sampling import run_adaptive_sampling
 from trl_ada.tiny import VLLM_CPU_TINY, build_tiny_model
 
 pytestmark = [
@@ -119,16 +119,8 @@ def test_pipelined_rounds_on_the_real_engine(colocated, choice):
         assert len(result.pool_rewards) == result.rounds * 8
         assert result.pool_rewards == [seen[(p, s)][0] for s in range(len(result.pool_rewards))]
     assert sorted(seen) == sorted((p, s) for p, r in enumerate(out.results) for s in range(len(r.pool_rewards)))
-    table = {p: [seen[(p, s)][0] for s in range(len(r.pool_rewards))] for p, r in enumerate(out.results)}
-    drawn = [0] * len(prompt_ids)
-
-    def sample_round(active, k):
-        rewards = [table[p][drawn[p] : drawn[p] + k] for p in active]
-        for p in active:
-            drawn[p] += k
-        return rewards
-
-    assert out.results == run_adaptive_sampling(len(prompt_ids), sample_round, choice=choice)
+    table = [[seen[(p, s)][0] for s in range(len(r.pool_rewards))] for p, r in enumerate(out.results)]
+    assert out.results == synchronous(table, choice=choice)
     assert {r.rounds for r in out.results} != {1}  # the 0.0 and 1.0 prompts ran every round
 
     # The log-probs vLLM returned through the stream are the model's (bfloat16 kernel noise only).
