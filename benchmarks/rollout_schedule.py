@@ -2,6 +2,8 @@
 
     python benchmarks/rollout_schedule.py                      # default engine curve, lengths and pass rates
     python benchmarks/rollout_schedule.py --step_time_curve curve.json   # a measured curve: [[running, seconds], ...]
+    python benchmarks/rollout_schedule.py --step_time_curve benchmarks/rollout_real.json  # the curve rollout_real.py
+                                                                         # measured on the engine present
 
 A discrete-event simulation that drives the project's own samplers, not a model of them: the synchronous rounds are
 `trl_ada.sampling.run_adaptive_sampling` (a round is a batch that ends when its last sample ends) and the pipelined
@@ -144,7 +146,8 @@ def main(argv=None):
     parser.add_argument("--max_tokens", type=int, default=2048, help="completion cap")
     parser.add_argument("--max_num_seqs", type=int, default=256, help="engine capacity (vLLM max_num_seqs)")
     parser.add_argument("--step_time_curve", default=None,
-                        help="JSON file [[running, seconds], ...]; default: 20 ms + 0.02 ms per running sequence")
+                        help="JSON file [[running, seconds], ...] or a rollout_real.py result (its step_time_curve); "
+                        "default: 20 ms + 0.02 ms per running sequence")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--json", default=os.path.join(HERE, "rollout_schedule.json"))
     parser.add_argument("--plot", default=os.path.join(HERE, "rollout_schedule.png"))
@@ -152,7 +155,8 @@ def main(argv=None):
 
     if args.step_time_curve:
         with open(args.step_time_curve) as f:
-            curve = [tuple(point) for point in json.load(f)]
+            loaded = json.load(f)
+        curve = [tuple(point) for point in (loaded["step_time_curve"] if isinstance(loaded, dict) else loaded)]
     else:
         curve = [(1, 0.02002), (1024, 0.02 + 0.00002 * 1024)]
     step_time = linear_curve(curve)
