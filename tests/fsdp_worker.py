@@ -91,7 +91,8 @@ def run(name, model_path, output_dir, lora=False, resume=None, **overrides):
     dataset = pass_rate_dataset([0.5, 0.02, 1.0, 0.3], repeat=4)
     trainer = Recorder(model=model_path, reward_funcs=reward, args=AdaGRPOConfig(**args), train_dataset=dataset,
                        peft_config=peft_config)
-    before = sum(float(p.detach().double().abs().sum()) for p in trainer.model.parameters())  # not sharded yet
+    # Not sharded yet, except under ZeRO-3, whose parameters are placeholders from the start (zero.Init).
+    before = sum(float(p.detach().double().abs().sum()) for p in trainer.model.parameters())
     trainer.train(resume_from_checkpoint=resume)
     params = list(trainer.model.parameters())
     zero3 = all(hasattr(p, "ds_tensor") for p in params)  # DeepSpeed's partitioned parameters
@@ -105,10 +106,11 @@ def run(name, model_path, output_dir, lora=False, resume=None, **overrides):
         "reward_calls": len(reward.log),
         "logs": [h for h in trainer.state.log_history if "loss" in h],
         "global_step": trainer.state.global_step,
-        # |sum|-norm of the full weights after training relative to before: the update moved them
-        "weights_moved": abs(sum(float((p.full_tensor() if isinstance(p, DTensor) else p).detach().double().abs()
-                                       .sum()) for p in params) - before) / before,
     }
+    if not zero3:  # the L1 norm of the full weights after training relative to before: the updates moved them
+        after = sum(float((p.full_tensor() if isinstance(p, DTensor) else p).detach().double().abs().sum())
+                    for p in params)
+        record["weights_moved"] = abs(after - before) / before
     engine = getattr(trainer, "deepspeed", None)
     if engine is not None:  # what DeepSpeed runs, and what this rank holds of the fp32 optimizer state (ZeRO-1/2)
         record["zero_stage"] = engine.zero_optimization_stage()
