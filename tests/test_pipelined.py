@@ -94,7 +94,8 @@ def scenarios(draw):
         seed=draw(st.integers(0, 10**6)),
     )
     engine = dict(capacity=draw(st.integers(1, 40)), order=draw(st.sampled_from(ORDERS)), seed=draw(st.integers(0, 99)))
-    driver = dict(certain_continuation=draw(st.booleans()), max_running=draw(st.sampled_from([None, 1, 3, 16])))
+    driver = dict(certain_continuation=draw(st.booleans()), max_running=draw(st.sampled_from([None, 1, 3, 16])),
+                  speculative=draw(st.booleans()))
     return cfg, engine, driver, draw(st.integers(1, 10)), draw(st.integers(0, 10**6)), draw(st.sampled_from(
         ["binary", "shaped"]))
 
@@ -108,13 +109,23 @@ def test_pipelined_equals_synchronous_in_any_finish_order(scenario):
     out = run_pipelined_sampling(num_prompts, engine, lambda done: [table[p][s] for p, s in done], **cfg, **driver)
 
     assert out.results == synchronous(table, **cfg)  # pools, rounds, finished, selected: all equal
-    assert engine.running == [] and engine.aborted == []  # nothing left behind, nothing wasted
+    assert engine.running == []  # nothing left behind
     m = cfg["round_repeat"]
-    assert out.stats.samples_issued == sum(len(r.pool_rewards) for r in out.results)  # every issued slot is pooled
-    assert engine.seen == {(p, s) for p, r in enumerate(out.results) for s in range(r.rounds * m)}  # exactly those
+    pooled = {(p, s) for p, r in enumerate(out.results) for s in range(r.rounds * m)}
+    wasted = set(out.discarded) | set(out.aborted)
+    assert engine.seen == pooled | wasted and not pooled & wasted  # every issued slot is pooled or reported wasted
+    assert sorted(engine.aborted) == sorted(out.aborted) and not set(out.discarded) & set(out.aborted)
+    assert out.stats.samples_issued == len(pooled) + len(wasted) and out.stats.wasted_samples == len(wasted)
+    # a wasted sample belongs to the one round after the prompt's pool: speculation runs one round ahead at most
+    assert all(s // m == out.results[p].rounds < cfg["max_rounds"] for p, s in wasted)
     assert out.stats.max_running <= min(engine_cfg["capacity"], driver["max_running"] or engine_cfg["capacity"])
+    if not driver["speculative"]:
+        assert not wasted and out.stats.speculative_samples == 0
+    assert out.stats.wasted_samples <= out.stats.speculative_samples
     if not driver["certain_continuation"] or cfg["choice"] == "positive_focused":
         assert out.stats.early_samples == 0
+    # a round made certain early always happens: early samples all end in pools, never in the wasted ones
+    assert out.stats.early_samples <= sum((r.rounds - 1) * m for r in out.results)
 
 
 def test_certain_continuation_issues_rounds_before_the_previous_one_is_complete():
@@ -131,6 +142,57 @@ def test_certain_continuation_issues_rounds_before_the_previous_one_is_complete(
                                      certain_continuation=False, **cfg)
     assert without.results == out.results and without.stats.early_samples == 0
     assert out.stats.max_running > without.stats.max_running  # the early rounds ran beside the current ones
+
+
+def test_speculation_runs_a_needed_round_early_and_wastes_one_that_is_not():
+    # Prompt 0 is always wrong (balanced: all 4 rounds happen); prompt 1 alternates (exits after round 1). The engine
+    # holds 32: the 16 certain samples leave 16 idle slots, which speculation gives to both prompts' next rounds.
+    table = [[0.0] * 32, [1.0, 0.0] * 16]
+    cfg = dict(num_generations=4, round_repeat=8, max_rounds=4, choice="balanced", certain_continuation=False)
+
+    def run(speculative, capacity=32):
+        engine = FakeEngine(capacity=capacity, order="all_at_once", seed=0)
+        out = run_pipelined_sampling(2, engine, lambda done: [table[p][s] for p, s in done], speculative=speculative,
+                                     **cfg)
+        return out, engine
+
+    plain, _ = run(False)
+    out, engine = run(True)
+    assert out.results == plain.results == synchronous(table, **{k: v for k, v in cfg.items() if k != "certain_continuation"})
+    # prompt 0's rounds 2-4 each ran beside the round before them: 2 engine steps instead of 4
+    assert (out.stats.polls, plain.stats.polls) == (2, 4)
+    # prompt 1's speculative round 2 finished too, and was discarded when round 1 retired the prompt
+    assert out.stats.wasted_samples == 8 and {p for p, _ in out.discarded} == {1} and out.aborted == []
+    assert out.stats.speculative_samples == 8 * 3  # prompt 0's rounds 2 and 4, prompt 1's round 2
+    assert out.stats.samples_issued == plain.stats.samples_issued + 8
+
+    # No idle slot (the engine holds one round, and a certain one is always waiting): speculation issues nothing.
+    tight, _ = run(True, capacity=8)
+    assert tight.results == plain.results and tight.stats.speculative_samples == 0
+
+
+def test_speculative_samples_still_running_are_aborted_when_their_prompt_retires():
+    # The engine finishes one request per step, oldest first: prompt 0's round 1 completes (and retires it) while its
+    # speculative round 2 is still in flight.
+    table = [[1.0, 0.0] * 16]
+    engine = FakeEngine(capacity=12, order="first_first", seed=0)
+    out = run_pipelined_sampling(1, engine, lambda done: [table[p][s] for p, s in done], speculative=True)
+    assert out.results == synchronous(table) and out.results[0].rounds == 1
+    assert out.aborted and engine.aborted == out.aborted and engine.running == []
+    assert all(s // 8 == 1 for _, s in out.aborted)
+    # 4 of round 2 fit beside round 1; the other 4 took the slots round 1's first finishers freed: all 8 in flight
+    assert out.stats.wasted_samples == len(out.aborted) == 8 and out.discarded == []
+
+
+def test_speculative_samples_do_not_make_a_round_certain():
+    # Round 2 is speculative and finishes first (all wrong). When only slot 0 of round 1 is left, round 1 has 1 right
+    # and 6 wrong: the one missing positive may still come, so round 2 is not certain; counting the speculative
+    # samples as if they were in the pool would call the exit unreachable. Slot 0 is right: round 1 retires it.
+    table = [[1.0, 1.0] + [0.0] * 6 + [0.0] * 24]
+    engine = FakeEngine(capacity=16, order="last_first", seed=0)
+    out = run_pipelined_sampling(1, engine, lambda done: [table[p][s] for p, s in done], speculative=True)
+    assert out.results == synchronous(table) and out.results[0].rounds == 1 and out.results[0].finished
+    assert out.stats.early_samples == 0 and out.stats.wasted_samples == 8 and len(out.discarded) == 8
 
 
 def test_a_failing_reward_leaves_nothing_in_the_engine():

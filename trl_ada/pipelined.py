@@ -10,8 +10,9 @@ exactly what the synchronous driver returns, by construction (`../docs/rollout.m
    first M completions to arrive";
 2. the exit check runs once every slot of the round is finished and scored, on slots 0 ... (k+1)*M - 1, through
    `trl_ada.sampling.PromptRounds`, the state machine the synchronous driver uses;
-3. nothing beyond that pool is ever issued: a round is issued only when it is certain to happen (its previous round
-   is complete and did not retire the prompt, or "certain continuation" below);
+3. nothing beyond that pool ever reaches it: a round joins the pool only once it is certain to happen (its previous
+   round is complete and did not retire the prompt, or "certain continuation" below); samples of a speculative round
+   (below) wait outside the pool and are aborted or discarded if their round does not happen;
 4. "earliest" selection means slot order (rewards enter the pool in slot order), and a random selection uses a
    generator per prompt (`selection_rng`), so finish order changes nothing.
 
@@ -19,8 +20,17 @@ Certain continuation (balanced only): round k+1 of a prompt can be issued before
 scored samples make the exit rule unreachable at the end of round k, that is when the positives and negatives still
 missing outnumber the samples of rounds <= k not yet scored. Those samples are certain to be in the synchronous pool,
 so issuing them early wastes nothing. For positive_focused it never fires (the last straggler could be the first
-positive). Speculative rounds (issuing a round that may not happen into idle slots) are future work: they would need
-a buffer whose samples are discarded when their round does not happen.
+positive).
+
+Speculation (`speculative=True`, opt-in): engine slots that no certain round can use (nothing certain is queued)
+take the next round of an unretired prompt before it is known to happen, one round ahead at most per prompt, the
+prompts furthest from their exit first (never one whose exit is already certain: that round cannot happen). Its
+samples are scored as they finish and kept aside; when the previous round retires the prompt, the speculative ones
+still running are aborted and the finished ones discarded (`Pipelined.aborted`, `Pipelined.discarded`,
+`PipelinedStats.wasted_samples`); when it does not, the round becomes certain and its samples join the pool in slot
+order. Certain rounds always go first, so speculation only spends capacity that would sit idle: it pays where an
+engine step costs the same with more sequences running (a GPU below saturation) and costs tokens for nothing where
+step time grows with them (a CPU).
 
 The engine protocol is four methods (`Engine`). The driver never leaves a request in the engine: on return, and on
 any exception (a reward function raising, say), it aborts whatever is still running.
@@ -79,8 +89,10 @@ class Engine(Protocol):
 
 @dataclass
 class PipelinedStats:
-    samples_issued: int = 0  # requests submitted (all of them end in a pool: nothing speculative is issued)
-    early_samples: int = 0  # of which issued by certain continuation, before their previous round was complete
+    samples_issued: int = 0  # requests submitted, speculative ones included
+    early_samples: int = 0  # of which in rounds made certain by certain continuation before the previous one was complete
+    speculative_samples: int = 0  # submitted while their round was speculative (it may not happen)
+    wasted_samples: int = 0  # speculative samples whose round did not happen: aborted, or finished and discarded
     polls: int = 0  # engine steps taken
     max_running: int = 0  # most requests in the engine at once
 
@@ -89,6 +101,8 @@ class PipelinedStats:
 class Pipelined:
     results: list[PromptResult]  # one per prompt, equal to run_adaptive_sampling's
     stats: PipelinedStats = field(default_factory=PipelinedStats)
+    discarded: list[Request] = field(default_factory=list)  # finished and scored, but their round did not happen
+    aborted: list[Request] = field(default_factory=list)  # cancelled in the engine: their round did not happen
 
 
 def run_pipelined_sampling(
@@ -104,6 +118,7 @@ def run_pipelined_sampling(
     seed: int = 0,
     max_running: int | None = None,
     certain_continuation: bool = True,
+    speculative: bool = False,
     prompt_numbers: Sequence[int] | None = None,
 ) -> Pipelined:
     """Successive elimination without a barrier between prompts; the same results as `run_adaptive_sampling`.
@@ -116,6 +131,9 @@ def run_pipelined_sampling(
             engine step that finished something: batched, and where math-verify's signal-based timeouts work).
         max_running: at most this many requests in the engine at once (None: only `engine.free_slots()` limits).
         certain_continuation: issue a balanced prompt's next round as soon as its exit has become unreachable.
+        speculative: put slots that no certain round needs to work on one round that may not happen (module
+            docstring); its samples join the pool only if the round happens, and are aborted or discarded otherwise
+            (`Pipelined.aborted`, `Pipelined.discarded`).
         prompt_numbers: the number each prompt's random selection is keyed by (`selection_rng`); default 0, 1, ...
             A process that pipelines its share of a batch passes the prompts' positions in the whole batch, so its
             selections are those of `run_adaptive_sampling` over the batch.
@@ -128,38 +146,105 @@ def run_pipelined_sampling(
     prompts = [PromptRounds(num_generations, round_repeat, max_rounds, choice, positive_threshold,
                             selection_rng(selection, seed, number)) for number in numbers]
     scored: list[dict[int, float]] = [{} for _ in range(num_prompts)]  # slot -> reward, slots not yet in the pool
-    issued_rounds = [0] * num_prompts
-    queue: list[tuple[int, int, int]] = []  # (-round, prompt, slot): later rounds first (they end a prompt sooner)
+    certain = [1] * num_prompts  # rounds sure to happen: the synchronous driver samples them too
+    issued = [0] * num_prompts  # rounds put to the queue: `certain`, or one more while a round is speculative
+    # Admission order: certain rounds before the speculative one, later rounds before earlier (they end a prompt
+    # sooner). A promoted round's slots get a second, certain entry, which pops first; an entry whose slot has left
+    # the queue (admitted, or its prompt retired) is stale and skipped.
+    heap: list[tuple[bool, int, int, int]] = []  # (speculative, -round, prompt, slot)
+    queued: set[Request] = set()
     running: set[Request] = set()
-    stats = PipelinedStats()
+    out = Pipelined([prompt.result for prompt in prompts])
+    stats = out.stats
 
-    def issue_round(p: int, early: bool) -> None:
-        k = issued_rounds[p]
-        issued_rounds[p] += 1
+    def is_speculative(p: int, slot: int) -> bool:
+        return slot // m >= certain[p]
+
+    def issue_round(p: int) -> None:
+        k = issued[p]
+        issued[p] += 1
         for slot in range(k * m, (k + 1) * m):
-            heapq.heappush(queue, (-k, p, slot))
-        stats.early_samples += m if early else 0
+            heapq.heappush(heap, (is_speculative(p, slot), -k, p, slot))
+            queued.add((p, slot))
 
-    def exit_unreachable(p: int) -> bool:
-        # At the end of the last issued round: the pool then holds every issued slot. Counts only grow with the
-        # rounds, so unreachable there means unreachable at every earlier round too.
-        pool = prompts[p].pool_rewards
-        num_pos = sum(is_positive(r, positive_threshold) for r in [*pool, *scored[p].values()])
-        num_neg = len(pool) + len(scored[p]) - num_pos
-        unscored = issued_rounds[p] * m - len(pool) - len(scored[p])
-        return max(0, half - num_pos) + max(0, num_generations - half - num_neg) > unscored
+    def make_certain(p: int, early: bool) -> None:
+        """Round `certain[p]` will happen: issue it, or promote it if it was issued speculatively."""
+        k = certain[p]
+        certain[p] += 1
+        stats.early_samples += m if early else 0
+        if issued[p] == k:
+            issue_round(p)
+            return
+        for slot in range(k * m, (k + 1) * m):  # promoted: its queued slots now go ahead of speculative ones
+            if (p, slot) in queued:
+                heapq.heappush(heap, (False, -k, p, slot))
+
+    def missing(p: int) -> tuple[int, int]:
+        """(samples the exit rule still lacks, samples of certain rounds not yet scored), at the end of the last
+        certain round, whose pool holds every certain slot. Counts only grow with the rounds, so an exit that is
+        unreachable there is unreachable at every earlier round too."""
+        known = [*prompts[p].pool_rewards, *(r for slot, r in scored[p].items() if slot < certain[p] * m)]
+        num_pos = sum(is_positive(r, positive_threshold) for r in known)
+        if choice == "balanced":
+            lacking = max(0, half - num_pos) + max(0, num_generations - half - (len(known) - num_pos))
+        else:
+            lacking = int(num_pos == 0)
+        return lacking, certain[p] * m - len(known)
+
+    def retire(p: int) -> None:
+        """The prompt's pool is final: whatever it has beyond it belongs to a round that does not happen."""
+        discarded = [(p, slot) for slot in sorted(scored[p])]
+        scored[p].clear()
+        aborted = sorted(request for request in running if request[0] == p)
+        if aborted:
+            engine.abort(aborted)
+            running.difference_update(aborted)
+        queued.difference_update([(p, slot) for slot in range(prompts[p].result.rounds * m, issued[p] * m)])
+        out.discarded += discarded
+        out.aborted += aborted
+        stats.wasted_samples += len(discarded) + len(aborted)
+
+    def free_room() -> int:
+        room = engine.free_slots()
+        return room if max_running is None else min(room, max_running - len(running))
+
+    def admit(room: int) -> None:
+        admitted = []
+        while heap and len(admitted) < room:
+            _, _, p, slot = heapq.heappop(heap)
+            if (p, slot) in queued:
+                queued.discard((p, slot))
+                admitted.append((p, slot))
+                stats.speculative_samples += is_speculative(p, slot)
+        if admitted:
+            engine.submit(admitted)
+            running.update(admitted)
+            stats.samples_issued += len(admitted)
+            stats.max_running = max(stats.max_running, len(running))
+
+    def speculate(room: int) -> None:
+        """Fill free room with the next round of the prompts likeliest to need it (an exit that is already certain
+        is not speculated on: its next round cannot happen)."""
+        candidates = []
+        for p, prompt in enumerate(prompts):
+            if not prompt.retired and issued[p] == certain[p] < max_rounds:
+                lacking, unscored = missing(p)
+                if lacking > 0:
+                    candidates.append((unscored - lacking, p))
+        for _, p in sorted(candidates):
+            if room <= 0:
+                break
+            issue_round(p)
+            room -= m
 
     for p in range(num_prompts):
-        issue_round(p, early=False)
+        issue_round(p)
     try:
         while not all(prompt.retired for prompt in prompts):
-            room = engine.free_slots() if max_running is None else min(engine.free_slots(), max_running - len(running))
-            admitted = [heapq.heappop(queue)[1:] for _ in range(min(room, len(queue)))]
-            if admitted:
-                engine.submit(admitted)
-                running.update(admitted)
-                stats.samples_issued += len(admitted)
-                stats.max_running = max(stats.max_running, len(running))
+            admit(free_room())
+            if speculative and not queued and free_room() > 0:  # only room that no certain round can use
+                speculate(free_room())
+                admit(free_room())
             if not running:
                 raise RuntimeError("run_pipelined_sampling: prompts are unfinished but nothing is running or queued "
                                    "(the engine reports no free slots).")
@@ -181,15 +266,19 @@ def run_pipelined_sampling(
                 while not prompt.retired:  # fold in every round that is now complete, in order
                     k = prompt.result.rounds
                     slots = range(k * m, (k + 1) * m)
-                    if any(slot not in scored[p] for slot in slots):
+                    if k >= certain[p] or any(slot not in scored[p] for slot in slots):
                         break
                     prompt.add_round([scored[p].pop(slot) for slot in slots])
-                    if not prompt.retired and issued_rounds[p] == prompt.result.rounds:
-                        issue_round(p, early=False)
-                while (certain_continuation and choice == "balanced" and not prompt.retired
-                        and issued_rounds[p] < max_rounds and exit_unreachable(p)):
-                    issue_round(p, early=True)
-        return Pipelined([prompt.result for prompt in prompts], stats)
+                    if prompt.retired:
+                        retire(p)
+                    elif certain[p] == prompt.result.rounds:
+                        make_certain(p, early=False)
+                while certain_continuation and choice == "balanced" and not prompt.retired and certain[p] < max_rounds:
+                    lacking, unscored = missing(p)
+                    if lacking <= unscored:
+                        break
+                    make_certain(p, early=True)
+        return out
     finally:
         if running:  # an exception left samples in flight: the engine must hold nothing of ours afterwards
             engine.abort(sorted(running))
