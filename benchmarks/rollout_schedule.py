@@ -35,7 +35,7 @@ from trl_ada.pipelined import run_pipelined_sampling  # noqa: E402
 from trl_ada.sampling import run_adaptive_sampling  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCHEDULES = ("synchronous", "pipelined", "pipelined + certain continuation")
+SCHEDULES = ("synchronous", "pipelined", "pipelined + certain continuation", "+ speculative round")
 
 
 def linear_curve(points):
@@ -126,13 +126,14 @@ def one_step(args, seed, step_time):
         cfg = dict(num_generations=4, round_repeat=args.round_repeat, max_rounds=args.max_rounds, choice=choice)
         reference, sim = run_sync(**cfg)
         row[f"{choice} synchronous"] = {"seconds": sim.clock, "tokens": sim.tokens}
-        for certain in (False, True):
+        for name, certain, speculative in zip(SCHEDULES[1:], (False, True, True), (False, False, True)):
             sim = engine()
             out = run_pipelined_sampling(args.prompts, sim, lambda done: [rewards[r] for r in done],
-                                         max_running=args.max_num_seqs, certain_continuation=certain, **cfg)
+                                         max_running=args.max_num_seqs, certain_continuation=certain,
+                                         speculative=speculative, **cfg)
             assert out.results == reference, "the pipelined driver must select exactly what the synchronous one does"
-            name = "pipelined + certain continuation" if certain else "pipelined"
-            row[f"{choice} {name}"] = {"seconds": sim.clock, "tokens": sim.tokens}
+            row[f"{choice} {name}"] = {"seconds": sim.clock, "tokens": sim.tokens,
+                                       "wasted_samples": out.stats.wasted_samples}
     return row
 
 
@@ -175,12 +176,15 @@ def main(argv=None):
     print(f"\n### Generation time of one step, ratio to GRPO n=4 ({args.prompts} prompts, M={args.round_repeat}, "
           f"R={args.max_rounds}, lengths median {args.median_tokens:.0f}, p99 {args.p99_ratio:g}x, cap "
           f"{args.max_tokens}, max_num_seqs {args.max_num_seqs}; mean of {args.seeds} seeds; simulation)\n")
-    print("| choice | " + " | ".join(SCHEDULES) + " | generated tokens vs GRPO |")
-    print("|---|" + "---:|" * (len(SCHEDULES) + 1))
+    speculative = SCHEDULES[-1]
+    print("| choice | " + " | ".join(SCHEDULES) + " | generated tokens vs GRPO | with speculation |")
+    print("|---|" + "---:|" * (len(SCHEDULES) + 2))
     for choice in ("positive_focused", "balanced"):
         cells = [f"{summary[f'{choice} {s}']['time_ratio_to_grpo']:.2f} ({100 * summary[f'{choice} {s}']['vs_synchronous']:+.0f}%)"
                  for s in SCHEDULES]
-        print(f"| {choice} | " + " | ".join(cells) + f" | {summary[f'{choice} synchronous']['token_ratio_to_grpo']:.2f}x |")
+        tokens = [summary[f"{choice} {s}"]["token_ratio_to_grpo"] for s in ("synchronous", speculative)]
+        print(f"| {choice} | " + " | ".join(cells) + f" | {tokens[0]:.2f}x | {tokens[1]:.2f}x "
+              f"({100 * (tokens[1] / tokens[0] - 1):+.0f}%) |")
 
     with open(args.json, "w") as f:
         json.dump({"settings": {k: v for k, v in vars(args).items() if k not in ("json", "plot")},
@@ -191,10 +195,10 @@ def main(argv=None):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.2), dpi=90)
-    width = 0.25
+    width = 0.2
     for i, schedule in enumerate(SCHEDULES):
         ys = [summary[f"{c} {schedule}"]["time_ratio_to_grpo"] for c in ("positive_focused", "balanced")]
-        ax.bar([x + (i - 1) * width for x in range(2)], ys, width, label=schedule)
+        ax.bar([x + (i - 1.5) * width for x in range(2)], ys, width, label=schedule)
     ax.set_xticks(range(2), ["positive_focused", "balanced"])
     ax.set_ylabel("generation time / GRPO n=4")
     ax.legend(fontsize=7)

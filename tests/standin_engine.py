@@ -74,7 +74,7 @@ class StandInStream:
         self.llm, self.prompt_ids, self.capacity, self.pace = llm, prompt_ids, capacity, pace
         self.rng = random.Random(seed)
         self.running, self.finished, self.max_seen, self.polls = [], {}, 0, 0
-        self.closed = False
+        self.closed, self.aborted_tokens, self.aborted = False, 0, []
         # Slots continue where the step's earlier samples of the same prompt text stopped, as `generate` counts
         # them (a refill batch may hold a prompt the step has already sampled).
         self.base = [llm.issued.get(tuple(ids), 0) for ids in prompt_ids]
@@ -88,7 +88,9 @@ class StandInStream:
             self.llm.issued[ids] = max(self.llm.issued.get(ids, 0), self.base[prompt] + slot + 1)
 
     def abort(self, requests):
+        self.aborted += [r for r in self.running if r in requests]
         self.running = [r for r in self.running if r not in requests]
+        self.aborted_tokens += 2 * len(requests)  # a stand-in figure: what matters is that the trainer logs it
 
     def poll(self):
         self.polls += 1
@@ -114,7 +116,7 @@ class StandInStream:
         self.closed = True
 
 
-def install(trainer, seed=0, pace=0.5):
+def install(trainer, seed=0, pace=0.5, capacity=12):
     """Give `trainer` the colocated backend AdaGRPOTrainer builds (TRL's class, trl-ada's push) over a
     DeterministicLLM, and pipelined rounds over StandInStream. Returns the engine; opened streams are kept on it."""
     generation = object.__new__(ReloadingVLLMGeneration)
@@ -130,7 +132,7 @@ def install(trainer, seed=0, pace=0.5):
     llm.streams = []
 
     def open_stream(prompt_ids):
-        stream = StandInStream(llm, prompt_ids, seed=seed + 1000 * len(llm.streams), pace=pace)
+        stream = StandInStream(llm, prompt_ids, seed=seed + 1000 * len(llm.streams), pace=pace, capacity=capacity)
         llm.streams.append(stream)
         return stream
 

@@ -303,8 +303,8 @@ def test_real_model_benchmark_stops_every_arm_at_the_budget_resumes_and_rerender
 
 def test_rollout_schedule_simulation_orders_the_schedules(tmp_path):
     """With step time independent of the running sequences and room for every sample, a prompt's round k ends no
-    later pipelined than synchronously (it waits only for its own samples), and certain continuation only starts
-    rounds earlier; when step time is proportional to the running sequences (a throughput-bound engine), time is
+    later pipelined than synchronously (it waits only for its own samples), and certain continuation and speculation
+    only start rounds earlier; when step time is proportional to the running sequences (a throughput-bound engine), time is
     tokens and every schedule takes the same time. The script also checks that every schedule selects the same
     groups as the synchronous driver."""
     rollout = load("rollout_schedule")
@@ -315,8 +315,8 @@ def test_rollout_schedule_simulation_orders_the_schedules(tmp_path):
     summary = rollout.main(common + ["--step_time_curve", str(flat), "--json", str(tmp_path / "a.json"),
                                      "--plot", str(tmp_path / "a.png")])
     for choice in ("positive_focused", "balanced"):
-        sync, pipe, certain = (summary[f"{choice} {s}"]["time_ratio_to_grpo"] for s in rollout.SCHEDULES)
-        assert 0 < certain <= pipe <= sync
+        sync, pipe, certain, speculative = (summary[f"{choice} {s}"]["time_ratio_to_grpo"] for s in rollout.SCHEDULES)
+        assert 0 < speculative < certain <= pipe <= sync  # an idle slot's speculative round costs no time here
     assert summary["balanced pipelined"]["time_ratio_to_grpo"] < summary["balanced synchronous"]["time_ratio_to_grpo"]
     steep = tmp_path / "steep.json"
     steep.write_text("[[1, 0.001], [4096, 4.096]]")

@@ -64,6 +64,7 @@ def test_adaptive_off_defaults_to_grpo():
         ({"sampling_budget": 4.0, "budget_explore_floor": 0.0}, ["budget_explore_floor=0.0", "starve"]),
         ({"sampling_budget": 4.0, "budget_skip_threshold": 2}, ["budget_skip_threshold=2", "[0, 1]"]),
         ({"sampling_budget": 4.0, "budget_skip_decay": 0}, ["budget_skip_decay=0", "(0, 1]"]),
+        ({"pipelined_speculation": True}, ["pipelined_speculation=True", "pipelined_rounds=True"]),
         ({"pipelined_rounds": True}, ["pipelined_rounds=True", "use_vllm=True", "vllm_mode='colocate'"]),
         ({"pipelined_rounds": True, "use_vllm": True, "vllm_mode": "server"}, ["vllm_mode='server'", "colocate"]),
         ({"pipelined_rounds": True, "use_vllm": True, "vllm_tensor_parallel_size": 2},

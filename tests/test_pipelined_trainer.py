@@ -16,15 +16,16 @@ from test_trainer import Recorder, tiny_args
 pytestmark = pytest.mark.slow
 
 
-def run(tiny_model, tmp_path, pipelined, **kwargs):
+def run(tiny_model, tmp_path, pipelined, speculative=False, capacity=12, **kwargs):
     reward = make_recording_reward()
-    args = tiny_args(tmp_path / f"pipelined-{pipelined}", per_device_train_batch_size=16, max_steps=3, **kwargs)
+    args = tiny_args(tmp_path / f"pipelined-{pipelined}-{speculative}", per_device_train_batch_size=16, max_steps=3, **kwargs)
     trainer = Recorder(model=tiny_model, reward_funcs=reward, args=args,
                        train_dataset=pass_rate_dataset([0.0, 0.5, 0.3, 1.0]))
     trainer.reward_log = reward.log
-    llm = install(trainer)
+    llm = install(trainer, capacity=capacity)
     # Set after construction: with use_vllm=True the config would start a real engine (its checks: test_config.py).
     trainer.args.pipelined_rounds = pipelined
+    trainer.args.pipelined_speculation = speculative
     trainer.train()
     return trainer, reward, llm
 
@@ -53,3 +54,33 @@ def test_pipelined_rounds_train_exactly_like_the_synchronous_ones(tiny_model, tm
     assert all(h["sampling/pipelined/engine_steps"] > 0 and h["sampling/pipelined/max_running"] <= 12 for h in logs)
     if mode.get("reinforce_ada_choice") == "balanced":  # the 0.0 prompt's rounds overlap: certain continuation
         assert sum(h["sampling/pipelined/early_samples"] for h in logs) > 0
+
+
+def test_speculative_rounds_train_exactly_like_the_synchronous_ones(tiny_model, tmp_path, monkeypatch):
+    """Speculation changes what the engine runs, never what is trained: its discarded samples leave no trace but the
+    wasted-sample metrics and the generated count."""
+    monkeypatch.setattr(vllm_generation, "SamplingParams", lambda **kwargs: kwargs, raising=False)
+    sync, sync_reward, _ = run(tiny_model, tmp_path, False)
+    # 4 prompts x 8 certain samples leave 16 of 48 slots idle at the start: speculation gets two prompts' round 2
+    piped, piped_reward, piped_llm = run(tiny_model, tmp_path, True, speculative=True, capacity=48)
+
+    for (_, a), (_, b) in zip(sync.recorded, piped.recorded, strict=True):
+        assert a["completion_ids"].tolist() == b["completion_ids"].tolist()
+        assert a["advantages"].tolist() == b["advantages"].tolist()
+    logs = [[h for h in t.state.log_history if "loss" in h] for t in (sync, piped)]
+    keys = ("loss", "reward", "sampling/rounds_mean", "sampling/kept_samples", "sampling/iid_reward")
+    assert [{k: h[k] for k in keys} for h in logs[0]] == [{k: h[k] for k in keys} for h in logs[1]]
+    speculative = sum(h["sampling/pipelined/speculative_samples"] for h in logs[1])
+    wasted = [h["sampling/pipelined/wasted_samples"] for h in logs[1]]
+    assert speculative > 0 and sum(wasted) > 0  # mixed prompts retire with a speculative round issued
+    assert sum(h["sampling/pipelined/wasted_tokens"] for h in logs[1]) > 0
+    # generated = pools + wasted; the pools are the synchronous run's
+    assert [h["sampling/total_samples"] for h in logs[1]] == [h["sampling/total_samples"] + w
+                                                               for h, w in zip(logs[0], wasted)]
+    # every sample scored once: the synchronous run's, plus the speculative samples that finished and were discarded
+    extra = list(piped_reward.log)
+    for entry in sync_reward.log:
+        extra.remove(entry)
+    aborted = sum(len(s.aborted) for s in piped_llm.streams)
+    assert len(extra) == sum(wasted) - aborted
+    assert all(s.closed and not s.running for s in piped_llm.streams)

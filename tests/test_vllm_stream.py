@@ -135,6 +135,35 @@ def test_pipelined_rounds_on_the_real_engine(colocated, choice):
     assert sum(gaps) / len(gaps) < AGREE
 
 
+def test_speculative_rounds_on_the_real_engine(colocated):
+    trainer, tokenizer, _ = colocated
+    prompt_ids = prompts_of(tokenizer, 6)
+    rates = [0.0, 0.15, 0.5, 0.5, 0.85, 1.0]
+    from conftest import hash_reward_value
+
+    seen = {}
+    stream = stream_for(trainer, prompt_ids)
+
+    def score(finished):
+        completion_ids, _ = stream.take(finished)
+        rewards = [hash_reward_value(tokenizer.decode(ids), rates[p]) for (p, _), ids in zip(finished, completion_ids)]
+        seen.update(zip(finished, rewards))
+        return rewards
+
+    with stream:
+        out = run_pipelined_sampling(len(prompt_ids), stream, score, speculative=True, max_running=stream.max_running)
+    assert not trainer.vllm_generation.llm.llm_engine.has_unfinished_requests()
+    assert out.stats.speculative_samples > 0 and out.stats.max_running <= stream.max_running
+    pooled = {(p, s) for p, r in enumerate(out.results) for s in range(len(r.pool_rewards))}
+    # every finished sample is pooled or discarded; aborted ones never came back
+    assert set(seen) == pooled | set(out.discarded) and not set(out.aborted) & set(seen)
+    assert out.stats.samples_issued == len(seen) + len(out.aborted)
+    table = [[seen[(p, s)] for s in range(len(r.pool_rewards))] for p, r in enumerate(out.results)]
+    assert out.results == synchronous(table)
+    # an aborted request ran at least the step after it was admitted, and decoded at most one token per step
+    assert len(out.aborted) <= stream.aborted_tokens <= len(out.aborted) * stream.steps
+
+
 def test_a_raising_reward_leaves_the_engine_empty(colocated):
     trainer, tokenizer, _ = colocated
     prompt_ids = prompts_of(tokenizer, 4)

@@ -119,6 +119,16 @@ class AdaGRPOConfig(GRPOConfig):
             "unreachable (no wasted sample)."
         },
     )
+    pipelined_speculation: bool = field(
+        default=False,
+        metadata={
+            "help": "With pipelined_rounds: engine slots that no certain round can use take a prompt's next round "
+            "before it is known to happen (one round ahead at most). Its samples join the pool only if the round "
+            "happens; otherwise they are aborted or discarded and logged as sampling/pipelined/wasted_samples and "
+            "wasted_tokens. Pays where an engine step costs the same with more sequences running (a GPU below "
+            "saturation); costs tokens for nothing where it does not (a CPU)."
+        },
+    )
 
     dynamic_sampling: bool = field(
         default=False,
@@ -301,6 +311,11 @@ class AdaGRPOConfig(GRPOConfig):
                     f"budget_explore_floor={self.budget_explore_floor!r} must be in (0, 1] (default 0.05): a floor of "
                     "0 could starve a prompt forever."
                 )
+        if self.pipelined_speculation and not self.pipelined_rounds:
+            raise ValueError(
+                "pipelined_speculation=True speculates within barrier-free rounds: set pipelined_rounds=True too "
+                "(vLLM colocate), or pipelined_speculation=False."
+            )
         if self.pipelined_rounds:
             if not self.multiround_adaptive_downsampling or self.sampling_budget is not None:
                 raise ValueError(

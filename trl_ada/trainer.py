@@ -419,11 +419,19 @@ class AdaGRPOTrainer(GRPOTrainer):
                 len(mine), stream, score, num_generations=n, round_repeat=args.round_repeat,
                 max_rounds=args.max_rounds, choice=args.reinforce_ada_choice,
                 positive_threshold=args.positive_threshold, selection=args.pool_selection, seed=seed,
-                prompt_numbers=positions,
+                speculative=args.pipelined_speculation, prompt_numbers=positions,
             )
         stats = out.stats
+        # A discarded speculative sample was generated and scored, but its round never happened: it leaves no trace.
+        wasted_tokens = stream.aborted_tokens
+        for i, slot in out.discarded:
+            key = (mine[i], slot)
+            wasted_tokens += len(step.generated.pop(key)[0])
+            del reward_rows[key]
         mine_stats = {"seconds": time.perf_counter() - start, "engine_steps": float(stats.polls),
-                      "early_samples": float(stats.early_samples), "max_running": float(stats.max_running)}
+                      "early_samples": float(stats.early_samples), "max_running": float(stats.max_running),
+                      "speculative_samples": float(stats.speculative_samples),
+                      "wasted_samples": float(stats.wasted_samples), "wasted_tokens": float(wasted_tokens)}
         results: dict[int, PromptResult] = {}
         device = self.accelerator.device
         parts = gather_object([(mine, out.results, reward_rows, mine_stats)])
@@ -436,7 +444,8 @@ class AdaGRPOTrainer(GRPOTrainer):
                 ]
         # Per batch: the slowest rank sets the pace, early samples add up; over the step's batches: times add up.
         batch_stats = {name: max(part[3][name] for part in parts) for name in ("seconds", "engine_steps")}
-        batch_stats["early_samples"] = sum(part[3]["early_samples"] for part in parts)
+        for name in ("early_samples", "speculative_samples", "wasted_samples", "wasted_tokens"):
+            batch_stats[name] = sum(part[3][name] for part in parts)
         for name, value in batch_stats.items():
             step.pipelined[name] = step.pipelined.get(name, 0.0) + value
         step.pipelined["max_running"] = max([step.pipelined.get("max_running", 0.0)] +
@@ -590,7 +599,9 @@ class AdaGRPOTrainer(GRPOTrainer):
         advantages = self._last_advantages
         if advantages is None:  # TRL's statistics: only this rank's slice is at hand
             advantages = self.accelerator.gather(output["advantages"])
-        m["sampling/total_samples"].append(float(sum(len(r.pool_rewards) for r in results)))
+        # Every sample generated: the pools, and the speculative samples whose round did not happen (pipelined).
+        wasted = step.pipelined.get("wasted_samples", 0.0)
+        m["sampling/total_samples"].append(float(sum(len(r.pool_rewards) for r in results)) + wasted)
         m["sampling/kept_samples"].append(float(chosen * self.num_generations))
         m["sampling/padding_samples"].append(float(step.padding_samples))
         m["sampling/rounds_mean"].append(sum(rounds) / sampled)

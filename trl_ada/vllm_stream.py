@@ -7,7 +7,8 @@ whole batch is done. Under it sits the `LLMEngine` that `generate` itself drives
 - `submit`: one `add_request` per sample, n=1, from the prompt's token ids (as TRL's colocate branch sends them);
 - `poll`: one `step()` (one forward pass of every running sequence); the finished samples come back, their output
   kept until `take` (FINAL_ONLY: no partial outputs to process);
-- `abort`: `abort_request` for samples still running;
+- `abort`: `abort_request` for samples still running; `aborted_tokens` adds up the engine steps each one ran, a
+  bound on the tokens it had decoded (a running sequence gains at most one token per step);
 - `free_slots`: `max_num_seqs` minus the requests in flight, so the engine never queues what the driver could still
   reorder (later rounds first);
 - `close` (and leaving the `with` block, on any exception too): abort whatever is still running and step until the
@@ -87,7 +88,9 @@ class VLLMStream:
         self._ids: dict[Request, str] = {}
         self._finished: dict[Request, Any] = {}  # (prompt, slot) -> vllm.RequestOutput, until taken
         self._counter = itertools.count()
+        self._submitted_at: dict[str, int] = {}  # request id -> engine steps taken before it was added
         self.steps = 0
+        self.aborted_tokens = 0
 
     def submit(self, requests: Sequence[Request]) -> None:
         if len(self._running) + len(requests) > self.max_running:
@@ -100,11 +103,13 @@ class VLLMStream:
             self.engine.add_request(request_id, {"prompt_token_ids": list(self.prompt_ids[prompt])}, self.params)
             self._running[request_id] = request
             self._ids[request] = request_id
+            self._submitted_at[request_id] = self.steps
 
     def abort(self, requests: Sequence[Request]) -> None:
         ids = [self._ids.pop(request) for request in requests if request in self._ids]
         for request_id in ids:
             del self._running[request_id]
+            self.aborted_tokens += self.steps - self._submitted_at.pop(request_id)
         if ids:
             self.engine.abort_request(ids)
 
@@ -115,6 +120,7 @@ class VLLMStream:
             if request is None or not output.finished:
                 continue  # not ours (cannot happen while the stream owns the engine) or FINAL_ONLY's no-op
             del self._ids[request]
+            del self._submitted_at[output.request_id]
             self._finished[request] = output
             finished.append(request)
         self.steps += 1
@@ -140,6 +146,7 @@ class VLLMStream:
             self.engine.abort_request(list(self._running))
             self._running.clear()
             self._ids.clear()
+            self._submitted_at.clear()
         while self.engine.has_unfinished_requests():
             self.engine.step()
         self._finished.clear()
