@@ -158,8 +158,9 @@ test-oldest:
 # What .ci/run runs: the lock (the newcomer's `make test`), then the newest and the oldest sets.
 test-sets: test test-newest test-oldest
 
-# The real-model comparison (issue 21): SmolLM2-135M-Instruct on chat arithmetic, 6 arms x 2 seeds at 320 generated
-# completions; measured 68 min for 5 arms + 20 min for the sixth on 2 cores (never run by CI; resumes where it stopped).
+# The real-model comparison (issue 21): SmolLM2-135M-Instruct on chat arithmetic, 7 arms x 2 seeds at 320 generated
+# completions; measured 68 min for 5 arms + 20 and 14 min for the last two on 2 cores (never run by CI; resumes where
+# it stopped).
 bench-real-model: smollm2
 	OMP_NUM_THREADS=1 $(PY) benchmarks/real_model.py --model $(SMOLLM2) --jobs 2 --seeds 0 1 --budget 320 --eval_every 160
 

@@ -79,7 +79,7 @@ METHODS = {
 }
 COLORS = {"grpo_n4": "#444444", "grpo_n8": "#999999", "dapo": "#7b3294", "ada_pos": "#d95f02",
           "ada_balance": "#1b63c6", "ada_budget": "#1a9641", "ada_grpo_adv": "#66a3ff",
-          "ada_budget_no_memory": "#a6d96a", "oracle_n4": "#e7298a", "ada_budget_kind": "#00a0a0"}
+          "ada_budget_no_memory": "#a6d96a", "oracle_n4": "#e7298a", "ada_budget_kind": "#00a0a0", "ada_budget_x2": "#b8860b"}
 
 # The task: (name, share, operand ranges). One-digit sums, which the warm start solves often but not always (pass
 # rates 0.1 to 1.0, most above 0.5), and a two-digit number plus a one-digit number, either way round, which it never

@@ -53,11 +53,14 @@ from trl_ada.rewards import last_number_reward  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_RECIPE = os.path.join(os.path.dirname(HERE), "recipes", "SmolLM2-135M-Instruct", "arith_ada_balance.yaml")
-METHODS = ("grpo_n4", "ada_balance", "ada_pos", "dapo", "ada_budget", "ada_budget_kind")
-# The arms of benchmarks/equal_budget.py, and one that needs this task's `kind` column: the budgeted mode whose prompts
-# start from their kind's pass-rate distribution (issue 21, item 3: a run this short rarely meets a prompt twice).
-ARMS = dict(equal_budget.METHODS, ada_budget_kind=("ada", {"sampling_budget": 4.0, "prompt_memory": True,
-                                                          "prompt_memory_group_column": "kind"}))
+METHODS = ("grpo_n4", "ada_balance", "ada_pos", "dapo", "ada_budget", "ada_budget_kind", "ada_budget_x2")
+# The arms of benchmarks/equal_budget.py, and two for issue 21, item 3 (a run this short rarely meets a prompt twice,
+# so the per-prompt memory screens nothing): the budgeted mode whose prompts start from their kind's pass-rate
+# distribution, and the budgeted mode at twice GRPO's samples per prompt, whose surplus tops up the uniform groups
+# (leaning toward hard prompts), as positive_focused's extra rounds do.
+ARMS = dict(equal_budget.METHODS,
+            ada_budget_kind=("ada", {"sampling_budget": 4.0, "prompt_memory": True, "prompt_memory_group_column": "kind"}),
+            ada_budget_x2=("ada", {"sampling_budget": 8.0, "prompt_memory": True}))
 MEASURES = ("greedy", "avg@k")
 
 
@@ -190,6 +193,23 @@ def report(saved):
             cells.append("-" if r is None else f"{100 * r['held_out_after']['greedy']:.1f}% / "
                          f"{100 * r['held_out_after']['avg@k']:.1f}% ({r['steps']} steps, {r['train_seconds']:.0f} s)")
         print(f"| {m} | " + " | ".join(cells) + " |")
+    print(f"\n### Which arm wins (greedy / avg@{k}, each seed's curve interpolated linearly between its evaluations, "
+          "mean over seeds; - where a seed stopped short)\n")
+    # Steps 4 and 7: where the Ada arms stand when they stop (4-7 steps); 320 s: before the fastest arm's end.
+    points = [("steps", "step", 4), ("steps", "step", 7), ("generated completions", "samples", saved["budget"]),
+              ("training seconds", "seconds", 320)]
+    print("| comparison | " + " | ".join(methods) + " |")
+    print("|---|" + "---:|" * len(methods))
+    for label, axis, x in points:
+        cells = []
+        for m in methods:
+            values = [[learning.interpolate([p[axis] for p in r["curve"]], [p[measure] for p in r["curve"]], x)
+                       for measure in MEASURES] for r in runs if r["method"] == m]
+            if any(v is None for pair in values for v in pair):
+                cells.append("-")
+            else:
+                cells.append(" / ".join(f"{100 * statistics.mean(pair[i] for pair in values):.1f}%" for i in range(2)))
+        print(f"| equal {label} ({x}) | " + " | ".join(cells) + " |")
 
 
 def plot(saved, path):
