@@ -163,6 +163,20 @@ def test_speculative_rounds_on_the_real_engine(colocated):
     # an aborted request ran at least the step after it was admitted, and decoded at most one token per step
     assert len(out.aborted) <= stream.aborted_tokens <= len(out.aborted) * stream.steps
 
+    # A round that cannot happen: an always-right prompt under positive_focused retires after round 1, and its
+    # round 2, speculated at the start (nothing scored yet), is wasted whole, aborted or discarded.
+    stream = stream_for(trainer, prompt_ids[:1])
+    rates = [1.0]
+    seen.clear()
+    with stream:
+        out = run_pipelined_sampling(1, stream, score, choice="positive_focused", speculative=True,
+                                     max_running=stream.max_running)
+    assert not trainer.vllm_generation.llm.llm_engine.has_unfinished_requests()
+    assert out.results[0].rounds == 1 and out.results[0].pool_rewards == [1.0] * 8
+    assert out.stats.speculative_samples == out.stats.wasted_samples == len(out.aborted) + len(out.discarded) == 8
+    assert set(seen) == {(0, s) for s in range(8)} | set(out.discarded)
+    assert len(out.aborted) <= stream.aborted_tokens <= len(out.aborted) * stream.steps
+
 
 def test_a_raising_reward_leaves_the_engine_empty(colocated):
     trainer, tokenizer, _ = colocated
