@@ -126,6 +126,28 @@ def run(name, model_path, output_dir, lora=False, resume=None, **overrides):
     return record
 
 
+def pipelined_with_a_reward_model(model_path, output_dir, **overrides):
+    """pipelined_rounds with a reward model: whether the engine shards it, and the error AdaGRPOTrainer then raises at
+    construction. (The flag is set after construction here, as in tests/test_pipelined_trainer.py: the config would
+    otherwise start a vLLM engine, and the lean venv has none; the check is the one __init__ runs.)"""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    reward_model = AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=1)
+    reward_model.config.pad_token_id = AutoTokenizer.from_pretrained(model_path).pad_token_id
+    args = dict(output_dir=os.path.join(output_dir, "reward_model"), num_generations=4, use_cpu=True, bf16=False,
+                report_to="none", per_device_train_batch_size=8, max_steps=1)
+    trainer = AdaGRPOTrainer(model=model_path, reward_funcs=[make_recording_reward(), reward_model],
+                             args=AdaGRPOConfig(**{**args, **overrides}), train_dataset=pass_rate_dataset([0.5]))
+    parameter = next(trainer.reward_funcs[1].parameters())
+    record = {"sharded": isinstance(parameter, DTensor) or hasattr(parameter, "ds_tensor"), "message": None}
+    trainer.args.pipelined_rounds = True
+    try:
+        trainer._check_pipelined_reward_models()
+    except ValueError as error:
+        record["message"] = str(error)
+    return record
+
+
 def main():
     model_path, output_dir, engine = sys.argv[1], sys.argv[2], sys.argv[3].removeprefix("--")
     if engine in ("zero3", "zero2"):  # use_cpu=True would make accelerate drop DeepSpeed (see the docstring)
@@ -135,6 +157,7 @@ def main():
         records["budget"] = run("budget", model_path, output_dir, save_strategy="steps", save_steps=2, **budget)
         records["resumed"] = run("budget", model_path, output_dir, max_steps=3,
                                  resume=os.path.join(output_dir, "budget", "checkpoint-2"), **budget)
+        records["reward_model"] = pipelined_with_a_reward_model(model_path, output_dir, use_cpu=False)
     elif engine == "fsdp-vllm":  # a colocated vLLM engine per rank (TRL's external launcher), weights pushed from FSDP
         colocated = dict(use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False,
                          model_init_kwargs={"dtype": "bfloat16"}, max_completion_length=8)
@@ -143,6 +166,7 @@ def main():
     else:
         records = {"balanced": run("balanced", model_path, output_dir)}
     if engine == "fsdp":
+        records["reward_model"] = pipelined_with_a_reward_model(model_path, output_dir)
         records["lora"] = run("lora", model_path, output_dir, lora=True)
         records["dynamic"] = run("dynamic", model_path, output_dir, dynamic_sampling=True)
         # Budgeted sampling with prompt memory, 4 prompts revisited: a checkpoint at step 2, resumed for step 3.

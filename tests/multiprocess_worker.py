@@ -40,7 +40,7 @@ def main():
         return
 
     reward = make_recording_reward()
-    if mode == "pipelined":  # barrier-free rounds on a stand-in engine; rank 1's engine is far slower than rank 0's
+    if mode.startswith("pipelined"):  # barrier-free rounds on a stand-in engine; rank 1's is far slower than rank 0's
         from standin_engine import install
 
         class Pipelined(Recorder):
@@ -54,13 +54,16 @@ def main():
                              **common)
         trainer = Pipelined(model=model_path, reward_funcs=reward, args=args,
                             train_dataset=pass_rate_dataset([0.02, 0.0, 1.0, 0.5], repeat=4))
-        llm = install(trainer, seed=rank, pace=0.9 if rank == 0 else 0.1)
+        speculative = mode == "pipelined_speculative"  # room for a speculative round beside the certain ones
+        llm = install(trainer, seed=rank, pace=0.9 if rank == 0 else 0.1, capacity=32 if speculative else 12)
         trainer.args.pipelined_rounds = True  # after construction: use_vllm=True would start a real engine
+        trainer.args.pipelined_speculation = speculative
         trainer.train()
         with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:
             json.dump({"reward_calls": len(reward.log), "results": trainer.results, "advantages": trainer.advantages,
                        "groups": trainer.groups, "polls": [s.polls for s in llm.streams],
                        "left_running": sum(len(s.running) for s in llm.streams),
+                       "aborted": sum(len(s.aborted) for s in llm.streams),
                        "logs": [h for h in trainer.state.log_history if "loss" in h]}, f)
         return
     if mode in ("dynamic", "budget"):  # refills (and, for the budget, screening): the same on both ranks

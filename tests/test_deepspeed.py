@@ -99,3 +99,14 @@ def test_zero2_ranks_agree_score_once_and_partition_the_optimizer(ranks, run):
     if run == "resumed":
         saved = ranks[0]["zero2"][0]["budget"]
         assert rank0["global_step"] == 3 and rank0["restored"]["memory"] == saved["memory"]
+
+
+def test_pipelined_rounds_refuse_a_reward_model_zero3_shards(ranks):
+    # Under ZeRO-3 TRL partitions reward models too (prepare_deepspeed): every forward gathers parameters from all
+    # processes, which ranks pipelining their own samples cannot provide. Under ZeRO-2 they stay whole.
+    for rank in ranks[0]["zero3"]:
+        record = rank["reward_model"]
+        assert record["sharded"] and "pipelined_rounds=True" in record["message"]
+        assert "DeepSpeed ZeRO-3" in record["message"] and "pipelined_rounds=False" in record["message"]
+    for rank in ranks[0]["zero2"]:
+        assert rank["reward_model"] == {"sharded": False, "message": None}

@@ -58,6 +58,13 @@ def test_fsdp_ranks_agree_score_once_and_train_sharded(ranks, run):
         assert rank0["refill"] == rank1["refill"] and rank0["refill"]["drawn"] > 0
 
 
+def test_fsdp_pipelined_rounds_accept_a_reward_model(ranks):
+    # TRL prepares reward models in evaluation mode, which accelerate leaves unsharded under FSDP: each process can
+    # score its own samples alone. (Under ZeRO-3 they are sharded and refused: tests/test_deepspeed.py.)
+    for rank in ranks[0]["fsdp"]:
+        assert rank["reward_model"] == {"sharded": False, "message": None}
+
+
 def test_fsdp_first_step_matches_ddp(ranks):
     fsdp, ddp = ranks[0]["fsdp"][0]["balanced"]["logs"], ranks[0]["ddp"][0]["balanced"]["logs"]
     assert ranks[0]["ddp"][0]["balanced"]["distributed_type"] == "DistributedType.MULTI_CPU"

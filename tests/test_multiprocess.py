@@ -85,18 +85,23 @@ def test_two_processes_share_one_budget(tiny_model, tmp_path):
     assert ranks[0]["reward_calls"] + ranks[1]["reward_calls"] == generated
 
 
-def test_two_processes_pipeline_their_own_prompts(tiny_model, tmp_path):
+@pytest.mark.parametrize("mode", ["pipelined", "pipelined_speculative"])
+def test_two_processes_pipeline_their_own_prompts(tiny_model, tmp_path, mode):
     """pipelined_rounds=True on a stand-in engine (tests/standin_engine.py) whose rank 1 finishes samples 9x slower
     than rank 0's: each rank pipelines its own prompts with no collective per engine step, then one gather per batch;
     both ranks end each step with the same pools and decisions, equal to the synchronous driver's on those pools."""
     from test_pipelined import synchronous
 
-    ranks = launch(tmp_path, tiny_model, "pipelined")
+    ranks = launch(tmp_path, tiny_model, mode)
     assert ranks[0]["results"] == ranks[1]["results"] and len(ranks[0]["results"]) == 3  # same decisions
     assert ranks[0]["advantages"] != ranks[1]["advantages"]  # ...each training its own half of the batch
     logs = ranks[0]["logs"]
-    total = sum(h["sampling/total_samples"] for h in logs)
-    assert ranks[0]["reward_calls"] + ranks[1]["reward_calls"] == total  # every sample scored once, on one rank
+    total = sum(h["sampling/total_samples"] for h in logs)  # pools, and speculative samples wasted (if any)
+    aborted = ranks[0]["aborted"] + ranks[1]["aborted"]  # never finished, so never scored
+    # every finished sample scored once, on one rank
+    assert ranks[0]["reward_calls"] + ranks[1]["reward_calls"] == total - aborted
+    wasted = sum(h["sampling/pipelined/wasted_samples"] for h in logs)
+    assert (wasted > 0) == (mode == "pipelined_speculative") and aborted <= wasted
     assert ranks[0]["reward_calls"] > 0 and ranks[1]["reward_calls"] > 0 and sum(h["sampling/padding_samples"]
                                                                                  for h in logs) == 0
     assert sum(ranks[1]["polls"]) > 2 * sum(ranks[0]["polls"])  # the ranks finished far apart

@@ -90,7 +90,7 @@ class Engine(Protocol):
 @dataclass
 class PipelinedStats:
     samples_issued: int = 0  # requests submitted, speculative ones included
-    early_samples: int = 0  # of which in rounds made certain by certain continuation before the previous one was complete
+    early_samples: int = 0  # in rounds made certain by certain continuation before the previous one was complete
     speculative_samples: int = 0  # submitted while their round was speculative (it may not happen)
     wasted_samples: int = 0  # speculative samples whose round did not happen: aborted, or finished and discarded
     polls: int = 0  # engine steps taken

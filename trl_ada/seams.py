@@ -53,6 +53,7 @@ SEAMS: tuple[Seam, ...] = (
     # GRPOTrainer state the rounds read or keep in step with.
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "_last_loaded_step", kind="instance"),
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "vllm_generation", kind="instance"),
+    Seam("trl.trainer.grpo_trainer.GRPOTrainer", "reward_func_names", kind="instance"),  # names a sharded reward model
     # The vLLM backend: built as ReloadingVLLMGeneration through the grpo_trainer module's global.
     Seam("trl.trainer.grpo_trainer", "VLLMGeneration", kind="attribute"),
     Seam("trl.trainer.grpo_trainer", "gather", kind="attribute"),  # made rank-local while pipelined rounds score

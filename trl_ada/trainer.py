@@ -177,6 +177,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             )
         with _vllm_generation_for(args):
             super().__init__(model, reward_funcs, args, *pos, **kwargs)
+        self._check_pipelined_reward_models()
         self._step_sampling: _Step | None = None
         self._last_rewards_per_func: torch.Tensor | None = None  # global rewards of the kept completions
         self._last_advantages: torch.Tensor | None = None  # global advantages of the kept completions
@@ -451,6 +452,23 @@ class AdaGRPOTrainer(GRPOTrainer):
         step.pipelined["max_running"] = max([step.pipelined.get("max_running", 0.0)] +
                                             [part[3]["max_running"] for part in parts])
         return [results[p] for p in prompts]
+
+    def _check_pipelined_reward_models(self) -> None:
+        """Pipelined rounds score each process's samples on their own, whenever they finish. A reward model whose
+        parameters are sharded needs every process in each of its forward passes, so the processes would wait on each
+        other forever: refuse it here. TRL 1.16 shards reward models under DeepSpeed ZeRO-3 (`prepare_deepspeed`);
+        under FSDP it prepares them in evaluation mode, which accelerate leaves whole on every process."""
+        if not self.args.pipelined_rounds:
+            return
+        sharded = [name for name, func in zip(self.reward_func_names, self.reward_funcs)
+                   if isinstance(func, torch.nn.Module) and any(_is_sharded(p) for p in func.parameters())]
+        if sharded:
+            raise ValueError(
+                f"pipelined_rounds=True scores each process's samples on their own, but the reward model(s) {sharded} "
+                "are sharded across processes (DeepSpeed ZeRO-3) and need every process in each forward pass. Set "
+                "pipelined_rounds=False (the synchronous rounds score in lockstep), or launch with FSDP, ZeRO-2 or DDP, "
+                "where reward models are whole on every process."
+            )
 
     def _open_stream(self, prompt_ids: list[list[int]]):
         """The engine the pipelined rounds drive: this rank's colocated vLLM engine, one request per sample."""
@@ -779,6 +797,13 @@ class _EpochSeededSampler(torch.utils.data.Sampler):
         sampler.generator.manual_seed(sampler.seed)
         for _ in range(epoch):
             torch.randperm(sampler.num_samples, generator=sampler.generator)
+
+
+def _is_sharded(parameter: torch.Tensor) -> bool:
+    """A parameter split over processes: a DTensor (FSDP2, tensor parallel) or a DeepSpeed ZeRO-3 partition."""
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(parameter, DTensor) or hasattr(parameter, "ds_tensor")
 
 
 def _weighted_sum(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
