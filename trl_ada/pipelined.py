@@ -28,9 +28,10 @@ prompts furthest from their exit first (never one whose exit is already certain:
 samples are scored as they finish and kept aside; when the previous round retires the prompt, the speculative ones
 still running are aborted and the finished ones discarded (`Pipelined.aborted`, `Pipelined.discarded`,
 `PipelinedStats.wasted_samples`); when it does not, the round becomes certain and its samples join the pool in slot
-order. Certain rounds always go first, so speculation only spends capacity that would sit idle: it pays where an
-engine step costs the same with more sequences running (a GPU below saturation) and costs tokens for nothing where
-step time grows with them (a CPU).
+order. Certain rounds are always admitted first, so speculation only takes capacity that is idle when it takes it
+(a running speculative sample is not preempted when a certain round arrives later: that round waits for free slots).
+It pays where an engine step costs the same with more sequences running (a GPU below saturation) and costs tokens
+for nothing where step time grows with them (a CPU).
 
 The engine protocol is four methods (`Engine`). The driver never leaves a request in the engine: on return, and on
 any exception (a reward function raising, say), it aborts whatever is still running.
