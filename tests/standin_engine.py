@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import torch
 
-from trl_ada.trainer import ReloadingVLLMGeneration
+from trl_ada.vllm_backend import ReloadingVLLMGeneration
 
 
 def completion_for(prompt_ids, slot, version, vocab_size, eos):

@@ -19,8 +19,8 @@ from trl.generation import vllm_generation
 from conftest import make_recording_reward, pass_rate_dataset
 from test_trainer import tiny_args
 from trl_ada import AdaGRPOTrainer
-from trl_ada import trainer as trainer_module
-from trl_ada.trainer import ReloadingVLLMGeneration
+from trl_ada import vllm_backend
+from trl_ada.vllm_backend import ReloadingVLLMGeneration
 
 pytestmark = pytest.mark.slow
 
@@ -122,12 +122,12 @@ def test_weights_pushed_once_per_step_and_sleep_after_last_round(tiny_model, tmp
 @pytest.mark.parametrize("adaptive, expected", [(True, 16), (False, 8)])
 def test_engine_is_sized_for_a_whole_round(tiny_model, tmp_path, monkeypatch, adaptive, expected):
     seen = {}
-    monkeypatch.setattr(trainer_module, "ReloadingVLLMGeneration", lambda **kw: seen.update(kw))
+    monkeypatch.setattr(vllm_backend, "ReloadingVLLMGeneration", lambda **kw: seen.update(kw))
     args = tiny_args(tmp_path, per_device_train_batch_size=8, use_vllm=True,
                      multiround_adaptive_downsampling=adaptive)
-    original = trainer_module._grpo_module.VLLMGeneration
-    with trainer_module._vllm_generation_for(args):
-        trainer_module._grpo_module.VLLMGeneration(max_num_seqs=8)
+    original = vllm_backend._grpo_module.VLLMGeneration
+    with vllm_backend.vllm_generation_for(args):
+        vllm_backend._grpo_module.VLLMGeneration(max_num_seqs=8)
     # Adaptive: round_repeat 8 / num_generations 4 = 2x GRPO's sizing; plain GRPO keeps TRL's.
     assert seen["max_num_seqs"] == expected
-    assert trainer_module._grpo_module.VLLMGeneration is original
+    assert vllm_backend._grpo_module.VLLMGeneration is original

