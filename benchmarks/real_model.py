@@ -193,10 +193,22 @@ def report(saved):
             cells.append("-" if r is None else f"{100 * r['held_out_after']['greedy']:.1f}% / "
                          f"{100 * r['held_out_after']['avg@k']:.1f}% ({r['steps']} steps, {r['train_seconds']:.0f} s)")
         print(f"| {m} | " + " | ".join(cells) + " |")
-    print(f"\n### Which arm wins (greedy / avg@{k}, each seed's curve interpolated linearly between its evaluations, "
-          "mean over seeds; - where a seed stopped short)\n")
+    # Arms can hold different seeds (a seed added later for some arms only): every arm on the seeds all of them hold,
+    # then, if that left seeds out, the arms that hold every seed on all of them; never a mean of 2 against one of 3.
+    common = [s for s in seeds if all(any(r["seed"] == s and r["method"] == m for r in runs) for m in methods)]
+    win_table(runs, methods, common, k, saved["budget"])
+    complete = [m for m in methods if all(any(r["seed"] == s and r["method"] == m for r in runs) for s in seeds)]
+    if common != seeds and len(complete) > 1:
+        win_table(runs, complete, seeds, k, saved["budget"])
+
+
+def win_table(runs, methods, seeds, k, budget):
+    """Held-out greedy / avg@k of each arm at equal steps, generated completions and training seconds, mean over
+    `seeds`."""
+    print(f"\n### Which arm wins, seeds {', '.join(map(str, seeds))} (greedy / avg@{k}, each seed's curve "
+          "interpolated linearly between its evaluations, mean over seeds; - where a seed stopped short)\n")
     # Steps 4 and 7: where the Ada arms stand when they stop (4-7 steps); 320 s: before the fastest arm's end.
-    points = [("steps", "step", 4), ("steps", "step", 7), ("generated completions", "samples", saved["budget"]),
+    points = [("steps", "step", 4), ("steps", "step", 7), ("generated completions", "samples", budget),
               ("training seconds", "seconds", 320)]
     print("| comparison | " + " | ".join(methods) + " |")
     print("|---|" + "---:|" * len(methods))
@@ -204,7 +216,7 @@ def report(saved):
         cells = []
         for m in methods:
             values = [[learning.interpolate([p[axis] for p in r["curve"]], [p[measure] for p in r["curve"]], x)
-                       for measure in MEASURES] for r in runs if r["method"] == m]
+                       for measure in MEASURES] for r in runs if r["method"] == m and r["seed"] in seeds]
             if any(v is None for pair in values for v in pair):
                 cells.append("-")
             else:

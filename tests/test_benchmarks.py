@@ -300,6 +300,25 @@ def test_real_model_benchmark_stops_every_arm_at_the_budget_resumes_and_rerender
     assert bench.main(["--from_json", str(tmp_path / "a.json"), "--plot", str(tmp_path / "c.png")]) == 0
     assert tables(capsys.readouterr().out) == tables(printed)
 
+    # A seed added later for some arms only: the arms are compared on the seeds they all hold, then the arms that
+    # hold every seed on all of them; never a mean over 2 seeds against one over 1.
+    extra = []
+    for method in ("grpo_n4", "ada_balance"):
+        run = json.loads(json.dumps(runs[method]))
+        run["seed"] = 1
+        for point in run["curve"]:
+            point["greedy"], point["avg@k"] = 1.0, 1.0
+        extra.append(run)
+    (tmp_path / "d.json").write_text(json.dumps({**saved, "runs": saved["runs"] + extra}))
+    assert bench.main(["--from_json", str(tmp_path / "d.json"), "--plot", str(tmp_path / "d.png")]) == 0
+    printed = capsys.readouterr().out
+    on_seed_0 = printed.split("### Which arm wins, seeds 0 (")[1].split("###")[0]
+    on_both = printed.split("### Which arm wins, seeds 0, 1 (")[1]
+    assert "ada_budget" in on_seed_0.splitlines()[2] and "ada_budget" not in on_both.splitlines()[2]
+    samples_row = next(line for line in on_both.splitlines() if line.startswith("| equal generated completions"))
+    first = runs["grpo_n4"]["held_out_after"]
+    assert samples_row.split(" | ")[1] == f"{50 + 50 * first['greedy']:.1f}% / {50 + 50 * first['avg@k']:.1f}%"
+
 
 def test_rollout_schedule_simulation_orders_the_schedules(tmp_path):
     """With step time independent of the running sequences and room for every sample, a prompt's round k ends no
