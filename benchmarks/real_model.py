@@ -166,20 +166,21 @@ def report(saved):
           f"mean ± std over seeds)\n")
     print(f"| method | seeds | held-out greedy | held-out avg@{k} | " +
           " | ".join(f"greedy {kind}" for kind in kinds) + " | steps | generated completions | samples per step | "
-          "training time (s) | s per step | s per completion |")
-    print("|---|---:|---:|---:|" + "---:|" * len(kinds) + "---:|---:|---:|---:|---:|---:|")
+          "groups with signal | training time (s) | s per step | s per completion |")
+    print("|---|---:|---:|---:|" + "---:|" * len(kinds) + "---:|---:|---:|---:|---:|---:|---:|")
     print(f"| before training | | {100 * before['greedy']:.1f}% | {100 * before['avg@k']:.1f}% | " +
-          " | ".join(f"{100 * before[f'greedy {kind}']:.1f}%" for kind in kinds) + " | | | | | | |")
+          " | ".join(f"{100 * before[f'greedy {kind}']:.1f}%" for kind in kinds) + " | | | | | | | |")
     for m in methods:
         rs = [r for r in runs if r["method"] == m]
         after = [r["held_out_after"] for r in rs]
         steps = statistics.mean(r["steps"] for r in rs)
         samples = statistics.mean(r["generated_samples"] for r in rs)
         seconds = statistics.mean(r["train_seconds"] for r in rs)
+        signal = statistics.mean(statistics.mean(r["signal"]) for r in rs)  # trained groups with signal, per step
         print(f"| {m} | {len(rs)} | {learning.mean_spread([a['greedy'] for a in after])} | "
               f"{learning.mean_spread([a['avg@k'] for a in after])} | " +
               " | ".join(learning.mean_spread([a[f'greedy {kind}'] for a in after]) for kind in kinds) +
-              f" | {steps:.1f} | {samples:.0f} | {samples / steps:.1f} | {seconds:.0f} | {seconds / steps:.0f} | "
+              f" | {steps:.1f} | {samples:.0f} | {samples / steps:.1f} | {100 * signal:.0f}% | {seconds:.0f} | {seconds / steps:.0f} | "
               f"{seconds / samples:.2f} |")
     seeds = sorted({r["seed"] for r in runs})
     print(f"\n### Per seed (held-out greedy / avg@{k} at the budget)\n")
@@ -207,9 +208,12 @@ def win_table(runs, methods, seeds, k, budget):
     `seeds`."""
     print(f"\n### Which arm wins, seeds {', '.join(map(str, seeds))} (greedy / avg@{k}, each seed's curve "
           "interpolated linearly between its evaluations, mean over seeds; - where a seed stopped short)\n")
-    # Steps 4 and 7: where the Ada arms stand when they stop (4-7 steps); 320 s: before the fastest arm's end.
+    # Steps 4 and 7: where the Ada arms stand when they stop (4-7 steps); seconds: the shortest run's end, so that
+    # every arm has a value there.
+    shown = [r for r in runs if r["method"] in methods and r["seed"] in seeds]
+    seconds = 10 * math.floor(min(r["curve"][-1]["seconds"] for r in shown) / 10)
     points = [("steps", "step", 4), ("steps", "step", 7), ("generated completions", "samples", budget),
-              ("training seconds", "seconds", 320)]
+              ("training seconds", "seconds", seconds)]
     print("| comparison | " + " | ".join(methods) + " |")
     print("|---|" + "---:|" * len(methods))
     for label, axis, x in points:
