@@ -180,8 +180,8 @@ def report(saved):
         print(f"| {m} | {len(rs)} | {learning.mean_spread([a['greedy'] for a in after])} | "
               f"{learning.mean_spread([a['avg@k'] for a in after])} | " +
               " | ".join(learning.mean_spread([a[f'greedy {kind}'] for a in after]) for kind in kinds) +
-              f" | {steps:.1f} | {samples:.0f} | {samples / steps:.1f} | {100 * signal:.0f}% | {seconds:.0f} | {seconds / steps:.0f} | "
-              f"{seconds / samples:.2f} |")
+              f" | {steps:.1f} | {samples:.0f} | {samples / steps:.1f} | {100 * signal:.0f}% | {seconds:.0f} | "
+              f"{seconds / steps:.0f} | {seconds / samples:.2f} |")
     seeds = sorted({r["seed"] for r in runs})
     print(f"\n### Per seed (held-out greedy / avg@{k} at the budget)\n")
     print("| method | " + " | ".join(f"seed {s}" for s in seeds) + " |")
@@ -196,9 +196,10 @@ def report(saved):
         print(f"| {m} | " + " | ".join(cells) + " |")
     # Arms can hold different seeds (a seed added later for some arms only): every arm on the seeds all of them hold,
     # then, if that left seeds out, the arms that hold every seed on all of them; never a mean of 2 against one of 3.
-    common = [s for s in seeds if all(any(r["seed"] == s and r["method"] == m for r in runs) for m in methods)]
+    held = {m: {r["seed"] for r in runs if r["method"] == m} for m in methods}
+    common = [s for s in seeds if all(s in held[m] for m in methods)]
     win_table(runs, methods, common, k, saved["budget"])
-    complete = [m for m in methods if all(any(r["seed"] == s and r["method"] == m for r in runs) for s in seeds)]
+    complete = [m for m in methods if held[m] == set(seeds)]
     if common != seeds and len(complete) > 1:
         win_table(runs, complete, seeds, k, saved["budget"])
 
