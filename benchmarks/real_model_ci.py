@@ -487,9 +487,9 @@ def settings_of(args) -> dict:
     return {name: (os.path.relpath(args.config) if name == "config" else getattr(args, name)) for name in SETTINGS}
 
 
-def restore(json_path, settings, result_path):
-    """Write back the per-run results of a previous aggregated JSON with the same settings, so that a fresh checkout
-    resumes from the committed JSON; returns how many it restored."""
+def restore(json_path, settings, result_path, before_path):
+    """Write back the per-run results (and the measures before training) of a previous aggregated JSON with the same
+    settings, so that a fresh checkout resumes from the committed JSON; returns how many runs it restored."""
     if not os.path.exists(json_path):
         return 0
     with open(json_path) as f:
@@ -497,6 +497,9 @@ def restore(json_path, settings, result_path):
     if saved.get("settings") != settings:
         print(f"[real_model_ci] {json_path} has other settings: nothing restored from it", flush=True)
         return 0
+    if "before" in saved and not os.path.exists(before_path):
+        with open(before_path, "w") as f:
+            json.dump(saved["before"], f)
     restored = 0
     for run in saved["runs"]:
         path = result_path(run["method"], run["seed"])
@@ -557,7 +560,7 @@ def main(argv=None):
     core = core_indices(greedy_set["kind"], args.core_per_kind)
     if args.worker is None:
         model_dir = materialize("smollm2", args.model)
-        restored = restore(args.json, settings, result_path)
+        restored = restore(args.json, settings, result_path, before_path)
         if restored:
             print(f"[real_model_ci] {restored} finished runs restored from {args.json}", flush=True)
         if not os.path.exists(before_path):  # the same model and questions for every arm and seed: once
@@ -584,7 +587,7 @@ def main(argv=None):
                  "question_kinds": list(greedy_set["kind"]), "questions": list(greedy_set["problem"]),
                  "core_questions": core,
                  "avg_questions": list(avg_set["problem"]), "complete": len(runs) == len(todo),
-                 "held_out_before": measures(meta["held_out_before"]), "runs": runs}
+                 "held_out_before": measures(meta["held_out_before"]), "before": meta, "runs": runs}
         with open(args.json, "w") as f:
             json.dump(learning.rounded(saved), f)
         if runs:

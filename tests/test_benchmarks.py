@@ -387,14 +387,15 @@ def test_paired_difference_resamples_seeds_and_questions():
 
 def _synthetic_run(method, seed, regime, greedy, avg, final_step, seconds, budget=32):
     kinds = ["1-digit +", "1-digit +", "2-digit +", "2-digit +", "3-digit +", "3-digit +"]
-    before = {"greedy": 0.5, "greedy clipped": 0.0, "avg@k": 0.5,
+    before = {"greedy": 0.5, "greedy core": 0.5, "greedy clipped": 0.0, "avg@k": 0.5,
               **{f"greedy {k}": 0.5 for k in ("1-digit +", "1-digit x", "2-digit +", "3-digit +")},
               **{f"avg@k {k}": 0.5 for k in ("1-digit +", "1-digit x", "2-digit +")}}
-    after = dict(before, greedy=sum(greedy[:4]) / 4, **{"avg@k": sum(avg) / len(avg)})
-    curve = [{"step": 0, "samples": 0, "tokens": 0, "seconds": 0.0, **before,
-              "greedy_items": [0.5] * len(kinds), "avg_items": [0.5] * len(avg)},
+    after = dict(before, greedy=sum(greedy[:4]) / 4, **{"greedy core": sum(greedy[:4]) / 4,
+                                                        "avg@k": sum(avg) / len(avg)})
+    curve = [{"step": 0, "samples": 0, "tokens": 0, "seconds": 0.0, **before, "greedy_items": [0.5] * len(kinds),
+              "core_items": [0.5] * len(kinds), "avg_items": [0.5] * len(avg)},  # every question is a core one
              {"step": final_step, "samples": budget, "tokens": 10 * budget, "seconds": seconds, **after,
-              "greedy_items": greedy, "avg_items": avg}]
+              "greedy_items": greedy, "core_items": greedy, "avg_items": avg}]
     return {"method": method, "seed": seed, "regime": regime, "held_out_before": before, "held_out_after": after,
             "steps": final_step, "generated_samples": budget, "generated_tokens": 10 * budget,
             "train_seconds": seconds, "curve": curve, "per_step": [], "round1_reward": [0.5], "signal": [0.5],
@@ -419,7 +420,8 @@ def test_real_model_ci_report_recomputes_paired_intervals_from_the_json(tmp_path
             run, kinds = _synthetic_run(method, seed, "prompts return", [0, 1, 0, 1, 0, 0], [0.5, 0.5], 2, 50.0)
             runs.append(run)
     saved = {"model": "synthetic", "budget": 32, "pool_budget": 32, "pool_size": 4, "avg_per_kind": 1, "eval_k": 2,
-             "max_completion_length": 96, "question_kinds": kinds, "held_out_before": runs[0]["held_out_before"],
+             "max_completion_length": 96, "question_kinds": kinds, "core_questions": list(range(len(kinds))),
+             "held_out_before": runs[0]["held_out_before"],
              "runs": runs}
     path = tmp_path / "ci.json"
     path.write_text(json.dumps(saved))
@@ -434,3 +436,34 @@ def test_real_model_ci_report_recomputes_paired_intervals_from_the_json(tmp_path
     memory_rows = [line for line in tables(printed) if line.startswith("| ada_budget_pool | ")]
     assert any("0.90 (0 / 0 / 1)" in line and "0 / 1 / 1" in line for line in memory_rows)
     assert (tmp_path / "ci.png").stat().st_size > 0
+
+
+def test_real_model_ci_trains_both_regimes_and_resumes_from_its_json(tmp_path, tiny_model, capsys):
+    # The tiny model stands in for SmolLM2; toy sizes. A fresh output folder with only the aggregated JSON trains
+    # nothing: the JSON alone resumes the benchmark (runs/ is not committed).
+    bench = load("real_model_ci")
+    common = ["--model", tiny_model, "--budget", "32", "--eval_every", "16", "--pool_budget", "48",
+              "--pool_eval_every", "32", "--pool_size", "6", "--two_digit", "6", "--three_digit", "3",
+              "--avg_per_kind", "2", "--core_per_kind", "2", "--eval_k", "2", "--seeds", "0",
+              "--arms", "grpo_n4", "ada_budget", "grpo_n4_pool", "ada_budget_pool", "--max_completion_length", "16",
+              "--json", str(tmp_path / "a.json"), "--plot", str(tmp_path / "a.png")]
+    assert bench.main([*common, "--output_dir", str(tmp_path / "one")]) == 0
+    printed = capsys.readouterr().out
+    saved = json.loads((tmp_path / "a.json").read_text())
+    runs = {r["method"]: r for r in saved["runs"]}
+    assert set(runs) == {"grpo_n4", "ada_budget", "grpo_n4_pool", "ada_budget_pool"} and saved["complete"]
+    kinds = saved["question_kinds"]
+    assert kinds.count("2-digit +") == 6 and kinds.count("3-digit +") == 3
+    assert kinds.count("1-digit x") == 24  # every held-out one-digit product
+    for run in runs.values():
+        assert len(run["clipped_ratio"]) == len(run["mean_length"]) == run["steps"]
+        assert len(run["curve"][-1]["greedy_items"]) == len(kinds) and "avg_items" in run["curve"][-1]
+        assert all(len(p["core_items"]) == len(saved["core_questions"]) for p in run["curve"])
+    assert runs["grpo_n4_pool"]["train_questions"] == 6 and runs["grpo_n4_pool"]["generated_samples"] == 48
+    assert runs["ada_budget_pool"]["memory_export"]  # the prompt memory's export, row per remembered question
+    assert "## prompts return" in printed and "How often the prompts returned" in printed
+
+    assert bench.main([*common, "--output_dir", str(tmp_path / "two")]) == 0  # a fresh folder, the same JSON
+    again = capsys.readouterr().out
+    assert "4 finished runs restored" in again and "until" not in again
+    assert tables(again) == tables(printed)
