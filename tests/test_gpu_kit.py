@@ -101,6 +101,7 @@ def test_measure_calls_name_real_arms(kit):
     assert "measure_vllm vllm-a" in run_sh
 
 
+@pytest.mark.slow
 def test_transformers_path_measures_at_toy_size(tmp_path, capsys):
     measure = load("measure")
     out = tmp_path / "transformers.json"

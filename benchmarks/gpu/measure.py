@@ -140,6 +140,15 @@ def peak_memory_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux: the process's peak so far
 
 
+def device_used_mib() -> float | None:
+    if not cuda():
+        return None
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    return (total - free) / 2**20
+
+
 class Counters:
     """Observation only: every real method runs; counts engine calls, tokens, pushes and sleeps per step."""
 
@@ -239,7 +248,7 @@ def run_arm(name: str, kind: str, extra: dict, settings: dict) -> dict:
     if vllm:
         kwargs.update(use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=on_gpu,
                       model_init_kwargs={"dtype": "bfloat16"},
-                      vllm_max_model_length=settings["max_tokens"] + 64)
+                      vllm_max_model_length=settings["max_tokens"] + 256)  # prompts are about 50 tokens
         if on_gpu:
             kwargs.update(vllm_gpu_memory_utilization=settings["gpu_memory_utilization"])
     kwargs.update(extra)
@@ -262,13 +271,14 @@ def run_arm(name: str, kind: str, extra: dict, settings: dict) -> dict:
                 torch.cuda.reset_peak_memory_stats()
             counters.instrument(trainer)
             outer = trainer._generate_and_score_completions
-            phase = {}
+            phase, device_used = {}, [device_used_mib()]
 
             def timed(inputs, trainer=trainer):
                 counters.step = trainer.state.global_step
                 start = time.perf_counter()
                 output = outer(inputs)
                 phase[counters.step] = time.perf_counter() - start
+                device_used.append(device_used_mib())
                 return output
 
             trainer._generate_and_score_completions = timed
@@ -279,6 +289,9 @@ def run_arm(name: str, kind: str, extra: dict, settings: dict) -> dict:
             result.update(status="ok", **summarise(trainer, logs, counters, phase, vllm))
             result["peak_memory_mib"] = peak_memory_mib()
             result["peak_memory_kind"] = "cuda max_memory_allocated" if on_gpu else "process peak RSS"
+            # vLLM's memory in sleep mode comes from its own allocator, outside torch's counter: the whole device's
+            # use, read after building and after each generation phase, is the figure to compare then.
+            result["device_used_max_mib"] = max(device_used) if on_gpu else None
             del trainer
     except Exception as error:  # noqa: BLE001: one failing arm must not lose the others
         result.update(status=f"failed: {type(error).__name__}: {error}", traceback=traceback.format_exc()[-3000:])
@@ -396,12 +409,13 @@ def table(results: list[dict], stage: str, base: dict | None = None) -> str:
     base = base_of(results, stage) or base
     lines = [f"ratios to {base['arm'] if base else '(no GRPO arm measured)'}", "",
              "| arm | status | step s | gen+score s | / GRPO | / GRPO per sample | samples/step | rounds | tokens/s "
-             "| pushes/step | sleeps/step | peak MiB |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| pushes/step | sleeps/step | peak MiB | device MiB |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         if r["arm"] == "decode_curve":
             continue
         if r.get("status") != "ok":
-            lines.append(f"| {r['arm']} | {r.get('status', '')[:90]} |" + " |" * 10)
+            lines.append(f"| {r['arm']} | {r.get('status', '')[:90]} |" + " |" * 11)
             continue
         ratio = per_sample = ""
         if base:
@@ -415,7 +429,7 @@ def table(results: list[dict], stage: str, base: dict | None = None) -> str:
         tps = f"{r['tokens_per_second']:.0f}" if r.get("tokens_per_second") else ""
         lines.append(f"| {r['arm']} | ok | {r['step_seconds']:.2f} | {r['generate_and_score_seconds']:.2f} | {ratio} "
                      f"| {per_sample} | {r['samples_per_step']:.0f} | {r['rounds_mean']:.2f} | {tps} | {pushes} | "
-                     f"{sleeps} | {r['peak_memory_mib']:.0f} |")
+                     f"{sleeps} | {r['peak_memory_mib']:.0f} | {r.get('device_used_max_mib') or 0:.0f} |")
     curve = next((r for r in results if r["arm"] == "decode_curve"), None)
     if curve:
         if curve.get("status") == "ok":
