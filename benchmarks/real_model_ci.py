@@ -7,7 +7,7 @@ SmolLM2-135M-Instruct learns chat arithmetic with the settings of `recipes/SmolL
 (benchmarks/real_model.py's task: fp32 full fine-tuning, lr 3e-5 constant, beta 0, the dapo loss, 4 prompts x n=4
 per step, temperature 1.0, `last_number_reward`), except the completion cap: 96 tokens instead of 48
 (`--max_completion_length`). Measured on the base model (greedy, cap 200, 16 held-out questions of each trained kind
-and 16 three-digit sums): the one-digit products and two-digit sums all ended within 86 and 79 tokens, and of the 18
+and 16 three-digit sums): the one-digit products and two-digit sums all ended within 86 and 79 tokens, and of the 15
 right answers on the trained kinds that ended, 5 were longer than 48 tokens (51 to 102: prose such as "To calculate 7
 x 8, we ...") and 1 longer than 96 (102 tokens); what runs past 96 is mostly a ramble that never ends. Two regimes, every run paired by seed (the same seed gives every arm the same initial
 weights and the same prompt order):
