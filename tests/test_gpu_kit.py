@@ -19,6 +19,8 @@ from packaging import tags
 from packaging.utils import parse_wheel_filename
 from trl.import_utils import is_vllm_available
 
+from trl_ada import AdaGRPOConfig
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPU = os.path.join(ROOT, "benchmarks", "gpu")
 
@@ -82,10 +84,10 @@ def test_plan_carries_exactly_the_locked_wheels_within_the_limit(kit):
 
 
 def test_working_tree_leaves_room_for_a_piece(kit):
-    """Each call carries a 60 MiB piece plus the working tree: the tree must stay under the 4 MiB kept for it (if it
-    grows, lower kit.PIECE and rerun prepare.sh)."""
+    """Each call carries a 60 MiB piece plus the working tree: the tracked tree must stay under the 4 MiB kept for it
+    (if it grows, lower kit.PIECE and rerun prepare.sh; `kit.py verify` also counts untracked files, which travel)."""
     try:
-        tree = kit.tree_bytes()
+        tree = kit.tree_bytes(untracked=False)
     except (subprocess.CalledProcessError, FileNotFoundError):
         pytest.skip("not a git checkout")
     assert tree <= kit.TREE_ALLOWANCE, f"the working tree is {tree / 2**20:.1f} MiB"
@@ -105,9 +107,18 @@ def test_measure_calls_name_real_arms(kit):
 def test_transformers_path_measures_at_toy_size(tmp_path, capsys):
     measure = load("measure")
     out = tmp_path / "transformers.json"
+    # Today AdaGRPOConfig refuses transformers' continuous batching with adaptive sampling: measure.py records the
+    # refusal. Once it is accepted the arm is left out here: TRL's continuous batching took 12 GB on this CPU for the
+    # toy model (its cache), too much beside the rest of the suite.
+    try:
+        AdaGRPOConfig(output_dir=str(tmp_path / "probe"), use_cpu=True, num_generations=4,
+                      per_device_train_batch_size=8, use_transformers_continuous_batching=True)
+        refused = False
+    except ValueError:
+        refused = True
+    arms = ["trl_grpo_n4", "ada_balanced", "ada_positive_focused"] + (["ada_balanced_continuous_batching"] * refused)
     assert measure.main(["--stage", "transformers", "--size", "toy", "--model_dir", str(tmp_path / "models"),
-                         "--arms", "trl_grpo_n4", "ada_balanced", "ada_positive_focused",
-                         "ada_balanced_continuous_batching", "--json", str(out)]) == 0
+                         "--arms", *arms, "--json", str(out)]) == 0
     results = {r["arm"]: r for r in json.loads(out.read_text())["results"]}
     for arm in ("trl_grpo_n4", "ada_balanced", "ada_positive_focused"):
         r = results[arm]
@@ -117,9 +128,8 @@ def test_transformers_path_measures_at_toy_size(tmp_path, capsys):
     assert results["trl_grpo_n4"]["samples_per_step"] == 8  # 2 prompts x n=4
     assert results["ada_balanced"]["samples_per_step"] >= 16  # at least one round of M=8 for each prompt
     assert set(results["ada_balanced"]["seconds_per_round"]) >= {"round_1"}
-    # Today AdaGRPOConfig refuses transformers' continuous batching with adaptive sampling: recorded, not raised.
-    cb = results["ada_balanced_continuous_batching"]["status"]
-    assert cb == "ok" or cb.startswith("refused: "), cb
+    if refused:  # recorded, not raised
+        assert results["ada_balanced_continuous_batching"]["status"].startswith("refused: ValueError: ")
     printed = capsys.readouterr().out
     assert "| ada_balanced | ok |" in printed and "ratios to trl_grpo_n4" in printed
 

@@ -333,10 +333,10 @@ def cmd_check(args) -> None:
 # Pieces and the plan
 
 
-def tree_bytes() -> int:
+def tree_bytes(untracked: bool = True) -> int:
     """The working tree that travels with every call: tracked plus untracked-not-ignored files."""
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                           capture_output=True, check=True).stdout.split(b"\0")
+    listing = ["git", "ls-files", "-z", "--cached"] + (["--others", "--exclude-standard"] if untracked else [])
+    files = subprocess.run(listing, cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
     return sum(os.path.getsize(os.path.join(ROOT, f.decode())) for f in files
                if f and os.path.isfile(os.path.join(ROOT, f.decode())))
 

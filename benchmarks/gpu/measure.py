@@ -239,7 +239,8 @@ def run_arm(name: str, kind: str, extra: dict, settings: dict) -> dict:
     # through a 1.5B model at once would not fit), accumulated to the step's 4p rows; on CPU one micro-batch.
     micro = min(4 * p, settings["micro_batch"] or (16 if on_gpu else 4 * p))
     kwargs = dict(num_generations=4, per_device_train_batch_size=micro, gradient_accumulation_steps=4 * p // micro,
-                  gradient_checkpointing=on_gpu, max_steps=steps + 1, learning_rate=1e-6,
+                  gradient_checkpointing=settings["gradient_checkpointing"] in ("yes",) + (("auto",) if on_gpu else ()),
+                  max_steps=steps + 1, learning_rate=1e-6,
                   beta=0.0, temperature=1.0, max_completion_length=settings["max_tokens"], report_to="none",
                   save_strategy="no", logging_steps=1, seed=0, disable_tqdm=True, shuffle_dataset=False,
                   use_cpu=not on_gpu, bf16=on_gpu)
@@ -427,9 +428,10 @@ def table(results: list[dict], stage: str, base: dict | None = None) -> str:
             pushes = "/".join(str(v) for v in r["pushes_per_step"])
             sleeps = "/".join(str(v) for v in r["sleeps_per_step"])
         tps = f"{r['tokens_per_second']:.0f}" if r.get("tokens_per_second") else ""
+        device = f"{r['device_used_max_mib']:.0f}" if r.get("device_used_max_mib") else ""
         lines.append(f"| {r['arm']} | ok | {r['step_seconds']:.2f} | {r['generate_and_score_seconds']:.2f} | {ratio} "
                      f"| {per_sample} | {r['samples_per_step']:.0f} | {r['rounds_mean']:.2f} | {tps} | {pushes} | "
-                     f"{sleeps} | {r['peak_memory_mib']:.0f} | {r.get('device_used_max_mib') or 0:.0f} |")
+                     f"{sleeps} | {r['peak_memory_mib']:.0f} | {device} |")
     curve = next((r for r in results if r["arm"] == "decode_curve"), None)
     if curve:
         if curve.get("status") == "ok":
@@ -450,7 +452,8 @@ def defaults(args) -> dict:
                     steps=args.steps or (1 if toy else gpu_defaults["steps"]),
                     curve_points=args.curve_points or ([1, 2, 4] if toy else [64, 128, 256, 512, 1024]),
                     curve_tokens=args.curve_tokens or (6 if toy else 64),
-                    gpu_memory_utilization=args.gpu_memory_utilization, micro_batch=args.micro_batch)
+                    gpu_memory_utilization=args.gpu_memory_utilization, micro_batch=args.micro_batch,
+                    gradient_checkpointing=args.gradient_checkpointing)
     if settings["micro_batch"] and settings["prompts"] * 4 % min(settings["prompts"] * 4, settings["micro_batch"]):
         raise SystemExit("measure: 4 x prompts must be a multiple of --micro_batch")
     return settings
@@ -468,6 +471,8 @@ def main(argv=None) -> int:
     parser.add_argument("--curve_tokens", type=int, help="decode steps per curve point (toy 6, GPU 64)")
     parser.add_argument("--gpu_memory_utilization", type=float, default=0.35, help="vLLM's share of the GPU")
     parser.add_argument("--micro_batch", type=int, help="rows per micro-batch, a multiple of 4 (GPU 16, CPU all)")
+    parser.add_argument("--gradient_checkpointing", choices=["auto", "yes", "no"], default="auto",
+                        help="auto: on a GPU")
     parser.add_argument("--model_dir", default=os.path.join(tempfile.gettempdir(), "trl-ada-gpu-kit-models"))
     parser.add_argument("--subprocess", choices=["auto", "yes", "no"], default="auto",
                         help="each arm in its own process (auto: on a GPU)")
