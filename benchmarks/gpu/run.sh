@@ -22,6 +22,8 @@ PY=${GPUKIT_PYTHON:-python3}
 LOCAL=${GPUKIT_LOCAL:-0}
 mkdir -p "$OUT" "$GPUKIT_DIR"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false
+# vLLM's sleep mode allocates through its own memory pool, which refuses torch's expandable segments.
+case "${PYTORCH_CUDA_ALLOC_CONF:-}" in *expandable_segments*) echo "run.sh: unsetting PYTORCH_CUDA_ALLOC_CONF=$PYTORCH_CUDA_ALLOC_CONF (vLLM sleep mode)"; unset PYTORCH_CUDA_ALLOC_CONF ;; esac
 START=$(date +%s)
 LOG="$OUT/call-$CALL.log"
 exec > >(tee -a "$LOG") 2>&1
