@@ -262,7 +262,8 @@ def run_arm(name: str, kind: str, extra: dict, settings: dict) -> dict:
                 trainer = trainer_class(model=settings["model"], reward_funcs=hash_reward, args=args,
                                         train_dataset=dataset(p, steps))
             except Exception as error:  # noqa: BLE001: a refusal is a result (continuous batching)
-                result.update(status=f"refused: {type(error).__name__}: {error}",
+                word = "refused" if "use_transformers_continuous_batching" in extra else "failed"
+                result.update(status=f"{word}: {type(error).__name__}: {error}",
                               traceback=traceback.format_exc()[-3000:])
                 print(f"[measure] {name}: {result['status']}", flush=True)
                 return result
