@@ -23,10 +23,11 @@ every run paired by seed (the same seed gives every arm the same initial weights
 
 Held-out set (never trained on; `arithmetic_split_of` keeps the splits disjoint): every held-out one-digit sum and
 product, `--two_digit` held-out two-digit sums, and `--three_digit` three-digit sums, a kind no run trains on (the
-transfer probe, reported apart). Greedy accuracy on all of them at the first step past every `--eval_every`
-completions and at the stop, each question's result kept so that arms are compared question by question; avg@k
-(k samples at temperature 1.0, seeded noise) on `--avg_per_kind` questions of each trained kind before training and at
-the stop. Every completion generated is counted (benchmarks/equal_budget.py's counting trainers). Per step the run
+transfer probe, reported apart). Greedy accuracy on all of them before training and at the stop, and on the core
+questions (`--core_per_kind`; 72 by default) at the first step past every `--eval_every` completions (a full
+evaluation takes about 6 minutes on one core, a core one about 1), each question's result kept so that arms are
+compared question by question; avg@k (k samples at temperature 1.0, seeded noise) on `--avg_per_kind` questions of
+each trained kind before training and at the stop. Every completion generated is counted (benchmarks/equal_budget.py's counting trainers). Per step the run
 keeps TRL's clipped ratio (completions cut at the cap) and mean completion length.
 
 The report (`report`, recomputed from the JSON) gives per arm and per seed the measures at the stop, and per arm the
@@ -76,7 +77,10 @@ REGIMES = {"independent draws": MAIN, "prompts return": POOL}
 TRAINED_KINDS = tuple(kind for kind, *_ in ARITHMETIC_KINDS)
 TRANSFER = "3-digit +"
 COLORS = dict(equal_budget.COLORS, grpo_n4_pool="#444444", ada_budget_pool="#1a9641", ada_pos_pool="#d95f02")
-SETTINGS = ("budget", "eval_every", "pool_budget", "pool_eval_every", "pool_size", "two_digit", "three_digit",
+# What a resumed run must share with the runs it joins. Not the evaluation grid (--eval_every, --pool_eval_every):
+# evaluations leave the training untouched (own seeded noise, the run's random state restored, their time excluded),
+# so runs evaluated on different grids still pair; each run records its own.
+SETTINGS = ("budget", "pool_budget", "pool_size", "two_digit", "three_digit",
             "avg_per_kind", "core_per_kind", "eval_k", "eval_seed", "task_seed", "max_completion_length", "config")
 
 
@@ -295,7 +299,7 @@ def train_one(arm, seed, model_dir, args, before):
             "clipped_ratio": [h.get("completions/clipped_ratio") for h in logs],
             "prompts_drawn": [h.get("sampling/prompts_drawn", float(prompts_per_step)) for h in logs],
             "prompts_skipped": [h.get("sampling/prompts_skipped", 0.0) for h in logs],
-            "skipped": skipped, "memory_export": memory,
+            "eval_every": every, "skipped": skipped, "memory_export": memory,
             "train_questions": len(set(train["problem"])) if pool else None}
 
 
@@ -529,7 +533,7 @@ def restore(json_path, settings, result_path, before_path):
         return 0
     with open(json_path) as f:
         saved = json.load(f)
-    if saved.get("settings") != settings:
+    if {name: saved.get("settings", {}).get(name) for name in settings} != settings:
         print(f"[real_model_ci] {json_path} has other settings: nothing restored from it", flush=True)
         return 0
     if "before" in saved and not os.path.exists(before_path):
@@ -552,9 +556,11 @@ def main(argv=None):
                         help="the materialised model folder (created when missing)")
     parser.add_argument("--config", default=real_model.DEFAULT_RECIPE, help="the shared recipe (YAML)")
     parser.add_argument("--budget", type=int, default=320, help="generated completions per run (independent draws)")
-    parser.add_argument("--eval_every", type=int, default=160, help="held-out greedy every this many completions")
+    parser.add_argument("--eval_every", type=int, default=64,
+                        help="greedy on the core questions every this many completions (GRPO: every 4 steps), so "
+                             "that equal steps and equal seconds compare measured points, not a line from the start")
     parser.add_argument("--pool_budget", type=int, default=640, help="generated completions per run (prompts return)")
-    parser.add_argument("--pool_eval_every", type=int, default=320)
+    parser.add_argument("--pool_eval_every", type=int, default=128)
     parser.add_argument("--pool_size", type=int, default=32, help="distinct training questions (prompts return)")
     parser.add_argument("--two_digit", type=int, default=200, help="held-out two-digit sums")
     parser.add_argument("--three_digit", type=int, default=40, help="three-digit sums (transfer probe)")
@@ -618,6 +624,7 @@ def main(argv=None):
         runs = equal_budget.finished_runs(todo, result_path)
         saved = {"model": os.path.basename(os.path.normpath(meta["model_dir"])), "settings": settings,
                  **{name: value for name, value in settings.items() if name != "config"},
+                 "eval_every": args.eval_every, "pool_eval_every": args.pool_eval_every,
                  "recipe": settings["config"], "threads": args.threads, "jobs": args.jobs,
                  "question_kinds": list(greedy_set["kind"]), "questions": list(greedy_set["problem"]),
                  "core_questions": core,
