@@ -219,18 +219,3 @@ def test_default_config_when_args_are_omitted(tiny_model, tmp_path, monkeypatch)
     defaults = AdaGRPOConfig("x")
     assert trainer.args.multiround_adaptive_downsampling == defaults.multiround_adaptive_downsampling
     assert trainer.args.reinforce_ada_choice == "balanced" and trainer.args.num_generations == grpo.args.num_generations
-
-
-def test_tools_are_refused_with_adaptive_sampling(tiny_model, tmp_path):
-    def add(a: int, b: int) -> int:
-        """Add two numbers.
-
-        Args:
-            a: first number.
-            b: second number.
-        """
-        return a + b
-
-    with pytest.raises(ValueError, match="tools is not supported together with adaptive sampling"):
-        AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), tools=[add],
-                       args=tiny_args(tmp_path), train_dataset=pass_rate_dataset([0.5]))

@@ -352,11 +352,6 @@ class AdaGRPOConfig(GRPOConfig):
                     "or dynamic sampling: positives and signal are defined on the weighted sum of rewards. Use "
                     "'sum_then_normalize'."
                 )
-            if self.use_transformers_continuous_batching:
-                raise ValueError(
-                    "use_transformers_continuous_batching=True is not supported with adaptive or dynamic sampling "
-                    "yet. Use vLLM (use_vllm=True) or plain transformers generation."
-                )
             # A prompt's group must sit on one rank: every rank hands TRL whole groups of num_generations rows.
             rows_per_rank = self.per_device_train_batch_size * self.steps_per_generation
             if rows_per_rank % self.num_generations != 0:
