@@ -107,8 +107,9 @@ def merge_round_metrics(metrics: dict[str, list], before: dict[str, int], sizes:
     """
     calls = None
     new = {key: values[before.get(key, 0):] for key, values in metrics.items()}
-    if len(new.get("tools/call_frequency", ())) == len(sizes):
-        calls = [f * s for f, s in zip(new["tools/call_frequency"], sizes)]
+    frequencies = new.get("tools/call_frequency")
+    if frequencies is not None and len(frequencies) == len(sizes):
+        calls = [f * s for f, s in zip(frequencies, sizes)]
     for key, values in new.items():
         if len(values) != len(sizes) or len(sizes) < 2 or key == "num_tokens":
             continue

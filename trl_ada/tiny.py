@@ -134,3 +134,43 @@ def _schema_example(a: int, b: int) -> int:
         b: The second integer.
     """
     return a * b
+
+
+def build_tiny_vlm(output_dir: str, seed: int = 0) -> str:
+    """A tiny vision-language model (LLaVA: a 1-layer CLIP vision tower on 28x28 images, 4 image tokens, and the tiny
+    Qwen2 text model) with its processor and TRL's LLaVA chat template, saved to `output_dir`; returns the path.
+
+    Built from configs, offline; its image processor runs without torchvision. For tests of image prompts."""
+    if os.path.exists(os.path.join(output_dir, "config.json")):
+        return output_dir
+    from pathlib import Path
+
+    import trl
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
+    from transformers import LlavaProcessor
+
+    torch.manual_seed(seed)
+    template = (Path(trl.__file__).parent / "chat_templates" / "llava_next.jinja").read_text()
+    tokenizer = build_tokenizer(seed=seed, chat_template=template)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    processor = LlavaProcessor(
+        image_processor=CLIPImageProcessor(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28}),
+        tokenizer=tokenizer, chat_template=template, patch_size=14, vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,  # CLIP's class token, dropped by the "default" feature strategy
+    )
+    config = LlavaConfig(
+        vision_config=CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                       image_size=28, patch_size=14),
+        text_config=Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+    )
+    model = LlavaForConditionalGeneration(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    os.makedirs(output_dir, exist_ok=True)
+    processor.save_pretrained(output_dir)
+    model.save_pretrained(output_dir)
+    return output_dir

@@ -197,13 +197,15 @@ class AdaGRPOTrainer(GRPOTrainer):
         return [list(ids) for ids in prompt_ids]
 
     def _prompt_key(self, step: StepSampling, prompt: int) -> int:
-        """The prompt memory's key of a prompt: its token ids, its images, and the row its environment is reset with."""
-        row = step.rows[prompt]
+        return self._row_key(step.rows[prompt], step.prompt_ids[prompt])
+
+    def _row_key(self, row: dict[str, Any], prompt_ids: list[int]) -> int:
+        """The prompt memory's key of a row: its token ids, its images, and the row its environment is reset with."""
         images = row.get("images") or ([row["image"]] if row.get("image") is not None else None)
         context = None
         if self.environment_factories is not None:
             context = {column: value for column, value in row.items() if column not in ("prompt", "image", "images")}
-        return prompt_key(step.prompt_ids[prompt], images=images, context=context)
+        return prompt_key(prompt_ids, images=images, context=context)
 
     def _draw_refill(self, step: StepSampling, count: int) -> list[int]:
         """Draw `count` prompts from the refill stream (the same ones on every rank); return their numbers."""
@@ -744,9 +746,11 @@ class AdaGRPOTrainer(GRPOTrainer):
         texts: dict[str, str] = {}
         if isinstance(self.train_dataset, Dataset):
             for start in range(0, len(self.train_dataset), 1024):
-                rows = self.train_dataset[start : start + 1024]["prompt"]
-                for row, ids in zip(rows, self._tokenize([{"prompt": r} for r in rows])):
-                    texts.setdefault(f"{prompt_key(ids):016x}", row[-1]["content"] if isinstance(row, list) else row)
+                rows = list(self.train_dataset.select(range(start, min(start + 1024, len(self.train_dataset)))))
+                for row, ids in zip(rows, self._tokenize(rows)):
+                    prompt = row.get("prompt", "")
+                    texts.setdefault(f"{self._row_key(row, ids):016x}",
+                                     prompt[-1]["content"] if isinstance(prompt, list) else prompt)
         table = {"prompt_hash": table.pop("prompt_hash"), **table}
         table["prompt"] = [texts.get(h) for h in table["prompt_hash"]]
         dataset = Dataset.from_dict(table)
