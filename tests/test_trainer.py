@@ -219,3 +219,11 @@ def test_default_config_when_args_are_omitted(tiny_model, tmp_path, monkeypatch)
     defaults = AdaGRPOConfig("x")
     assert trainer.args.multiround_adaptive_downsampling == defaults.multiround_adaptive_downsampling
     assert trainer.args.reinforce_ada_choice == "balanced" and trainer.args.num_generations == grpo.args.num_generations
+
+
+def test_the_model_card_cites_reinforce_ada(tiny_model, tmp_path):
+    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), args=tiny_args(tmp_path),
+                             train_dataset=pass_rate_dataset([0.5]))
+    trainer.create_model_card()
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "2510.04996" in card and "Reinforce-Ada: An Adaptive Sampling Framework" in card and "AdaGRPO" in card

@@ -85,7 +85,7 @@ def build_tiny_model(
     ):
         return output_dir
     torch.manual_seed(seed)
-    tokenizer = build_tool_tokenizer(vocab_size, seed) if tools else build_tokenizer(vocab_size, seed)
+    tokenizer = build_tool_tokenizer(4 * vocab_size, seed) if tools else build_tokenizer(vocab_size, seed)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,

@@ -107,6 +107,19 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     _tag_names = ["trl", "grpo", "reinforce-ada"]
     _name = "AdaGRPO"
+    _paper = {  # the paper TRL's model card cites
+        "title": "Reinforce-Ada: An Adaptive Sampling Framework for Reinforce-Style LLM Training",
+        "id": "2510.04996",
+        "citation": (
+            "@article{xiong2025reinforceada,\n"
+            "    title        = {{Reinforce-Ada: An Adaptive Sampling Framework for Reinforce-Style LLM Training}},\n"
+            "    author       = {Wei Xiong and Chenlu Ye and Baohao Liao and Hanze Dong and Xinxing Xu and Christof Monz "
+            "and Jiang Bian and Nan Jiang and Tong Zhang},\n"
+            "    year         = 2025,\n"
+            "    eprint       = {arXiv:2510.04996},\n"
+            "}"
+        ),
+    }
 
     def __init__(self, model, reward_funcs=None, args: AdaGRPOConfig | None = None, *pos, **kwargs):
         check_seams()  # before any model is loaded: a changed TRL internal fails here, named, not inside step 1
