@@ -105,7 +105,6 @@ def main():
 def agents(model_paths, output_dir, common):
     """Tools, an environment, rollout_func and image prompts with adaptive rounds on 2 processes (issue 30)."""
     import torch
-    from transformers import AutoTokenizer
 
     import test_rollouts as t
     from agents import install
@@ -133,12 +132,27 @@ def agents(model_paths, output_dir, common):
     record("tools", trainer, tool_calls=policy.tool_calls, malformed=policy.malformed, masks_match=same,
            masks=masks)
 
+    if t.ENVIRONMENTS:  # TRL's environment_factory needs transformers >= 5.2 (the oldest set has 5.0)
+        environment(t, tool_model, output_dir, common, record)
+    rollout_func_and_images(t, plain_model, vlm, output_dir, common, record)
+    rank = int(os.environ["RANK"])
+    with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+
+
+def environment(t, tool_model, output_dir, common, record):
+    from agents import install
+
     t.CalculatorEnv.resets = 0
     trainer = t.Keeper(model=tool_model, reward_funcs=None, environment_factory=t.CalculatorEnv,
                        args=AdaGRPOConfig(**common, output_dir=f"{output_dir}/env"), train_dataset=t.calculator_dataset())
     install(trainer, t.ScriptedPolicy(trainer.processing_class, malformed_rate=0.0))
     trainer.train()
     record("environment", trainer, resets=t.CalculatorEnv.resets, pool=len(trainer._environment_pool[None]))
+
+
+def rollout_func_and_images(t, plain_model, vlm, output_dir, common, record):
+    from transformers import AutoTokenizer
 
     calls = []
     tokenizer = AutoTokenizer.from_pretrained(plain_model)
@@ -154,10 +168,6 @@ def agents(model_paths, output_dir, common):
                                           output_dir=f"{output_dir}/images"))
     trainer.train()
     record("images", trainer, memory=sorted(trainer.prompt_memory.table()["prompt_hash"]))
-
-    rank = trainer.accelerator.process_index
-    with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(report, f)
 
 
 if __name__ == "__main__":

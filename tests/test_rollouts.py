@@ -26,6 +26,7 @@ from trl_ada.rollouts import join_rollout, merge_round_metrics, split_rollout
 from trl_ada.tiny import build_tiny_model
 
 ENVIRONMENTS = Version(transformers.__version__) >= Version("5.2.0")  # TRL's environment_factory needs it
+CONTINUOUS_BATCHING = Version(transformers.__version__) >= Version("5.8.0")  # TRL's continuous batching needs it
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -431,6 +432,7 @@ def test_image_prompts_train_in_rounds_and_the_memory_tells_images_apart(tiny_vl
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not CONTINUOUS_BATCHING, reason="TRL's use_transformers_continuous_batching needs transformers>=5.8")
 def test_transformers_continuous_batching_runs_the_rounds(tiny_model, tmp_path):
     from conftest import make_recording_reward, pass_rate_dataset
 
