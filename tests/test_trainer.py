@@ -227,3 +227,17 @@ def test_the_model_card_cites_reinforce_ada(tiny_model, tmp_path):
     trainer.create_model_card()
     card = (tmp_path / "out" / "README.md").read_text()
     assert "2510.04996" in card and "Reinforce-Ada: An Adaptive Sampling Framework" in card and "AdaGRPO" in card
+
+
+def test_adaptive_rounds_take_an_iterable_dataset(tiny_model, tmp_path):
+    """Adaptive rounds and prompt memory work on a stream; refills (dynamic sampling, budget) need an index."""
+    reward = make_recording_reward()
+    stream = pass_rate_dataset([0.0, 0.5]).to_iterable_dataset()
+    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=reward, train_dataset=stream,
+                             args=tiny_args(tmp_path, per_device_train_batch_size=8, prompt_memory=True))
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2 and len(reward.log) == sum(h["sampling/total_samples"] for h in logs) > 16
+    with pytest.raises(ValueError, match="map-style datasets.Dataset"):
+        AdaGRPOTrainer(model=tiny_model, reward_funcs=reward, train_dataset=stream,
+                       args=tiny_args(tmp_path, per_device_train_batch_size=8, dynamic_sampling=True))
