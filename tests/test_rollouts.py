@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from packaging.version import Version
 from trl import GRPOConfig, GRPOTrainer
 
-from agents import (ReplayPolicy, ScriptedPolicy, calculator_dataset, install, model_turns, multiply,
+from agents import (ReplayPolicy, ScriptedPolicy, calculator_dataset, install, multiply,
                     product_reward)
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.memory import prompt_key

@@ -14,6 +14,7 @@ and the reward-function columns of a kept completion are exactly what GRPOTraine
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,4 +155,54 @@ class StepSampling:
     pipelined: dict[str, float] = field(default_factory=dict)  # pipelined_rounds: engine statistics, all batches
 
 
-__all__ = ["Sample", "StepSampling", "join_rollout", "merge_round_metrics", "split_rollout"]
+def step_metrics(step: StepSampling, advantages: torch.Tensor, num_generations: int, budget: bool, dynamic: bool,
+                 epochs_drawn: float | None) -> dict[str, float]:
+    """The step's `sampling/*` metrics (algorithm.md's list and the extensions'), from its bookkeeping and the global
+    advantages of the kept completions."""
+    results = list(step.results.values())  # every prompt sampled this step, refills included
+    sampled, chosen = len(results), len(step.chosen)
+    rounds = [r.rounds for r in results]
+    round_one = [x for r in results for x in r.pool_rewards[: len(r.pool_rewards) // max(r.rounds, 1)]]
+    signal = advantages.view(chosen, -1).abs().amax(dim=1) > 1e-8
+    # Every sample generated: the pools, and the speculative samples whose round did not happen (pipelined).
+    wasted = step.pipelined.get("wasted_samples", 0.0)
+    m = {
+        "sampling/total_samples": float(sum(len(r.pool_rewards) for r in results)) + wasted,
+        "sampling/kept_samples": float(chosen * num_generations),
+        "sampling/padding_samples": float(step.padding_samples),
+        "sampling/rounds_mean": sum(rounds) / sampled,
+        "sampling/rounds_max": float(max(rounds)),
+        "sampling/finished_round_1": sum(r.finished and r.rounds == 1 for r in results) / sampled,
+        "sampling/unfinished": sum(not r.finished for r in results) / sampled,
+        "sampling/iid_reward": _nanmean(round_one),
+        "sampling/effective_prompt_ratio": signal.float().mean().item(),
+    }
+    m |= {f"sampling/pipelined/{name}": value for name, value in step.pipelined.items()}
+    for index, (seconds, active) in sorted(step.rounds.items()):
+        m[f"sampling/round_{index}/seconds"] = seconds
+        m[f"sampling/round_{index}/active_prompts"] = float(active)
+    if budget:
+        m |= {"sampling/prompts_drawn": float(sampled + step.skipped), "sampling/prompts_skipped": float(step.skipped),
+              "sampling/candidate_batches": float(step.refill_batches),
+              "sampling/top_up_rounds": float(step.top_up_rounds), "sampling/epochs_drawn": epochs_drawn}
+    if dynamic:
+        m |= {"sampling/prompts_drawn": float(sampled), "sampling/prompts_dropped": float(sampled - chosen),
+              "sampling/refill_batches": float(step.refill_batches),
+              "sampling/groups_without_signal": float(step.without_signal), "sampling/epochs_drawn": epochs_drawn}
+    return m
+
+
+def weighted_sum(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """TRL's reward aggregation: weighted nansum over reward functions; NaN where every function returned None."""
+    rewards = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return rewards
+
+
+def _nanmean(values: list[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return sum(finite) / len(finite) if finite else float("nan")
+
+
+__all__ = ["Sample", "StepSampling", "join_rollout", "merge_round_metrics", "split_rollout", "step_metrics",
+           "weighted_sum"]

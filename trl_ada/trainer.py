@@ -66,8 +66,9 @@ from .dynamic import fill_with_signal
 from .memory import GroupPrior, PromptMemory, prompt_key
 from .pipelined import run_pipelined_sampling
 from .budget import run_budgeted_sampling
-from .refill import PromptStream
-from .rollouts import Sample, StepSampling, join_rollout, merge_round_metrics, split_rollout
+from .refill import EpochSeededSampler, PromptStream
+from .rollouts import (Sample, StepSampling, join_rollout, merge_round_metrics, split_rollout, step_metrics,
+                       weighted_sum)
 from .sampling import PromptResult, is_positive, run_adaptive_sampling
 from .support import check_trainer_arguments
 from .vllm_backend import ReloadingVLLMGeneration, vllm_generation_for
@@ -325,7 +326,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         for offset, (key, sample) in enumerate(zip(mine, samples)):
             if rank * per_rank + offset < len(items):
                 state.generated[key] = sample
-        rewards = _weighted_sum(rewards_per_func, self.reward_weights)[: len(items)].tolist()
+        rewards = weighted_sum(rewards_per_func, self.reward_weights)[: len(items)].tolist()
         for (p, _), row in zip(items, rewards_per_func[: len(items)]):
             state.pool_rewards_per_func[p].append(row)
         return [rewards[i * k : (i + 1) * k] for i in range(len(active))]
@@ -403,7 +404,7 @@ class AdaGRPOTrainer(GRPOTrainer):
                     tool_mask=None, images=None, tool_images=[], extra_logs=extra_logs[offset],
                 )
                 reward_rows[key] = rewards_per_func[offset].tolist()
-            return _weighted_sum(rewards_per_func, self.reward_weights).tolist()
+            return weighted_sum(rewards_per_func, self.reward_weights).tolist()
 
         with stream:
             out = run_pipelined_sampling(
@@ -568,7 +569,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             self._last_advantages = None  # TRL's own group statistics, already in `output`
             return
         n = self.num_generations
-        rewards = _weighted_sum(self._last_rewards_per_func, self.reward_weights).tolist()
+        rewards = weighted_sum(self._last_rewards_per_func, self.reward_weights).tolist()
         groups = [rewards[i : i + n] for i in range(0, len(rewards), n)]
         if estimator == "reinforce_ada":
             self._warn_once_if_not_binary(results)
@@ -607,48 +608,20 @@ class AdaGRPOTrainer(GRPOTrainer):
             )
 
     def _log_sampling_metrics(self, output: dict[str, Any], memory_metrics: dict[str, float]) -> None:
-        step, m = self._step_sampling, self._metrics["train"]
-        results = list(step.results.values())  # every prompt sampled this step, refills included
-        sampled, chosen = len(results), len(step.chosen)
-        rounds = [r.rounds for r in results]
-        round_one = [x for r in results for x in r.pool_rewards[: len(r.pool_rewards) // max(r.rounds, 1)]]
         advantages = self._last_advantages
         if advantages is None:  # TRL's statistics: only this rank's slice is at hand
             advantages = self.accelerator.gather(output["advantages"])
-        # Every sample generated: the pools, and the speculative samples whose round did not happen (pipelined).
-        wasted = step.pipelined.get("wasted_samples", 0.0)
-        m["sampling/total_samples"].append(float(sum(len(r.pool_rewards) for r in results)) + wasted)
-        m["sampling/kept_samples"].append(float(chosen * self.num_generations))
-        m["sampling/padding_samples"].append(float(step.padding_samples))
-        m["sampling/rounds_mean"].append(sum(rounds) / sampled)
-        m["sampling/rounds_max"].append(float(max(rounds)))
-        m["sampling/finished_round_1"].append(sum(r.finished and r.rounds == 1 for r in results) / sampled)
-        m["sampling/unfinished"].append(sum(not r.finished for r in results) / sampled)
-        m["sampling/iid_reward"].append(_nanmean(round_one))
-        signal = advantages.view(chosen, -1).abs().amax(dim=1) > 1e-8
-        m["sampling/effective_prompt_ratio"].append(signal.float().mean().item())
-        for name, value in step.pipelined.items():
-            m[f"sampling/pipelined/{name}"].append(value)
-        for index, (seconds, active) in sorted(step.rounds.items()):
-            m[f"sampling/round_{index}/seconds"].append(seconds)
-            m[f"sampling/round_{index}/active_prompts"].append(float(active))
-        if self.args.sampling_budget is not None:
-            m["sampling/prompts_drawn"].append(float(sampled + step.skipped))
-            m["sampling/prompts_skipped"].append(float(step.skipped))
-            m["sampling/candidate_batches"].append(float(step.refill_batches))
-            m["sampling/top_up_rounds"].append(float(step.top_up_rounds))
-            m["sampling/epochs_drawn"].append(self._prompts_drawn / len(self.train_dataset))
-        if self.args.dynamic_sampling:
-            m["sampling/prompts_drawn"].append(float(sampled))
-            m["sampling/prompts_dropped"].append(float(sampled - chosen))
-            m["sampling/refill_batches"].append(float(step.refill_batches))
-            m["sampling/groups_without_signal"].append(float(step.without_signal))
-            m["sampling/epochs_drawn"].append(self._prompts_drawn / len(self.train_dataset))
-        for name, value in memory_metrics.items():
-            m[name].append(value)
+        refilling = self.args.sampling_budget is not None or self.args.dynamic_sampling
+        metrics = step_metrics(
+            self._step_sampling, advantages, self.num_generations, budget=self.args.sampling_budget is not None,
+            dynamic=self.args.dynamic_sampling,
+            epochs_drawn=self._prompts_drawn / len(self.train_dataset) if refilling else None,
+        )
+        for name, value in {**metrics, **memory_metrics}.items():
+            self._metrics["train"][name].append(value)
 
     def _get_train_sampler(self, dataset=None):
-        return _EpochSeededSampler(super()._get_train_sampler(dataset))
+        return EpochSeededSampler(super()._get_train_sampler(dataset))
 
     # ---------------------------------------------------------------------------------------------------------------
     # Prompt memory and refill state: updated every step, saved in every checkpoint, restored on resume.
@@ -771,34 +744,6 @@ class AdaGRPOTrainer(GRPOTrainer):
         return dataset
 
 
-class _EpochSeededSampler(torch.utils.data.Sampler):
-    """TRL's RepeatSampler with `set_epoch`, so that a run resumed in epoch e walks the prompts in the same order as
-    an uninterrupted run.
-
-    RepeatSampler draws one permutation per epoch from a generator seeded once; a resumed run builds a fresh one, so
-    without this every epoch after the resume point would repeat the order of the first epochs (GRPOTrainer has the
-    same problem). `set_epoch(e)`, which the Trainer calls at the start of every epoch, re-seeds the generator and
-    skips e permutations: the order of an uninterrupted run, reproduced.
-    """
-
-    def __init__(self, sampler):
-        self.sampler = sampler
-
-    def __iter__(self):
-        return iter(self.sampler)
-
-    def __len__(self):
-        return len(self.sampler)
-
-    def set_epoch(self, epoch: int) -> None:
-        sampler = self.sampler
-        if not getattr(sampler, "shuffle", False) or getattr(sampler, "seed", None) is None:
-            return
-        sampler.generator.manual_seed(sampler.seed)
-        for _ in range(epoch):
-            torch.randperm(sampler.num_samples, generator=sampler.generator)
-
-
 class _RolloutTaken(Exception):
     """Raised by `_generate` inside a round, once the round's samples are kept: TRL's generation batch ends there."""
 
@@ -808,18 +753,6 @@ def _is_sharded(parameter: torch.Tensor) -> bool:
     from torch.distributed.tensor import DTensor
 
     return isinstance(parameter, DTensor) or hasattr(parameter, "ds_tensor")
-
-
-def _weighted_sum(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """TRL's reward aggregation: weighted nansum over reward functions; NaN where every function returned None."""
-    rewards = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
-    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-    return rewards
-
-
-def _nanmean(values: list[float]) -> float:
-    finite = [v for v in values if not math.isnan(v)]
-    return sum(finite) / len(finite) if finite else float("nan")
 
 
 @contextlib.contextmanager
