@@ -437,8 +437,11 @@ def test_transformers_continuous_batching_runs_the_rounds(tiny_model, tmp_path):
     from conftest import make_recording_reward, pass_rate_dataset
 
     reward = make_recording_reward()
+    # A small paged KV cache: left to size itself from free memory, it took 12 GB of this CPU machine's RAM.
     args = tool_args(tmp_path, max_completion_length=8, round_repeat=4, max_rounds=2,
-                     use_transformers_continuous_batching=True)
+                     use_transformers_continuous_batching=True,
+                     transformers_continuous_batching_config={"num_blocks": 32, "block_size": 32,
+                                                              "max_batch_tokens": 1024})
     trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=reward, args=args,
                              train_dataset=pass_rate_dataset([0.0, 0.5]))
     trainer.train()
