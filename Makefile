@@ -158,13 +158,40 @@ test-oldest:
 # What .ci/run runs: the lock (the newcomer's `make test`), then the newest and the oldest sets.
 test-sets: test test-newest test-oldest
 
-# The real-model comparison (issue 21): SmolLM2-135M-Instruct on chat arithmetic, 7 arms x 3 seeds at 320 generated
-# completions (what benchmarks/real_model.json holds); one seed of all 7 arms took 41 min on the 2 quiet cores, so
-# about 2 hours in all; REAL_MODEL_SEEDS="0 1" takes about 90 min. Never run by CI; resumes where it stopped.
-REAL_MODEL_SEEDS ?= 0 1 2
+# The real-model comparison with intervals (issue 32): SmolLM2-135M-Instruct on chat arithmetic, 5 arms at 320 generated
+# completions and the prompts-return regime (3 arms, a pool of 32 questions, 640 completions), paired seeds, 293
+# held-out questions; benchmarks/real_model_ci.json holds what has run (benchmarks/README.md section 6 gives the time
+# a run takes). Never run by CI; resumes where it stopped, from runs/bench-real-model-ci or from the committed JSON.
+# The issue-21 run (7 arms x 3 seeds, 48 questions): python benchmarks/real_model.py --help.
+REAL_MODEL_SEEDS ?= 0 1 2 3 4
+REAL_MODEL_JOBS ?= 2
 bench-real-model: smollm2
-	OMP_NUM_THREADS=1 $(PY) benchmarks/real_model.py --model $(SMOLLM2) --jobs 2 --seeds $(REAL_MODEL_SEEDS) \
-		--budget 320 --eval_every 160
+	OMP_NUM_THREADS=1 $(PY) benchmarks/real_model_ci.py --model $(SMOLLM2) --jobs $(REAL_MODEL_JOBS) \
+		--seeds $(REAL_MODEL_SEEDS)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(NEWEST) $(NEWEST_VLLM) $(OLDEST) runs
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The GPU kit (benchmarks/gpu/README.md, issue 31). gpu-prepare: fetch the locked wheels, check that they resolve
+# offline for the device's Python 3.12 against its image, pack each device call's payload under .device/ (ignored),
+# print the calls (network, about 1 GiB). gpu-dry-run: every call of the plan through run.sh here, against a scratch
+# folder, with this venv's Python (the transformers path measured on the tiny model; vLLM's CUDA build installed, not
+# imported). gpu-simulate: a stand-in for the device (Python 3.12, torch 2.11.0+cu130 and the image's packages, about
+# 6 GB under .device/), vLLM's core installed there and every module of its CUDA path imported.
+.PHONY: gpu-prepare gpu-dry-run gpu-simulate
+GPU_DRY := /tmp/trl-ada-gpu-dry-run
+
+gpu-prepare:
+	bash benchmarks/gpu/prepare.sh
+
+gpu-dry-run: $(STAMP)
+	rm -rf $(GPU_DRY)
+	for n in $$(python3 -c "import json; print(*range(1, 1 + len(json.load(open('benchmarks/gpu/plan.json'))['calls'])))"); do \
+		OMP_NUM_THREADS=1 GPUKIT_LOCAL=1 GPUKIT_PYTHON=$(CURDIR)/$(PY) GPUKIT_DIR=$(GPU_DRY) OUT=$(GPU_DRY)/out/c$$n \
+		GPUKIT_MEASURE_ARGS="--arms trl_grpo_n4 ada_grpo_path_n4 ada_balanced ada_positive_focused ada_balanced_continuous_batching" \
+		bash benchmarks/gpu/run.sh $$n || exit 1; \
+	done
+
+gpu-simulate:
+	python3 benchmarks/gpu/kit.py simulate

@@ -369,3 +369,101 @@ def test_rollout_real_runs_on_the_real_engine(tmp_path):
         if name != "grpo_n4":  # every pool holds whole rounds of 8
             assert run["samples"] % 8 == 0 and run["samples"] == round(run["rounds"] * 3) * 8
     assert saved["runs"]["balanced pipelined"][0]["engine_steps"] > 0 and (tmp_path / "r.png").stat().st_size > 0
+
+
+def test_paired_difference_resamples_seeds_and_questions():
+    paired = load("paired")
+    ahead = paired.paired_difference([[1.0, 1.0, 0.0, 1.0], [1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
+    assert ahead["verdict"] == "ahead" and ahead["mean"] == 0.75 and 0 < ahead["low"] <= 0.75 <= ahead["high"] <= 1
+    assert (ahead["seeds"], ahead["questions"]) == (3, 4)
+    level = paired.paired_difference([[1.0, -1.0, 0.0, 0.0], [0.0, 0.0, -1.0, 1.0]])
+    assert level["verdict"] == paired.NO_DIFFERENCE and level["low"] < 0 < level["high"] and level["mean"] == 0.0
+    assert paired.paired_difference([[-1.0, -1.0]])["verdict"] == "behind"
+    assert paired.describe(ahead).endswith("ahead") and "no difference measured" in paired.describe(level)
+    curve = [{"samples": 0, "items": [0.0, 1.0]}, {"samples": 10}, {"samples": 20, "items": [1.0, 1.0]}]
+    assert list(paired.interpolate_items(curve, "samples", "items", 5)) == [0.25, 1.0]
+    assert paired.interpolate_items(curve, "samples", "items", 30) is None
+
+
+def _synthetic_run(method, seed, regime, greedy, avg, final_step, seconds, budget=32):
+    kinds = ["1-digit +", "1-digit +", "2-digit +", "2-digit +", "3-digit +", "3-digit +"]
+    before = {"greedy": 0.5, "greedy core": 0.5, "greedy clipped": 0.0, "avg@k": 0.5,
+              **{f"greedy {k}": 0.5 for k in ("1-digit +", "1-digit x", "2-digit +", "3-digit +")},
+              **{f"avg@k {k}": 0.5 for k in ("1-digit +", "1-digit x", "2-digit +")}}
+    after = dict(before, greedy=sum(greedy[:4]) / 4, **{"greedy core": sum(greedy[:4]) / 4,
+                                                        "avg@k": sum(avg) / len(avg)})
+    curve = [{"step": 0, "samples": 0, "tokens": 0, "seconds": 0.0, **before, "greedy_items": [0.5] * len(kinds),
+              "core_items": [0.5] * len(kinds), "avg_items": [0.5] * len(avg)},  # every question is a core one
+             {"step": final_step, "samples": budget, "tokens": 10 * budget, "seconds": seconds, **after,
+              "greedy_items": greedy, "core_items": greedy, "avg_items": avg}]
+    return {"method": method, "seed": seed, "regime": regime, "held_out_before": before, "held_out_after": after,
+            "steps": final_step, "generated_samples": budget, "generated_tokens": 10 * budget,
+            "train_seconds": seconds, "curve": curve, "per_step": [], "round1_reward": [0.5], "signal": [0.5],
+            "mean_length": [40.0], "clipped_ratio": [0.1], "prompts_drawn": [4.0] * final_step,
+            "prompts_skipped": [1.0] * final_step if "budget" in method else [0.0] * final_step,
+            "skipped": [{"step": 1, "prompt_hash": "0", "pass_rate": 0.9, "visits": 3}] if "budget" in method else [],
+            "memory_export": [{"pass_rate": 0.9}, {"pass_rate": 0.5}] if "budget" in method else None}, kinds
+
+
+def test_real_model_ci_report_recomputes_paired_intervals_from_the_json(tmp_path, capsys):
+    """No training: a hand-made JSON where ada_pos beats GRPO on every question of every seed and dapo equals it;
+    the report must call the first ahead, the second "no difference measured" (an interval of [0, 0] contains 0),
+    and list what the budgeted mode skipped."""
+    bench = load("real_model_ci")
+    runs = []
+    for seed in range(3):
+        for method, greedy in (("grpo_n4", [0, 0, 0, 0]), ("ada_pos", [1, 1, 1, 1]), ("dapo", [0, 0, 0, 0])):
+            run, kinds = _synthetic_run(method, seed, "independent draws", greedy + [0, 0], [0.5, 0.5],
+                                        20 if method == "grpo_n4" else 6, 100.0)
+            runs.append(run)
+        for method in ("grpo_n4_pool", "ada_budget_pool"):
+            run, kinds = _synthetic_run(method, seed, "prompts return", [0, 1, 0, 1, 0, 0], [0.5, 0.5], 2, 50.0)
+            runs.append(run)
+    saved = {"model": "synthetic", "budget": 32, "pool_budget": 32, "pool_size": 4, "avg_per_kind": 1, "eval_k": 2,
+             "max_completion_length": 96, "question_kinds": kinds, "core_questions": list(range(len(kinds))),
+             "held_out_before": runs[0]["held_out_before"],
+             "runs": runs}
+    path = tmp_path / "ci.json"
+    path.write_text(json.dumps(saved))
+    assert bench.main(["--from_json", str(path), "--plot", str(tmp_path / "ci.png")]) == 0
+    printed = capsys.readouterr().out
+    row = {line.split(" | ")[0].strip("| "): line for line in tables(printed)}
+    assert "| +100.0 [+100.0, +100.0] ahead |" in row["ada_pos"]  # right where GRPO is wrong, every question
+    assert row["dapo"].count("no difference measured") == 4  # the same items at the stop: every difference 0,
+    # except at equal steps: at dapo's last step (6) GRPO's curve is interpolated 6/20 of the way from 0.5 to 0
+    assert "-35.0 [-35.0, -35.0] behind (step 6)" in row["dapo"]
+    assert "(step 6)" in row["ada_pos"] and "(100 s)" in row["ada_pos"]
+    memory_rows = [line for line in tables(printed) if line.startswith("| ada_budget_pool | ")]
+    assert any("0.90 (0 / 0 / 1)" in line and "0 / 1 / 1" in line for line in memory_rows)
+    assert (tmp_path / "ci.png").stat().st_size > 0
+
+
+def test_real_model_ci_trains_both_regimes_and_resumes_from_its_json(tmp_path, tiny_model, capsys):
+    # The tiny model stands in for SmolLM2; toy sizes. A fresh output folder with only the aggregated JSON trains
+    # nothing: the JSON alone resumes the benchmark (runs/ is not committed).
+    bench = load("real_model_ci")
+    common = ["--model", tiny_model, "--budget", "32", "--eval_every", "16", "--pool_budget", "48",
+              "--pool_eval_every", "32", "--pool_size", "6", "--two_digit", "6", "--three_digit", "3",
+              "--avg_per_kind", "2", "--core_per_kind", "2", "--eval_k", "2", "--seeds", "0",
+              "--arms", "grpo_n4", "ada_budget", "grpo_n4_pool", "ada_budget_pool", "--max_completion_length", "16",
+              "--json", str(tmp_path / "a.json"), "--plot", str(tmp_path / "a.png")]
+    assert bench.main([*common, "--output_dir", str(tmp_path / "one")]) == 0
+    printed = capsys.readouterr().out
+    saved = json.loads((tmp_path / "a.json").read_text())
+    runs = {r["method"]: r for r in saved["runs"]}
+    assert set(runs) == {"grpo_n4", "ada_budget", "grpo_n4_pool", "ada_budget_pool"} and saved["complete"]
+    kinds = saved["question_kinds"]
+    assert kinds.count("2-digit +") == 6 and kinds.count("3-digit +") == 3
+    assert kinds.count("1-digit x") == 24  # every held-out one-digit product
+    for run in runs.values():
+        assert len(run["clipped_ratio"]) == len(run["mean_length"]) == run["steps"]
+        assert len(run["curve"][-1]["greedy_items"]) == len(kinds) and "avg_items" in run["curve"][-1]
+        assert all(len(p["core_items"]) == len(saved["core_questions"]) for p in run["curve"])
+    assert runs["grpo_n4_pool"]["train_questions"] == 6 and runs["grpo_n4_pool"]["generated_samples"] == 48
+    assert runs["ada_budget_pool"]["memory_export"]  # the prompt memory's export, row per remembered question
+    assert "## prompts return" in printed and "How often the prompts returned" in printed
+
+    assert bench.main([*common, "--output_dir", str(tmp_path / "two")]) == 0  # a fresh folder, the same JSON
+    again = capsys.readouterr().out
+    assert "4 finished runs restored" in again and "until" not in again
+    assert tables(again) == tables(printed)

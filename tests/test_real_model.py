@@ -50,7 +50,7 @@ def test_missing_model_folder_names_the_command(tmp_path):
 
     missing = str(tmp_path / "models" / "SmolLM2-135M-Instruct")
     with pytest.raises(FileNotFoundError, match=r"python -m trl_ada\.models smollm2 --output_dir .*SmolLM2-135M"):
-        train_main(["--config", os.path.join(ROOT, "recipes", "SmolLM2-135M-Instruct", "ada_balance.yaml"),
+        train_main(["--config", os.path.join(ROOT, "recipes", "SmolLM2-135M-Instruct", "arith_ada_balance.yaml"),
                     "--model_name_or_path", missing, "--output_dir", str(tmp_path / "out")])
 
 
@@ -165,11 +165,12 @@ def test_smollm2_recipe_one_step_and_eval_entry_point(smollm2, tmp_path, capsys)
     from trl_ada.train import main as train_main
 
     out = tmp_path / "out"
-    train_main(["--config", os.path.join(ROOT, "recipes", "SmolLM2-135M-Instruct", "ada_balance.yaml"),
+    train_main(["--config", os.path.join(ROOT, "recipes", "SmolLM2-135M-Instruct", "arith_ada_balance.yaml"),
                 "--model_name_or_path", smollm2, "--output_dir", str(out), "--max_steps", "1",
                 "--per_device_train_batch_size", "4", "--synthetic_num_examples", "16", "--round_repeat", "4",
                 "--max_rounds", "1", "--max_completion_length", "16", "--save_strategy", "no"])
-    assert (out / "adapter_config.json").exists()  # the recipe trains LoRA
+    # the recipe a newcomer starts from: full fine-tuning in fp32 (no adapter), on chat arithmetic
+    assert (out / "model.safetensors").exists() and not (out / "adapter_config.json").exists()
     state = json.loads((out / "trainer_state.json").read_text()) if (out / "trainer_state.json").exists() else None
     assert state is None or state["global_step"] == 1
 

@@ -1,0 +1,692 @@
+"""The GPU kit's packaging: lock, download, offline resolution check, pieces and the call plan (issue 31).
+
+    python3 benchmarks/gpu/kit.py lock        # network: resolve the wheel set against the image, write lock.json
+    python3 benchmarks/gpu/kit.py download    # network: fetch exactly the locked wheels, sha256-checked
+    python3 benchmarks/gpu/kit.py check       # offline: the wheel set resolves for Python 3.12 against the image
+    python3 benchmarks/gpu/kit.py pack        # the payload of each call under .device/, pieces, plan.json
+    python3 benchmarks/gpu/kit.py verify      # every piece reassembles to its sha256, every wheel to the lock's
+
+`bash benchmarks/gpu/prepare.sh` runs download, check, pack and verify (the lock is committed; `lock` is only rerun to
+change the set). Everything downloaded or built goes under /.device/ (ignored by git); the repo keeps this script,
+image.txt (the device image's packages), lock.json (name, version, file, sha256, size of every wheel) and plan.json
+(which folder travels in which call, the sha256 of every piece).
+
+How the set is resolved against the image (the method of `lock` and `check`): a Python 3.12 virtual environment here
+(pyenv's 3.12, so environment markers such as `python_version > "3.11"` are evaluated as on the device) holds one
+*stub* distribution per package of the image (a `.dist-info` folder with name and version only, from image.txt);
+`pip install --dry-run` in that environment then treats them as already installed, exactly as the device's pip
+would, and reports only what the image lacks. `--only-binary=:all: --python-version 3.12 --implementation cp
+--abi cp312 --platform manylinux_2_N_x86_64 ...` make it pick wheels for the device. `lock` resolves against the
+package index; `check` repeats it with `--no-index --find-links .device/wheels/...`: no network, and it must pick
+exactly the locked files. (`--target DIR` would make pip ignore installed packages, and a constraints file cannot say
+"installed": hence the stub environment.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import glob
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+DEVICE = os.path.join(ROOT, ".device")  # ignored by git (.gitignore: /.device/)
+WHEELS = os.path.join(DEVICE, "wheels")
+LOCK = os.path.join(HERE, "lock.json")
+PLAN = os.path.join(HERE, "plan.json")
+IMAGE = os.path.join(HERE, "image.txt")
+
+PIP = "26.3"  # the pip of the stub environment
+MiB = 1024 * 1024
+CARRY_LIMIT = 64 * MiB  # one call's working tree + carried paths (device README, Limits)
+TREE_ALLOWANCE = 4 * MiB  # the working tree that travels anyway (about 2 MB today): room kept for it in every call
+PIECE = CARRY_LIMIT - TREE_ALLOWANCE  # 60 MiB per piece: a piece + a tree under 4 MiB stays under the limit
+
+# The two stages. transformers: what `import trl_ada` and the transformers-path measurement need beyond the image
+# (the lean lock's versions of trl, datasets and math-verify). vllm: vllm 0.26.0, the newest vLLM whose torch pin
+# (torch==2.11.0) is the image's torch and inside trl 1.16's range (vllm >= 0.22), and its tail.
+STAGES = {
+    "transformers": ["trl==1.16.0", "datasets==5.2.0", "math-verify[antlr4-13-2]==0.9.0"],
+    "vllm": ["vllm==0.26.0"],
+}
+# Image packages carried anyway, at the newest version the set accepts: their version on the image was never read,
+# and a carried wheel needs a recent one (pydantic-core: typing-extensions>=4.16.0, the newest release) or caps it
+# (datasets: fsspec<=2026.9.0). Small and pure Python; installed ahead of the image's on sys.path.
+CARRY_OVER_IMAGE = {"transformers": ["fsspec==2026.9.0"], "vllm": ["typing-extensions==4.16.0"]}
+
+# The vLLM stage travels in two parts. "core": what `from vllm import LLM` and generation with a dense model on one
+# Hopper GPU import, as far as a static walk of vllm 0.26.0's module-level imports from vllm.entrypoints.llm, the V1
+# engine, the GPU worker and model runner, Qwen2 and the FlashAttention backend finds (it reaches none of the
+# packages below). "extras": vLLM's declared kernel and media packages that walk does not reach (CuTe DSL, tilelang,
+# MLA kernels, video codecs, numba) and their own tails (about 560 MiB): carried after the core, and only if the core
+# alone fails to import or to generate (run.sh says so). numpy is among them: vllm's tail caps it below 2.4 (numba,
+# mistral-common) while the image has 2.5.2, which the core keeps.
+EXTRAS_ROOTS = ["tokenspeed-mla", "humming-kernels", "nvidia-cutlass-dsl", "quack-kernels", "tilelang",
+                "pynvvideocodec", "torchcodec", "fastsafetensors", "numba", "nvidia-cudnn-frontend", "nvtx", "numpy"]
+PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(17, 36)] + ["manylinux2014_x86_64", "manylinux1_x86_64"]
+TARGET = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312"] + [
+    a for p in PLATFORMS for a in ("--platform", p)]
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def pip_env() -> dict:
+    """pip without this machine's own configuration (a local find-links folder, a torch cap): only the index."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k in ("PIP_CERT", "PIP_DEFAULT_TIMEOUT")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def python312() -> str:
+    candidates = [os.environ.get("PY312", "")]
+    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")), reverse=True)
+    candidates += [shutil.which("python3.12") or ""]
+    for c in candidates:
+        if c and subprocess.run([c, "-c", "import sys; assert sys.version_info[:2] == (3, 12)"],
+                                capture_output=True).returncode == 0:
+            return c
+    sys.exit("kit: no Python 3.12 interpreter here (set PY312=/path/to/python3.12): markers must be evaluated as on "
+             "the device's Python 3.12")
+
+
+def project_requirements() -> list[str]:
+    """setup.cfg's install_requires: what `import trl_ada` needs."""
+    parser = configparser.ConfigParser()
+    parser.read(os.path.join(ROOT, "setup.cfg"))
+    return [line.strip() for line in parser["options"]["install_requires"].splitlines() if line.strip()]
+
+
+def roots(stage: str) -> list[str]:
+    """What the stage must make importable: the transformers stage's roots, the project's requirements, the image
+    packages carried anyway; the vllm stage adds vLLM's."""
+    out = STAGES["transformers"] + project_requirements() + CARRY_OVER_IMAGE["transformers"]
+    return out + (STAGES["vllm"] + CARRY_OVER_IMAGE["vllm"] if stage == "vllm" else [])
+
+
+def image_packages() -> dict[str, tuple[str, str]]:
+    """name -> (version, 'known' or 'assumed') from image.txt."""
+    packages = {}
+    with open(IMAGE) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            spec, _, comment = line.partition("#")
+            name, version = spec.strip().split("==")
+            packages[canonical(name)] = (version, "known" if comment.strip().startswith("known") else "assumed")
+    return packages
+
+
+def stub_env(path: str) -> str:
+    """A Python 3.12 venv whose site-packages holds a stub .dist-info for every image package; returns its python."""
+    python = os.path.join(path, "bin", "python")
+    marker = os.path.join(path, "stubs.json")
+    image = image_packages()
+    stubs = {"image": {k: v[0] for k, v in image.items()}, "carried": CARRY_OVER_IMAGE}
+    if os.path.exists(marker) and json.load(open(marker)) == stubs:
+        return python
+    shutil.rmtree(path, ignore_errors=True)
+    subprocess.run([python312(), "-m", "venv", path], check=True)
+    # pip >= 24 accepts --platform/--python-version with --dry-run outside --target (23.2, pyenv 3.12.1's, refuses).
+    subprocess.run([python, "-m", "pip", "install", "--quiet", f"pip=={PIP}"], env=pip_env(), check=True)
+    site = glob.glob(os.path.join(path, "lib", "python3.12", "site-packages"))[0]
+    carried = {canonical(r.split("==")[0]) for pins in CARRY_OVER_IMAGE.values() for r in pins}
+    for name, (version, _) in image.items():
+        if name in ("pip", "setuptools", "wheel") or name in carried:
+            continue  # the venv's own; pip keeps them out of resolution anyway unless asked for
+        info = os.path.join(site, f"{name.replace('-', '_')}-{version}.dist-info")
+        os.makedirs(info, exist_ok=True)
+        with open(os.path.join(info, "METADATA"), "w") as f:
+            f.write(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        open(os.path.join(info, "INSTALLER"), "w").write("gpu-kit-stub\n")
+        open(os.path.join(info, "RECORD"), "w").write("")
+    json.dump(stubs, open(marker, "w"))
+    return python
+
+
+def dry_run(python: str, requirements: list[str], report: str, offline_dirs: list[str] | None = None,
+            constraints: list[str] | None = None) -> dict:
+    cmd = [python, "-m", "pip", "install", "--dry-run", "--quiet", "--report", report] + TARGET
+    if offline_dirs is not None:
+        cmd += ["--no-index"] + [a for d in offline_dirs for a in ("--find-links", d)]
+    if constraints:
+        cfile = report + ".constraints.txt"
+        open(cfile, "w").write("\n".join(constraints) + "\n")
+        cmd += ["-c", cfile]
+    cmd += requirements
+    print("$ " + " ".join(c if " " not in c else repr(c) for c in cmd[:1] + ["-m pip install --dry-run ..."]
+                          + cmd[len(cmd) - len(requirements):]), flush=True)
+    done = subprocess.run(cmd, env=pip_env(), capture_output=True, text=True)
+    if done.returncode != 0:
+        print(done.stdout[-4000:], done.stderr[-6000:], sep="\n")
+        raise SystemExit(f"kit: pip could not resolve {requirements} (exit {done.returncode})")
+    return json.load(open(report))
+
+
+def installs(report: dict) -> list[dict]:
+    rows = []
+    for item in report["install"]:
+        meta, info = item["metadata"], item["download_info"]
+        url = info["url"]
+        hashes = info.get("archive_info", {}).get("hashes", {})
+        rows.append({"name": canonical(meta["name"]), "version": meta["version"], "file": url.rsplit("/", 1)[-1],
+                     "url": url, "sha256": hashes.get("sha256") or info.get("archive_info", {}).get("hash", "=")
+                     .split("=", 1)[-1], "requires_dist": meta.get("requires_dist", [])})
+    return sorted(rows, key=lambda r: r["name"])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def cmd_lock(args) -> None:
+    python = stub_env(os.path.join(DEVICE, "image-env"))
+    os.makedirs(DEVICE, exist_ok=True)
+    first = installs(dry_run(python, roots("transformers"), os.path.join(DEVICE, "report-transformers.json")))
+    pins = [f"{r['name']}=={r['version']}" for r in first]
+    both = installs(dry_run(python, roots("vllm"), os.path.join(DEVICE, "report-vllm.json"), constraints=pins))
+    names = {r["name"] for r in first}
+    missing = names - {r["name"] for r in both}
+    assert not missing, f"the vllm resolution dropped {missing}"
+    image = image_packages()
+    wheels = []
+    for r in both:
+        r["stage"] = "transformers" if r["name"] in names else "vllm"
+        if r["name"] in image:  # the image has it, at a version some carried wheel does not accept: carried too
+            r["shadows_image"] = "%s (%s)" % image[r["name"]]
+        wheels.append(r)
+    lock = {"python": "3.12", "platforms": PLATFORMS, "roots": STAGES, "project_requirements": project_requirements(),
+            "carried_over_image": CARRY_OVER_IMAGE,
+            "image": "benchmarks/gpu/image.txt", "wheels": wheels}
+    json.dump(lock, open(LOCK, "w"), indent=1)
+    for stage in STAGES:
+        print(f"{stage}: {sum(w['stage'] == stage for w in wheels)} wheels")
+    print(f"lock: {LOCK}")
+
+
+MARKER_ENV = {"python_version": "3.12", "python_full_version": "3.12.3", "platform_machine": "x86_64",
+              "platform_system": "Linux", "sys_platform": "linux", "os_name": "posix", "implementation_name": "cpython",
+              "platform_python_implementation": "CPython", "extra": ""}
+
+
+def closure(wheels: dict[str, dict], roots: list[str]) -> set[str]:
+    """Names reachable from roots through the locked wheels' requirements (markers evaluated for the device, extras
+    such as `fastapi[standard]` followed)."""
+    from packaging.requirements import Requirement
+
+    seen, stack = set(), [(canonical(Requirement(r).name), tuple(sorted(Requirement(r).extras))) for r in roots]
+    while stack:
+        name, extras = stack.pop()
+        if (name, extras) in seen or name not in wheels:
+            continue
+        seen.add((name, extras))
+        for req in wheels[name]["requires_dist"]:
+            parsed = Requirement(req)
+            if parsed.marker is None or any(parsed.marker.evaluate({**MARKER_ENV, "extra": e}) for e in ("",) + extras):
+                stack.append((canonical(parsed.name), tuple(sorted(parsed.extras))))
+    return {name for name, _ in seen}
+
+
+def split_vllm(lock: dict) -> tuple[list[dict], list[dict]]:
+    """The vllm stage's wheels as (core, extras): extras are what only EXTRAS_ROOTS reach."""
+    from packaging.requirements import Requirement
+
+    wheels = {w["name"]: w for w in lock["wheels"]}
+    vllm_direct = [r for r in wheels["vllm"]["requires_dist"]
+                   if Requirement(r).marker is None or Requirement(r).marker.evaluate(MARKER_ENV)]
+    core_roots = [r for r in vllm_direct if canonical(Requirement(r).name) not in EXTRAS_ROOTS]
+    extras_roots = [r for r in vllm_direct if canonical(Requirement(r).name) in EXTRAS_ROOTS] + ["numpy"]
+    # the core's own closure, without walking into the extras' roots
+    core_wheels = {k: v for k, v in wheels.items() if k not in EXTRAS_ROOTS}
+    core = closure(core_wheels, core_roots)
+    extras = closure(wheels, extras_roots) - core  # what only the extras' roots reach; the rest (small) is core
+    stage = [w for w in lock["wheels"] if w["stage"] == "vllm"]
+    return [w for w in stage if w["name"] not in extras], [w for w in stage if w["name"] in extras]
+
+
+def load_lock() -> dict:
+    return json.load(open(LOCK))
+
+
+def cmd_download(args) -> None:
+    lock = load_lock()
+    for stage in STAGES:
+        folder = os.path.join(WHEELS, stage)
+        os.makedirs(folder, exist_ok=True)
+        wanted = [w for w in lock["wheels"] if w["stage"] == stage]
+        todo = [w for w in wanted if not (os.path.exists(os.path.join(folder, w["file"]))
+                                          and sha256(os.path.join(folder, w["file"])) == w["sha256"])]
+        if todo:
+            reqs = os.path.join(DEVICE, f"requirements-{stage}.txt")
+            with open(reqs, "w") as f:
+                for w in todo:
+                    f.write(f"{w['name']}=={w['version']} --hash=sha256:{w['sha256']}\n")
+            print(f"downloading {len(todo)} of {len(wanted)} {stage} wheels", flush=True)
+            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes",
+                            "-d", folder, "-r", reqs] + TARGET, env=pip_env(), check=True)
+        names = {w["file"] for w in wanted}
+        for extra in set(os.listdir(folder)) - names:  # a stale file would enter a piece: never
+            os.remove(os.path.join(folder, extra))
+        for w in wanted:
+            got = sha256(os.path.join(folder, w["file"]))
+            if got != w["sha256"]:
+                raise SystemExit(f"kit: {w['file']} has sha256 {got}, the lock says {w['sha256']}")
+        size = sum(os.path.getsize(os.path.join(folder, w["file"])) for w in wanted)
+        print(f"{stage}: {len(wanted)} wheels, {size / MiB:.1f} MiB, every sha256 as locked")
+
+
+def cmd_check(args) -> None:
+    """Offline: resolve the roots with only the downloaded wheels and the image's stubs; must pick the lock."""
+    lock = load_lock()
+    python = stub_env(os.path.join(DEVICE, "image-env"))
+    out = {}
+    for stage, dirs in (("transformers", ["transformers"]), ("vllm", ["transformers", "vllm"])):
+        report = dry_run(python, roots(stage), os.path.join(DEVICE, f"check-{stage}.json"),
+                         offline_dirs=[os.path.join(WHEELS, d) for d in dirs])
+        got = {(r["name"], r["version"], r["file"]) for r in installs(report)}
+        want = {(w["name"], w["version"], w["file"]) for w in lock["wheels"]
+                if stage == "vllm" or w["stage"] == "transformers"}
+        if got != want:
+            raise SystemExit(f"kit: offline resolution of the {stage} stage differs from the lock: "
+                             f"extra {sorted(got - want)}, missing {sorted(want - got)}")
+        out[stage] = len(got)
+        print(f"check {stage}: resolved offline, {len(got)} wheels to install beyond the image, exactly the lock's")
+    # Requirements the carried wheels put on image packages whose version was only assumed: run.sh checks them there.
+    image = image_packages()
+    assumed = {}
+    for w in lock["wheels"]:
+        for req in w["requires_dist"]:
+            if "extra ==" in req:
+                continue
+            name = canonical(re.split(r"[ ;<>=!~\[(]", req, 1)[0])
+            carried = {x["name"] for x in lock["wheels"]}
+            if name in image and image[name][1] == "assumed" and name not in carried and re.search(
+                    r"[<>=!~]", req.split(";")[0]):
+                assumed.setdefault(name, set()).add(f"{w['name']}: {req}")
+    json.dump({"resolved": out, "assumed_image_requirements": {k: sorted(v) for k, v in sorted(assumed.items())}},
+              open(os.path.join(DEVICE, "check.json"), "w"), indent=1)
+    print(f"{len(assumed)} image packages of unread version carry a version requirement (checked on the device by "
+          f"run.sh): {', '.join(sorted(assumed))}")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Pieces and the plan
+
+
+def tree_bytes(untracked: bool = True) -> int:
+    """The working tree that travels with every call: tracked plus untracked-not-ignored files."""
+    listing = ["git", "ls-files", "-z", "--cached"] + (["--others", "--exclude-standard"] if untracked else [])
+    files = subprocess.run(listing, cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    return sum(os.path.getsize(os.path.join(ROOT, f.decode())) for f in files
+               if f and os.path.isfile(os.path.join(ROOT, f.decode())))
+
+
+def deterministic_tar(files: list[str]) -> bytes:
+    """An uncompressed tar of the files (sorted, mtime 0, root owner): the same bytes on every machine."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(files, key=os.path.basename):
+            info = tarfile.TarInfo(os.path.basename(path))
+            info.size, info.mtime, info.mode, info.uid, info.gid = os.path.getsize(path), 0, 0o644, 0, 0
+            info.uname = info.gname = "root"
+            with open(path, "rb") as f:
+                tar.addfile(info, f)
+    return buffer.getvalue()
+
+
+def cmd_pack(args) -> None:
+    lock = load_lock()
+    calls_dir = os.path.join(DEVICE, "calls")
+    shutil.rmtree(calls_dir, ignore_errors=True)
+    path = lambda w: os.path.join(WHEELS, w["stage"], w["file"])  # noqa: E731
+    first_wheels = [w for w in lock["wheels"] if w["stage"] == "transformers"]
+    core, extras = split_vllm(lock)
+    calls, tars = [], {}
+    # Call 1: the transformers stage alone, its wheels as files (no reassembly): it measures the transformers path.
+    folder = os.path.join(calls_dir, "c01")
+    os.makedirs(folder)
+    for w in first_wheels:
+        shutil.copy(path(w), folder)
+    calls.append({"call": 1, "stage": "transformers", "carry": [".device/calls/c01"],
+                  "payload_bytes": sum(os.path.getsize(path(w)) for w in first_wheels),
+                  "files": sorted(w["file"] for w in first_wheels)})
+    # Then two tars, each split into pieces of PIECE bytes, one piece per call, back to back: the core (the
+    # transformers stage again, so that the vLLM calls never depend on call 1's /tmp, plus vLLM's core), then the
+    # extras, carried only if the core alone cannot import or generate.
+    for part, wheels in (("core", first_wheels + core), ("extras", extras)):
+        blob = deterministic_tar([path(w) for w in wheels])
+        tars[part] = {"name": f"vllm-{part}.tar", "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
+                      "members": sorted(w["file"] for w in wheels)}
+        pieces = [blob[i: i + PIECE] for i in range(0, len(blob), PIECE)]
+        for k, piece in enumerate(pieces):
+            number = len(calls) + 1
+            folder = os.path.join(calls_dir, f"c{number:02d}")
+            os.makedirs(folder)
+            name = f"vllm-{part}.tar.part{k:02d}"
+            with open(os.path.join(folder, name), "wb") as f:
+                f.write(piece)
+            calls.append({"call": number, "stage": f"{part}-{'last' if k == len(pieces) - 1 else 'piece'}",
+                          "carry": [f".device/calls/c{number:02d}"], "payload_bytes": len(piece), "tar": part,
+                          "piece": name, "piece_index": k, "pieces": len(pieces),
+                          "piece_sha256": hashlib.sha256(piece).hexdigest()})
+    for call in calls:
+        call["command"] = f"bash benchmarks/gpu/run.sh {call['call']}"
+        assert call["payload_bytes"] + TREE_ALLOWANCE <= CARRY_LIMIT, call
+    plan = {"carry_limit_bytes": CARRY_LIMIT, "tree_allowance_bytes": TREE_ALLOWANCE, "piece_bytes": PIECE,
+            "tars": tars, "calls": calls, "measure_calls": MEASURE_CALLS}
+    json.dump(plan, open(PLAN, "w"), indent=1)
+    print_plan(plan)
+
+
+# The vLLM measurements, split so that each call ends well inside its 10 minutes (each arm starts its own engine, in
+# its own process): group vllm-a runs in the call that installs (core-last or extras-last), the others in calls that
+# carry nothing, right after it while the machine is warm (/tmp/gpukit/site is still there).
+MEASURE_CALLS = [
+    {"name": "vllm-a", "arms": ["decode_curve", "ada_grpo_path_n4"], "in": "core-last / extras-last"},
+    {"name": "vllm-b", "arms": ["ada_balanced", "ada_positive_focused"]},
+    {"name": "vllm-c", "arms": ["ada_balanced_pipelined", "ada_positive_focused_pipelined"]},
+    {"name": "vllm-d", "arms": ["ada_balanced_speculative", "ada_positive_focused_speculative", "trl_grpo_n4"]},
+]
+
+DOING = {
+    "transformers": "install the transformers stage, `import trl_ada`, measure the transformers path",
+    "core-piece": "store the piece under /tmp (sha256 checked)",
+    "core-last": "store the last core piece, reassemble, check sha256, install, `from vllm import LLM`, measure "
+                 "the vLLM path; exit 3 if vLLM needs the extras",
+    "extras-piece": "(only after an exit 3) store the piece under /tmp",
+    "extras-last": "(only after an exit 3) reassemble, install the extras too, import, measure the vLLM path",
+}
+
+
+def print_plan(plan: dict) -> None:
+    calls, tree = plan["calls"], tree_bytes()
+    print(f"\n{len(calls)} carrying device calls at most (limit {plan['carry_limit_bytes'] / MiB:.0f} MiB a call with "
+          f"the working tree; {plan['tree_allowance_bytes'] / MiB:.0f} MiB kept for the tree, {tree / MiB:.1f} MiB "
+          f"now):\n")
+    print("| call | carry | payload MiB | with tree MiB | what run.sh does |")
+    print("|---:|---|---:|---:|---|")
+    for c in calls:
+        print(f"| {c['call']} | `{','.join(c['carry'])}` | {c['payload_bytes'] / MiB:.1f} | "
+              f"{(c['payload_bytes'] + tree) / MiB:.1f} | {DOING[c['stage']]} |")
+    print("\nThe device `run` calls, in order. Call 1 alone measures the transformers path. From call 2 on, issue them "
+          "back to back (the machine stays warm 30 s after a call, and /tmp with it); the extras calls only if the "
+          "last core call exits 3:")
+    core_last = next(c["call"] for c in calls if c["stage"] == "core-last")
+    for c in calls:
+        print(f'  run(command="{c["command"]}", carry={json.dumps(c["carry"])}, timeout_s=600)')
+        if c["stage"] in ("core-last", "extras-last"):
+            for m in plan["measure_calls"][1:]:
+                print(f'  run(command="bash benchmarks/gpu/run.sh {m["name"]}", carry=[], timeout_s=600)'
+                      f'   # {", ".join(m["arms"])}')
+            if c["stage"] == "core-last":
+                print(f"  # only if call {core_last} exited 3 (vLLM needs the extras): then, back to back:")
+
+
+def cmd_verify(args) -> None:
+    """Reassemble the pieces as run.sh does and check every sha256 (pieces, tars, wheels); check the sizes."""
+    lock, plan = load_lock(), json.load(open(PLAN))
+    by_file = {w["file"]: w for w in lock["wheels"]}
+    data = {part: bytearray() for part in plan["tars"]}
+    for c in plan["calls"]:
+        folder = os.path.join(ROOT, c["carry"][0])
+        size = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+        assert size == c["payload_bytes"] and size + TREE_ALLOWANCE <= CARRY_LIMIT, (c["call"], size)
+        if c["stage"] == "transformers":
+            for f in c["files"]:
+                assert sha256(os.path.join(folder, f)) == by_file[f]["sha256"], f
+            continue
+        piece = open(os.path.join(folder, c["piece"]), "rb").read()
+        assert hashlib.sha256(piece).hexdigest() == c["piece_sha256"], c["piece"]
+        data[c["tar"]] += piece
+    members = 0
+    for part, tar_info in plan["tars"].items():
+        blob = bytes(data[part])
+        assert hashlib.sha256(blob).hexdigest() == tar_info["sha256"] and len(blob) == tar_info["bytes"], part
+        with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+            names = []
+            for m in tar.getmembers():
+                assert hashlib.sha256(tar.extractfile(m).read()).hexdigest() == by_file[m.name]["sha256"], m.name
+                names.append(m.name)
+        assert sorted(names) == tar_info["members"], part
+        members += len(names)
+    assert {f for t in plan["tars"].values() for f in t["members"]} == set(by_file), "the tars miss a locked wheel"
+    tree = tree_bytes()
+    worst = max(c["payload_bytes"] for c in plan["calls"]) + tree
+    sizes = ", ".join(f"{part} {t['bytes'] / MiB:.1f} MiB" for part, t in plan["tars"].items())
+    print(f"verify: {len(plan['calls']) - 1} pieces reassemble to their tars' sha256 "
+          f"({sizes}); "
+          f"the {members} wheels in them and call 1's {len(plan['calls'][0]['files'])} match the lock's sha256; the "
+          f"largest call carries {worst / MiB:.1f} MiB with today's tree ({tree / MiB:.1f} MiB), limit "
+          f"{CARRY_LIMIT / MiB:.0f} MiB")
+    if worst > CARRY_LIMIT:
+        raise SystemExit("kit: a call would exceed the carry limit: the working tree grew; move files out of it")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# On the device (run.sh calls these; they need only the standard library, packaging and pip)
+
+KIT = os.environ.get("GPUKIT_DIR", "/tmp/gpukit")  # survives between calls only while the machine stays warm
+
+
+def pip_install(wheels: list[str]) -> None:
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
+           "--no-cache-dir", "--upgrade", "--target", os.path.join(KIT, "site")]
+    if os.environ.get("GPUKIT_LOCAL") == "1":  # the dry run here: cp312 wheels into a target this Python only reads
+        cmd += TARGET
+    done = subprocess.run(cmd + wheels, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
+        raise SystemExit(f"kit: pip install of {len(wheels)} wheels failed")
+
+
+def cmd_device(args) -> None:
+    """Call N's part of the carry: store its piece, and on a tar's last piece reassemble, check, install."""
+    plan, lock = json.load(open(PLAN)), load_lock()
+    call = plan["calls"][args.call - 1]
+    folder = os.path.join(ROOT, call["carry"][0])
+    pieces = os.path.join(KIT, "pieces")
+    os.makedirs(pieces, exist_ok=True)
+    by_file = {w["file"]: w for w in lock["wheels"]}
+    started = time.time()
+    if call["stage"] == "transformers":
+        for f in call["files"]:
+            if sha256(os.path.join(folder, f)) != by_file[f]["sha256"]:
+                raise SystemExit(f"kit: {f} arrived with another sha256 than the lock's")
+        pip_install([os.path.join(folder, f) for f in call["files"]])
+        print(f"kit: call 1: {len(call['files'])} wheels sha256-checked and installed into {KIT}/site "
+              f"({time.time() - started:.0f} s)")
+        return
+    source = os.path.join(folder, call["piece"])
+    if sha256(source) != call["piece_sha256"]:
+        raise SystemExit(f"kit: {call['piece']} arrived with another sha256 than the plan's")
+    shutil.copy(source, os.path.join(pieces, call["piece"]))
+    part = call["tar"]
+    mine = [c for c in plan["calls"] if c.get("tar") == part]
+    have = [c for c in mine if os.path.exists(os.path.join(pieces, c["piece"]))]
+    print(f"kit: call {args.call}: {call['piece']} stored ({len(have)} of {len(mine)} {part} pieces under {pieces})")
+    if not call["stage"].endswith("-last"):
+        return
+    missing = [c["call"] for c in mine if c not in have]
+    if missing:
+        print(f"kit: {part} pieces of calls {missing} are not under {pieces}: the machine went cold between calls "
+              f"(its /tmp went with it). Issue calls {mine[0]['call']}..{call['call']} again, back to back.")
+        raise SystemExit(4)
+    if part == "extras" and not os.path.exists(os.path.join(KIT, "installed-core")):
+        print("kit: the core is not installed on this machine (it went cold): issue the core calls again first")
+        raise SystemExit(4)
+    tar_path = os.path.join(KIT, plan["tars"][part]["name"])
+    h = hashlib.sha256()
+    with open(tar_path, "wb") as out:
+        for c in mine:
+            data = open(os.path.join(pieces, c["piece"]), "rb").read()
+            h.update(data)
+            out.write(data)
+    if h.hexdigest() != plan["tars"][part]["sha256"]:
+        raise SystemExit(f"kit: the reassembled {part} tar has another sha256 than the plan's")
+    wheels_dir = os.path.join(KIT, "wheels", part)
+    shutil.rmtree(wheels_dir, ignore_errors=True)
+    os.makedirs(wheels_dir)
+    with tarfile.open(tar_path) as tar:
+        for member in tar.getmembers():
+            if member.name not in by_file or "/" in member.name:
+                raise SystemExit(f"kit: unexpected member {member.name} in the {part} tar")
+            tar.extract(member, wheels_dir)
+    files = sorted(os.listdir(wheels_dir))
+    for f in files:
+        if sha256(os.path.join(wheels_dir, f)) != by_file[f]["sha256"]:
+            raise SystemExit(f"kit: {f} has another sha256 than the lock's")
+    os.remove(tar_path)
+    shutil.rmtree(pieces, ignore_errors=True) if part == "extras" else None
+    pip_install([os.path.join(wheels_dir, f) for f in files])
+    open(os.path.join(KIT, f"installed-{part}"), "w").write("\n".join(files) + "\n")
+    print(f"kit: {part}: {len(mine)} pieces reassembled (sha256 as planned), {len(files)} wheels sha256-checked and "
+          f"installed into {KIT}/site ({time.time() - started:.0f} s)")
+
+
+def cmd_device_stage(args) -> None:
+    print(json.load(open(PLAN))["calls"][args.call - 1]["stage"])
+
+
+def cmd_device_check(args) -> None:
+    """Every requirement of the installed carried wheels against what this Python sees (image + /tmp site)."""
+    import importlib.metadata as metadata
+
+    from packaging.requirements import Requirement
+
+    lock = load_lock()
+    installed = set()
+    for part in ("transformers", "core", "extras"):
+        marker = os.path.join(KIT, f"installed-{part}")
+        if part == "transformers" or os.path.exists(marker):
+            installed |= {w["name"] for w in lock["wheels"] if w["stage"] == "transformers"}
+        if os.path.exists(marker):
+            installed |= {canonical(f.split("-")[0]) for f in open(marker).read().split()}
+    core, extras = split_vllm(lock)
+    deferred = {w["name"] for w in extras} - installed  # the extras, not carried (yet)
+    problems, waiting, checked = [], [], 0
+    for w in lock["wheels"]:
+        if w["name"] not in installed:
+            continue
+        for req in w["requires_dist"]:
+            parsed = Requirement(req)
+            if parsed.marker is not None and not parsed.marker.evaluate({"extra": ""}):
+                continue
+            checked += 1
+            try:
+                version = metadata.version(parsed.name)
+            except metadata.PackageNotFoundError:
+                line = f"{w['name']}: {req}: not installed"
+                (waiting if canonical(parsed.name) in deferred else problems).append(line)
+                continue
+            if parsed.specifier and not parsed.specifier.contains(version, prereleases=True):
+                problems.append(f"{w['name']}: {req}: found {version}")
+    report = {"checked_requirements": checked, "unmet": problems, "extras_not_carried": waiting}
+    if args.json:
+        json.dump(report, open(args.json, "w"), indent=1)
+    print(f"kit: {checked} requirements of the carried wheels checked here: {len(problems)} unmet, {len(waiting)} on "
+          f"the extras (not carried)" + "".join(f"\n  {p}" for p in problems[:40]))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A stand-in for the device here: Python 3.12 with the image's torch 2.11.0+cu130 and its other packages
+
+
+# Imported by vLLM or TRL without being declared by any carried wheel; the image has them.
+UNDECLARED_IMAGE_IMPORTS = ["uvloop", "pyyaml", "jinja2", "nvidia-ml-py", "tabulate", "xxhash", "psutil"]
+# What the CUDA path imports (module level) when the colocated engine starts on a GPU.
+CUDA_PATH_MODULES = [
+    "vllm.entrypoints.llm", "vllm.v1.engine.llm_engine", "vllm.v1.engine.core", "vllm.v1.executor.uniproc_executor",
+    "vllm.v1.worker.gpu_worker", "vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu_input_batch",
+    "vllm.model_executor.models.qwen2", "vllm.model_executor.model_loader", "vllm.model_executor.layers.linear",
+    "vllm.model_executor.layers.rotary_embedding", "vllm.model_executor.layers.layernorm",
+    "vllm.v1.attention.backends.flash_attn", "vllm.v1.attention.backends.flashinfer", "vllm.v1.sample.sampler",
+    "vllm.v1.spec_decode.ngram_proposer", "vllm.distributed.parallel_state", "vllm.compilation.backends",
+    "vllm.platforms.cuda", "vllm.device_allocator.cumem", "trl.generation.vllm_generation", "trl_ada.vllm_backend",
+    "trl_ada.vllm_stream", "trl_ada"]
+
+
+def cmd_simulate(args) -> None:
+    """The device's Python and image, as far as this machine allows (no GPU, no driver): a Python 3.12 venv with
+    torch 2.11.0 (the CUDA 13 build from the index, about 6 GB with its libraries), every image package the set
+    needs (read versions pinned, the others newest), then calls 1-7 of the plan through `kit.py device` into a
+    scratch site, the requirement check, and an import of every module of the CUDA path. Only libcuda (the driver)
+    is missing here: modules that load it fail with "libcuda.so.1", which the device has."""
+    from packaging.requirements import Requirement
+
+    lock, image = load_lock(), image_packages()
+    env = os.path.join(DEVICE, "sim312")
+    python = os.path.join(env, "bin", "python")
+    need = set(UNDECLARED_IMAGE_IMPORTS) | {"torch", "torchvision", "torchaudio", "transformers", "accelerate",
+                                            "huggingface-hub", "numpy", "tokenizers", "safetensors", "triton"}
+    for w in lock["wheels"]:
+        for req in w["requires_dist"]:
+            parsed = Requirement(req)
+            if parsed.marker is None or parsed.marker.evaluate(MARKER_ENV):
+                need.add(canonical(parsed.name))
+    need |= {canonical(Requirement(r).name) for r in project_requirements()}
+    carried = {w["name"] for w in lock["wheels"]}
+    need = sorted(n for n in need if n in image and n not in carried)
+    if not os.path.exists(python):
+        subprocess.run([python312(), "-m", "venv", env], check=True)
+        subprocess.run([python, "-m", "pip", "install", "--quiet", f"pip=={PIP}"], env=pip_env(), check=True)
+    reqs = [f"{n}=={image[n][0]}" if image[n][1] == "known" else n for n in need]
+    print(f"simulate: the image's {len(reqs)} packages the set needs into {env}", flush=True)
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--only-binary=:all:"] + reqs, env=pip_env(), check=True)
+    scratch = os.path.join(DEVICE, "sim-kit")
+    shutil.rmtree(scratch, ignore_errors=True)
+    environment = {**os.environ, "GPUKIT_DIR": scratch}
+    core_last = next(c["call"] for c in json.load(open(PLAN))["calls"] if c["stage"] == "core-last")
+    for n in range(1, core_last + 1):
+        subprocess.run([python, __file__, "device", str(n)], env=environment, check=True)
+    environment["PYTHONPATH"] = os.path.join(scratch, "site") + os.pathsep + ROOT
+    subprocess.run([python, __file__, "device-check"], env=environment, check=True)
+    probe = ("import importlib, sys\nfor m in sys.argv[1:]:\n    try:\n        importlib.import_module(m); "
+             "print('ok  ', m)\n    except BaseException as e:\n"
+             "        print('FAIL', m, type(e).__name__, str(e)[:160])")
+    done = subprocess.run([python, "-c", probe] + CUDA_PATH_MODULES, env=environment, capture_output=True, text=True,
+                          cwd=DEVICE)
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("ok", "FAIL"))]
+    print("\n".join(lines))
+    missing = [line for line in lines if line.startswith("FAIL") and "libcuda.so" not in line]
+    print(f"simulate: {sum(line.startswith('ok') for line in lines)} of {len(CUDA_PATH_MODULES)} modules import with "
+          f"vLLM's core alone; {len(missing)} fail for another reason than the missing driver")
+    if missing:
+        raise SystemExit(1)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["lock", "download", "check", "pack", "verify", "plan", "simulate",
+                                            "device", "device-stage", "device-check"])
+    parser.add_argument("call", type=int, nargs="?", help="device, device-stage: the call's number in plan.json")
+    parser.add_argument("--json", help="device-check: write the report here")
+    args = parser.parse_args(argv)
+    if args.command == "plan":
+        print_plan(json.load(open(PLAN)))
+    else:
+        globals()[f"cmd_{args.command.replace('-', '_')}"](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
