@@ -35,6 +35,24 @@ def multiply(a: int, b: int) -> int:
     return int(a) * int(b)
 
 
+class CalculatorEnv:
+    """An environment whose calculator already knows the question: TRL resets one instance per sample with its row,
+    and its public method `calculator` is the tool. The policy only has to call it and copy the result."""
+
+    def reset(self, **row) -> None:
+        question = row["prompt"][-1]["content"]
+        self.a, self.b = (int(x) for x in question.removeprefix("What is ").removesuffix("?").split(" x "))
+
+    def calculator(self) -> int:
+        """
+        Computes the answer to the user's question.
+
+        Returns:
+            The answer.
+        """
+        return self.a * self.b
+
+
 def product_problems(num_examples: int = 1024, seed: int = 0, digits: tuple[int, int] = (2, 1)) -> Dataset:
     """'What is 47 x 8?': a `digits[0]`-digit times a `digits[1]`-digit number (default 2 and 1: beyond the tiny
     model's head, easy to copy into a call), one user message, the integer `answer`."""
@@ -46,14 +64,15 @@ def product_problems(num_examples: int = 1024, seed: int = 0, digits: tuple[int,
     return Dataset.from_list(rows)
 
 
-def demonstration(problem: str, answer: str, use_tool: bool) -> list[dict]:
+def demonstration(problem: str, answer: str, use_tool: bool, tool: str = "calculator") -> list[dict]:
     """The assistant turns after the user's question: call the tool and copy its result, or guess (wrongly)."""
     a, b = (int(x) for x in problem.removeprefix("What is ").removesuffix("?").split(" x "))
     if not use_tool:
         return [{"role": "assistant", "content": f"The answer is {a * b + 10}."}]
-    call = {"type": "function", "function": {"name": "multiply", "arguments": {"a": a, "b": b}}}
+    arguments = {"a": a, "b": b} if tool == "multiply" else {}
+    call = {"type": "function", "function": {"name": tool, "arguments": arguments}}
     return [{"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "name": "multiply", "content": str(a * b)},
+            {"role": "tool", "name": tool, "content": str(a * b)},
             {"role": "assistant", "content": f"The answer is {answer}."}]
 
 
@@ -69,7 +88,8 @@ def tool_warm_start(base_model: str, output_dir: str, steps: int = 400, seed: in
     problems = product_problems(2048, seed=seed + 1000)
     messages = [row["prompt"] + demonstration(row["prompt"][0]["content"], row["answer"], rng.random() < tool_share)
                 for row in problems]
-    dataset = Dataset.from_dict({"messages": messages, "tools": [[get_json_schema(multiply)]] * len(messages)})
+    schema = get_json_schema(CalculatorEnv.calculator)
+    dataset = Dataset.from_dict({"messages": messages, "tools": [[schema]] * len(messages)})
     args = SFTConfig(
         output_dir=output_dir, max_steps=steps, per_device_train_batch_size=32, learning_rate=3e-3,
         lr_scheduler_type="cosine", warmup_steps=10, logging_steps=25, save_strategy="no", report_to="none",
