@@ -16,8 +16,9 @@ import numpy as np
 NO_DIFFERENCE = "no difference measured"
 
 
-def paired_difference(diffs, replicates: int = 4000, seed: int = 0, level: float = 0.95) -> dict:
-    """Mean of `diffs` (seeds x questions) and its bootstrap interval, resampling seeds and questions.
+def paired_difference(diffs, weights=None, replicates: int = 4000, seed: int = 0, level: float = 0.95) -> dict:
+    """Mean of `diffs` (seeds x questions; each question weighted by `weights`, default equal) and its bootstrap
+    interval, resampling seeds and questions.
 
     Returns {"mean", "low", "high", "seeds", "questions", "verdict"}; verdict is "ahead" or "behind" when the
     interval excludes 0, else NO_DIFFERENCE."""
@@ -25,13 +26,14 @@ def paired_difference(diffs, replicates: int = 4000, seed: int = 0, level: float
     if d.ndim != 2 or d.size == 0:
         raise ValueError(f"paired_difference: a seeds x questions matrix, got shape {d.shape}")
     seeds, questions = d.shape
+    c = np.ones(questions) if weights is None else np.asarray(weights, dtype=float)
     rng = np.random.default_rng(seed)
     w = rng.multinomial(seeds, [1.0 / seeds] * seeds, size=replicates)  # how often each seed is drawn
-    v = rng.multinomial(questions, [1.0 / questions] * questions, size=replicates)  # each question
-    stats = np.einsum("bs,sq,bq->b", w, d, v) / (seeds * questions)
+    v = rng.multinomial(questions, [1.0 / questions] * questions, size=replicates) * c  # each question, weighted
+    stats = np.einsum("bs,sq,bq->b", w, d, v) / (seeds * v.sum(axis=1))
     tail = 100 * (1 - level) / 2
     low, high = np.percentile(stats, [tail, 100 - tail])
-    mean = float(d.mean())
+    mean = float((d @ c).mean() / c.sum())
     verdict = "ahead" if low > 0 else "behind" if high < 0 else NO_DIFFERENCE
     return {"mean": mean, "low": float(low), "high": float(high), "seeds": seeds, "questions": questions,
             "verdict": verdict}

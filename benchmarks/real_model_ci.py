@@ -9,8 +9,8 @@ per step, temperature 1.0, `last_number_reward`), except the completion cap: 96 
 (`--max_completion_length`). Measured on the base model (greedy, cap 200, 16 held-out questions of each trained kind
 and 16 three-digit sums): the one-digit products and two-digit sums all ended within 86 and 79 tokens, and of the 15
 right answers on the trained kinds that ended, 5 were longer than 48 tokens (51 to 102: prose such as "To calculate 7
-x 8, we ...") and 1 longer than 96 (102 tokens); what runs past 96 is mostly a ramble that never ends. Two regimes, every run paired by seed (the same seed gives every arm the same initial
-weights and the same prompt order):
+x 8, we ...") and 1 longer than 96 (102 tokens); what runs past 96 is mostly a ramble that never ends. Two regimes,
+every run paired by seed (the same seed gives every arm the same initial weights and the same prompt order):
 
 - independent draws (`grpo_n4`, `ada_pos`, `ada_balance`, `dapo`, `ada_budget`): the training questions are drawn
   from the whole training split (`trl_ada.data.arithmetic_problems`, 2048 rows), a question rarely comes back; every
@@ -23,10 +23,11 @@ weights and the same prompt order):
 
 Held-out set (never trained on; `arithmetic_split_of` keeps the splits disjoint): every held-out one-digit sum and
 product, `--two_digit` held-out two-digit sums, and `--three_digit` three-digit sums, a kind no run trains on (the
-transfer probe, reported apart). Greedy accuracy on all of them at the first step past every `--eval_every`
-completions and at the stop, each question's result kept so that arms are compared question by question; avg@k
-(k samples at temperature 1.0, seeded noise) on `--avg_per_kind` questions of each trained kind before training and at
-the stop. Every completion generated is counted (benchmarks/equal_budget.py's counting trainers). Per step the run
+transfer probe, reported apart). Greedy accuracy on all of them before training and at the stop, and on the core
+questions (`--core_per_kind`; 72 by default) at the first step past every `--eval_every` completions (a full
+evaluation takes about 6 minutes on one core, a core one about 1), each question's result kept so that arms are
+compared question by question; avg@k (k samples at temperature 1.0, seeded noise) on `--avg_per_kind` questions of
+each trained kind before training and at the stop. Every completion generated is counted (benchmarks/equal_budget.py's counting trainers). Per step the run
 keeps TRL's clipped ratio (completions cut at the cap) and mean completion length.
 
 The report (`report`, recomputed from the JSON) gives per arm and per seed the measures at the stop, and per arm the
@@ -76,7 +77,10 @@ REGIMES = {"independent draws": MAIN, "prompts return": POOL}
 TRAINED_KINDS = tuple(kind for kind, *_ in ARITHMETIC_KINDS)
 TRANSFER = "3-digit +"
 COLORS = dict(equal_budget.COLORS, grpo_n4_pool="#444444", ada_budget_pool="#1a9641", ada_pos_pool="#d95f02")
-SETTINGS = ("budget", "eval_every", "pool_budget", "pool_eval_every", "pool_size", "two_digit", "three_digit",
+# What a resumed run must share with the runs it joins. Not the evaluation grid (--eval_every, --pool_eval_every):
+# evaluations leave the training untouched (own seeded noise, the run's random state restored, their time excluded),
+# so runs evaluated on different grids still pair; each run records its own.
+SETTINGS = ("budget", "pool_budget", "pool_size", "two_digit", "three_digit",
             "avg_per_kind", "core_per_kind", "eval_k", "eval_seed", "task_seed", "max_completion_length", "config")
 
 
@@ -295,7 +299,8 @@ def train_one(arm, seed, model_dir, args, before):
             "clipped_ratio": [h.get("completions/clipped_ratio") for h in logs],
             "prompts_drawn": [h.get("sampling/prompts_drawn", float(prompts_per_step)) for h in logs],
             "prompts_skipped": [h.get("sampling/prompts_skipped", 0.0) for h in logs],
-            "skipped": skipped, "memory_export": memory, "train_questions": len(set(train["problem"])) if pool else None}
+            "eval_every": every, "skipped": skipped, "memory_export": memory,
+            "train_questions": len(set(train["problem"])) if pool else None}
 
 
 def measures(point: dict) -> dict:
@@ -306,6 +311,18 @@ def measures(point: dict) -> dict:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Report.
+
+
+def kind_weights(kinds) -> np.ndarray:
+    """Per question: 1 / (questions of its kind), 0 for the transfer probe: the three trained kinds count equally in
+    the headline measure, as in benchmarks/real_model.py's equal shares, however many questions each has."""
+    return np.array([0.0 if kind == TRANSFER else 1.0 / kinds.count(kind) for kind in kinds])
+
+
+def headline(items, kinds) -> float:
+    """Greedy accuracy, the mean of the trained kinds' accuracies (each kind counts equally)."""
+    weights = kind_weights(list(kinds))
+    return float(np.dot(weights, items) / weights.sum())
 
 
 def _pct(values):
@@ -321,7 +338,7 @@ def _mean(values):
     return statistics.mean(values) if values else None
 
 
-def comparison(runs, arm, baseline, axis, key, mask, x=None):
+def comparison(runs, arm, baseline, axis, key, mask, x=None, weights=None):
     """The paired difference arm - baseline on the `key` items selected by `mask` at `x` on `axis` (default: the
     furthest point both arms' paired runs reach; axis "stop": each run's last point, where it reached its budget),
     over the seeds both hold; (None, x) if they share none."""
@@ -343,7 +360,7 @@ def comparison(runs, arm, baseline, axis, key, mask, x=None):
             return None, x
         d = a - b
         rows.append(d[mask] if mask is not None else d)
-    return paired.paired_difference(np.stack(rows)), x
+    return paired.paired_difference(np.stack(rows), None if weights is None else weights[mask]), x
 
 
 def report(saved):
@@ -353,14 +370,20 @@ def report(saved):
     transfer = ~trained
     core = saved["core_questions"]
     core_trained = trained[core]
+    core_kinds = [kinds[i] for i in core]
+    weights, core_weights = kind_weights(kinds), kind_weights(core_kinds)
+    macro = {"greedy": lambda a: statistics.mean(a[f"greedy {kind}"] for kind in TRAINED_KINDS)}
     before = saved["held_out_before"]
     print(f"\nHeld-out: {int(trained.sum())} questions of the trained kinds (" +
           ", ".join(f"{kinds.count(kind)} {kind}" for kind in TRAINED_KINDS) +
           f"), {int(transfer.sum())} {TRANSFER} (transfer, never trained); avg@{k} on "
           f"{saved['avg_per_kind']} per trained kind; between start and stop, greedy on {int(core_trained.sum())} core "
-          f"questions of the trained kinds (and {len(core) - int(core_trained.sum())} {TRANSFER}). Completion cap {saved['max_completion_length']} tokens. "
-          f"Before training: greedy {100 * before['greedy']:.1f}%, {TRANSFER} {100 * before[f'greedy {TRANSFER}']:.1f}%"
-          f", avg@{k} {100 * before['avg@k']:.1f}%, greedy answers cut at the cap {100 * before['greedy clipped']:.1f}%.")
+          f"questions of the trained kinds (and {len(core) - int(core_trained.sum())} {TRANSFER}). Completion cap "
+          f"{saved['max_completion_length']} tokens. "
+          "The greedy column is the mean of the three trained kinds' accuracies (each kind counts equally; so do the "
+          "paired differences of greedy). "
+          f"Before training: greedy {100 * macro['greedy'](before):.1f}%, "
+          f"{TRANSFER} {100 * before[f'greedy {TRANSFER}']:.1f}%, avg@{k} {100 * before['avg@k']:.1f}%, greedy answers cut at the cap {100 * before['greedy clipped']:.1f}%.")
     for regime, arms in REGIMES.items():
         rs_all = [r for r in runs if r.get("regime") == regime]
         arms = [a for a in arms if any(r["method"] == a for r in rs_all)]
@@ -375,7 +398,7 @@ def report(saved):
         for arm in arms:
             rs = [r for r in rs_all if r["method"] == arm]
             after = [r["held_out_after"] for r in rs]
-            print(f"| {arm} | {len(rs)} | {_pct([a['greedy'] for a in after])} | " +
+            print(f"| {arm} | {len(rs)} | {_pct([macro['greedy'](a) for a in after])} | " +
                   " | ".join(_pct([a[f'greedy {kind}'] for a in after]) for kind in TRAINED_KINDS) +
                   f" | {_pct([a[f'greedy {TRANSFER}'] for a in after])} | {_pct([a['avg@k'] for a in after])} | "
                   f"{statistics.mean(r['steps'] for r in rs):.1f} | "
@@ -394,7 +417,7 @@ def report(saved):
             for s in seeds:
                 r = by_seed.get(s)
                 cells.append("-" if r is None else
-                             f"{100 * r['held_out_after']['greedy']:.1f}% / "
+                             f"{100 * macro['greedy'](r['held_out_after']):.1f}% / "
                              f"{100 * r['held_out_after'][f'greedy {TRANSFER}']:.1f}% / "
                              f"{100 * r['held_out_after']['avg@k']:.1f}% ({r['steps']}, {r['train_seconds']:.0f} s)")
             print(f"| {arm} | " + " | ".join(cells) + " |")
@@ -412,9 +435,11 @@ def report(saved):
               f"seconds | avg@{k}, equal completions | {TRANSFER} (transfer), equal completions |")
         print("|---|---:|---|---|---|---|---|")
         for arm in others:
-            at_samples, _ = comparison(rs_all, arm, baseline, "stop", "greedy_items", trained)
-            at_steps, steps = comparison(rs_all, arm, baseline, "step", "core_items", core_trained)
-            at_seconds, seconds = comparison(rs_all, arm, baseline, "seconds", "core_items", core_trained)
+            at_samples, _ = comparison(rs_all, arm, baseline, "stop", "greedy_items", trained, weights=weights)
+            at_steps, steps = comparison(rs_all, arm, baseline, "step", "core_items", core_trained,
+                                         weights=core_weights)
+            at_seconds, seconds = comparison(rs_all, arm, baseline, "seconds", "core_items", core_trained,
+                                             weights=core_weights)
             avg, _ = comparison(rs_all, arm, baseline, "stop", "avg_items", None)
             probe, _ = comparison(rs_all, arm, baseline, "stop", "greedy_items", transfer)
             if at_samples is None:
@@ -425,6 +450,15 @@ def report(saved):
 
             print(f"| {arm} | {at_samples['seeds']} | {cell(at_samples)} | {cell(at_steps, f' (step {steps})')} | "
                   f"{cell(at_seconds, f' ({seconds:.0f} s)')} | {cell(avg)} | {cell(probe)} |")
+        print(f"\nPer kind, at the stop (paired difference to {baseline}, greedy, points, 95% interval):\n")
+        print("| arm | " + " | ".join(TRAINED_KINDS) + " |")
+        print("|---|" + "---|" * len(TRAINED_KINDS))
+        for arm in others:
+            masks = [np.array([k == kind for k in kinds]) for kind in TRAINED_KINDS]
+            cells = [comparison(rs_all, arm, baseline, "stop", "greedy_items", mask)[0] if mask.any() else None
+                     for mask in masks]
+            if any(cells):
+                print(f"| {arm} | " + " | ".join("-" if c is None else paired.describe(c) for c in cells) + " |")
         if regime == "prompts return":
             memory_table(rs_all, arms, saved)
 
@@ -456,6 +490,7 @@ def plot(saved, path):
     import matplotlib.pyplot as plt
 
     axes_x = (("step", "optimizer step"), ("samples", "generated completions"), ("seconds", "training seconds"))
+    core_kinds = [saved["question_kinds"][i] for i in saved["core_questions"]]
     fig, axes = plt.subplots(len(REGIMES), len(axes_x), figsize=(14, 7), dpi=80, squeeze=False)
     for row, (regime, arms) in enumerate(REGIMES.items()):
         for arm in arms:
@@ -465,17 +500,20 @@ def plot(saved, path):
             for column, (axis, label) in enumerate(axes_x):
                 top = min(r["curve"][-1][axis] for r in rs)
                 grid = [top * i / 40 for i in range(40)] + [top]
-                ys = [[learning.interpolate([p[axis] for p in r["curve"]], [p["greedy core"] for p in r["curve"]], x)
+                ys = [[learning.interpolate([p[axis] for p in r["curve"]],
+                                            [headline(p["core_items"], core_kinds) for p in r["curve"]], x)
                        for x in grid] for r in rs]
                 learning.band(axes[row][column], [grid] * len(rs), ys, COLORS[arm], f"{arm} ({len(rs)} seeds)")
         for column, (_, label) in enumerate(axes_x):
             ax = axes[row][column]
             ax.set_xlabel(label)
             ax.set_ylabel(f"held-out greedy, core ({regime})")
-            ax.axhline(saved["held_out_before"]["greedy core"], color="k", lw=0.6, ls=":")
-        axes[row][0].legend(fontsize=8)
-    fig.suptitle(f"{saved['model']} on chat arithmetic: held-out greedy accuracy on the core questions (mean and "
-                 "min-max over seeds); top: questions drawn from the whole split, bottom: a fixed pool that returns")
+            ax.axhline(headline(saved["runs"][0]["curve"][0]["core_items"], core_kinds), color="k", lw=0.6, ls=":")
+        if axes[row][0].get_legend_handles_labels()[0]:  # a regime with no run yet has nothing to name
+            axes[row][0].legend(fontsize=8)
+    fig.suptitle(f"{saved['model']} on chat arithmetic: held-out greedy on the core questions, kinds weighted "
+                 "equally (mean and min-max over seeds); top: questions drawn from the whole split, bottom: a fixed "
+                 "pool that returns")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -495,7 +533,7 @@ def restore(json_path, settings, result_path, before_path):
         return 0
     with open(json_path) as f:
         saved = json.load(f)
-    if saved.get("settings") != settings:
+    if {name: saved.get("settings", {}).get(name) for name in settings} != settings:
         print(f"[real_model_ci] {json_path} has other settings: nothing restored from it", flush=True)
         return 0
     if "before" in saved and not os.path.exists(before_path):
@@ -518,9 +556,11 @@ def main(argv=None):
                         help="the materialised model folder (created when missing)")
     parser.add_argument("--config", default=real_model.DEFAULT_RECIPE, help="the shared recipe (YAML)")
     parser.add_argument("--budget", type=int, default=320, help="generated completions per run (independent draws)")
-    parser.add_argument("--eval_every", type=int, default=160, help="held-out greedy every this many completions")
+    parser.add_argument("--eval_every", type=int, default=64,
+                        help="greedy on the core questions every this many completions (GRPO: every 4 steps), so "
+                             "that equal steps and equal seconds compare measured points, not a line from the start")
     parser.add_argument("--pool_budget", type=int, default=640, help="generated completions per run (prompts return)")
-    parser.add_argument("--pool_eval_every", type=int, default=320)
+    parser.add_argument("--pool_eval_every", type=int, default=128)
     parser.add_argument("--pool_size", type=int, default=32, help="distinct training questions (prompts return)")
     parser.add_argument("--two_digit", type=int, default=200, help="held-out two-digit sums")
     parser.add_argument("--three_digit", type=int, default=40, help="three-digit sums (transfer probe)")
@@ -584,6 +624,7 @@ def main(argv=None):
         runs = equal_budget.finished_runs(todo, result_path)
         saved = {"model": os.path.basename(os.path.normpath(meta["model_dir"])), "settings": settings,
                  **{name: value for name, value in settings.items() if name != "config"},
+                 "eval_every": args.eval_every, "pool_eval_every": args.pool_eval_every,
                  "recipe": settings["config"], "threads": args.threads, "jobs": args.jobs,
                  "question_kinds": list(greedy_set["kind"]), "questions": list(greedy_set["problem"]),
                  "core_questions": core,

@@ -379,6 +379,8 @@ def test_paired_difference_resamples_seeds_and_questions():
     level = paired.paired_difference([[1.0, -1.0, 0.0, 0.0], [0.0, 0.0, -1.0, 1.0]])
     assert level["verdict"] == paired.NO_DIFFERENCE and level["low"] < 0 < level["high"] and level["mean"] == 0.0
     assert paired.paired_difference([[-1.0, -1.0]])["verdict"] == "behind"
+    weighted = paired.paired_difference([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]], weights=[2.0, 1.0, 1.0])
+    assert weighted["mean"] == 0.5 and weighted["low"] <= 0.5 <= weighted["high"]  # the first question counts twice
     assert paired.describe(ahead).endswith("ahead") and "no difference measured" in paired.describe(level)
     curve = [{"samples": 0, "items": [0.0, 1.0]}, {"samples": 10}, {"samples": 20, "items": [1.0, 1.0]}]
     assert list(paired.interpolate_items(curve, "samples", "items", 5)) == [0.25, 1.0]
@@ -427,7 +429,9 @@ def test_real_model_ci_report_recomputes_paired_intervals_from_the_json(tmp_path
     path.write_text(json.dumps(saved))
     assert bench.main(["--from_json", str(path), "--plot", str(tmp_path / "ci.png")]) == 0
     printed = capsys.readouterr().out
-    row = {line.split(" | ")[0].strip("| "): line for line in tables(printed)}
+    row = {line.split(" | ")[0].strip("| "): line for line in tables(printed) if "(step " in line}  # paired table
+    per_kind = [line for line in tables(printed) if line.startswith("| ada_pos | +")]
+    assert per_kind == ["| ada_pos | +100.0 [+100.0, +100.0] ahead | - | +100.0 [+100.0, +100.0] ahead |"]
     assert "| +100.0 [+100.0, +100.0] ahead |" in row["ada_pos"]  # right where GRPO is wrong, every question
     assert row["dapo"].count("no difference measured") == 4  # the same items at the stop: every difference 0,
     # except at equal steps: at dapo's last step (6) GRPO's curve is interpolated 6/20 of the way from 0.5 to 0

@@ -644,8 +644,7 @@ def cmd_simulate(args) -> None:
             if parsed.marker is None or parsed.marker.evaluate(MARKER_ENV):
                 need.add(canonical(parsed.name))
     need |= {canonical(Requirement(r).name) for r in project_requirements()}
-    carried = {w["name"] for w in lock["wheels"]}
-    need = sorted(n for n in need if n in image and n not in carried)
+    need = sorted(n for n in need if n in image)  # shadowed ones too (numpy, numba): the image has them
     if not os.path.exists(python):
         subprocess.run([python312(), "-m", "venv", env], check=True)
         subprocess.run([python, "-m", "pip", "install", "--quiet", f"pip=={PIP}"], env=pip_env(), check=True)
