@@ -39,6 +39,9 @@ def main():
             json.dump({"message": message}, f)
         return
 
+    if mode == "agents":
+        agents(model_path, output_dir, common)
+        return
     reward = make_recording_reward()
     if mode.startswith("pipelined"):  # barrier-free rounds on a stand-in engine; rank 1's is far slower than rank 0's
         from standin_engine import install
@@ -97,6 +100,74 @@ def main():
                    "inputs": trainer.inputs_seen, "advantages": trainer.advantages,
                    "table_rows": len(trainer._logs["completion"]), "extra_mismatches": extra_column_mismatches(trainer),
                    "params": float(sum(p.detach().double().sum() for p in trainer.model.parameters()))}, f)
+
+
+def agents(model_paths, output_dir, common):
+    """Tools, an environment, rollout_func and image prompts with adaptive rounds on 2 processes (issue 30)."""
+    import torch
+
+    import test_rollouts as t
+    from agents import install
+
+    tool_model, plain_model, vlm = model_paths.split(",")
+    common = dict(common, per_device_train_batch_size=8, max_steps=2, learning_rate=1e-3, max_completion_length=96)
+    common.pop("output_dir")
+    report = {}
+
+    def record(name, trainer, **more):
+        logs = [h for h in trainer.state.log_history if "loss" in h]
+        params = float(sum(p.detach().double().sum() for p in trainer.model.parameters()))
+        report[name] = {"logs": logs, "params": params, **more}
+
+    trainer = t.Keeper(model=tool_model, reward_funcs=t.product_reward, tools=[t.multiply],
+                       args=AdaGRPOConfig(**common, output_dir=f"{output_dir}/tools"),
+                       train_dataset=t.calculator_dataset())
+    policy = t.CountingPolicy(trainer.processing_class)
+    install(trainer, policy)
+    trainer.train()
+    masks = [[s.tool_mask for s in kept] for kept in trainer.kept]
+    same = all(torch.equal(out["tool_mask"][row, : len(s.completion_ids)], torch.tensor(s.tool_mask or
+               [1] * len(s.completion_ids))) for kept, out in zip(trainer.kept, trainer.outputs)
+               for row, s in enumerate(kept))
+    record("tools", trainer, tool_calls=policy.tool_calls, malformed=policy.malformed, masks_match=same,
+           masks=masks)
+
+    if t.ENVIRONMENTS:  # TRL's environment_factory needs transformers >= 5.2 (the oldest set has 5.0)
+        environment(t, tool_model, output_dir, common, record)
+    rollout_func_and_images(t, plain_model, vlm, output_dir, common, record)
+    rank = int(os.environ["RANK"])
+    with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+
+
+def environment(t, tool_model, output_dir, common, record):
+    from agents import install
+
+    t.CalculatorEnv.resets = 0
+    trainer = t.Keeper(model=tool_model, reward_funcs=None, environment_factory=t.CalculatorEnv,
+                       args=AdaGRPOConfig(**common, output_dir=f"{output_dir}/env"), train_dataset=t.calculator_dataset())
+    install(trainer, t.ScriptedPolicy(trainer.processing_class, malformed_rate=0.0))
+    trainer.train()
+    record("environment", trainer, resets=t.CalculatorEnv.resets, pool=len(trainer._environment_pool[None]))
+
+
+def rollout_func_and_images(t, plain_model, vlm, output_dir, common, record):
+    from transformers import AutoTokenizer
+
+    calls = []
+    tokenizer = AutoTokenizer.from_pretrained(plain_model)
+    trainer = t.Keeper(model=plain_model, reward_funcs=t.trace_reward,
+                       rollout_func=t.make_rollout_func(tokenizer, calls),
+                       args=AdaGRPOConfig(**common, output_dir=f"{output_dir}/rollout_func"),
+                       train_dataset=t.calculator_dataset())
+    trainer.train()
+    record("rollout_func", trainer, calls=calls)
+
+    trainer = t.Keeper(model=vlm, reward_funcs=t.color_reward, train_dataset=t.color_dataset(),
+                       args=AdaGRPOConfig(**dict(common, max_completion_length=8), prompt_memory=True,
+                                          output_dir=f"{output_dir}/images"))
+    trainer.train()
+    record("images", trainer, memory=sorted(trainer.prompt_memory.table()["prompt_hash"]))
 
 
 if __name__ == "__main__":

@@ -48,7 +48,6 @@ def test_adaptive_off_defaults_to_grpo():
          ["multiround_adaptive_downsampling=True", "advantage_estimator='grpo'"]),
         ({"pool_std_scaling": True, "global_stat_est": False}, ["pool_std_scaling", "global_stat_est=True"]),
         ({"multi_objective_aggregation": "normalize_then_sum"}, ["multi_objective_aggregation", "sum_then_normalize"]),
-        ({"use_transformers_continuous_batching": True}, ["use_transformers_continuous_batching"]),
         ({"max_refill_batches": -1}, ["max_refill_batches=-1", ">= 0"]),
         ({"max_refill_batches": 1.5}, ["max_refill_batches=1.5", "integer"]),
         ({"dynamic_sampling_tolerance": -0.1}, ["dynamic_sampling_tolerance=-0.1", ">= 0"]),

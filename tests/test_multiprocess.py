@@ -111,3 +111,37 @@ def test_two_processes_pipeline_their_own_prompts(tiny_model, tmp_path, mode):
         # The batch's own random selection: seeded by (seed + step, the prompt's position in the whole batch).
         replay = synchronous([pool for pool, _, _, _ in results], selection="random", seed=step)
         assert [(r.pool_rewards, r.selected, r.rounds, r.finished) for r in replay] == [tuple(r) for r in results]
+
+
+def test_two_processes_run_tools_environments_rollout_func_and_images(tmp_path):
+    """Issue 30 on 2 processes: every rank runs its share of each round through TRL's rollout path, the ranks agree."""
+    from trl_ada.tiny import build_tiny_model, build_tiny_vlm
+
+    models = ",".join([build_tiny_model(str(tmp_path / "tool-model"), tools=True),
+                       build_tiny_model(str(tmp_path / "plain-model")), build_tiny_vlm(str(tmp_path / "vlm"))])
+    from test_rollouts import ENVIRONMENTS
+
+    ranks = launch(tmp_path, models, "agents")
+    for name in ("tools", "rollout_func", "images") + (("environment",) if ENVIRONMENTS else ()):
+        logs0, logs1 = ranks[0][name]["logs"], ranks[1][name]["logs"]
+        assert len(logs0) == 2, name
+        keys = [k for k in logs0[0] if k.startswith(("sampling/", "tools/", "reward")) and "seconds" not in k]
+        assert all(a[k] == b[k] for a, b in zip(logs0, logs1) for k in keys), name  # same decisions, same metrics
+        assert ranks[0][name]["params"] == ranks[1][name]["params"], name  # same weights after the updates
+    tools = [rank["tools"] for rank in ranks]
+    logs = tools[0]["logs"]
+    generated = sum(h["sampling/total_samples"] + h["sampling/padding_samples"] for h in logs)
+    # the tool calls both ranks' policies wrote, counted over every generated sample (padding included)
+    assert sum(h["tools/call_frequency"] * (h["sampling/total_samples"] + h["sampling/padding_samples"])
+               for h in logs) == pytest.approx(sum(r["tool_calls"] for r in tools))
+    assert all(r["masks_match"] for r in tools) and any(0 in (m or []) for r in tools for ms in r["masks"] for m in ms)
+    calls = [rank["rollout_func"]["calls"] for rank in ranks]
+    rollout_logs = ranks[0]["rollout_func"]["logs"]
+    assert sum(map(sum, calls)) == sum(h["sampling/total_samples"] + h["sampling/padding_samples"]
+                                       for h in rollout_logs)
+    assert calls[0] == calls[1]  # equal shares: every rank calls rollout_func the same number of times, same sizes
+    if ENVIRONMENTS:
+        env = [rank["environment"] for rank in ranks]
+        assert env[0]["pool"] == env[1]["pool"] == 4 * 8 // 2  # each rank's share of round 1: 4 prompts x 8
+    assert ranks[0]["images"]["memory"] == ranks[1]["images"]["memory"] and len(ranks[0]["images"]["memory"]) == 4
+    assert generated > sum(h["sampling/kept_samples"] for h in logs)

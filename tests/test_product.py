@@ -98,7 +98,10 @@ def test_recipe_parses(recipe):
         assert (training_args.learning_rate, training_args.epsilon, training_args.epsilon_high) in (
             (1e-6, 0.2, 0.28), (1e-5, 0.2, 0.28))
         assert training_args.beta == 0.0 and training_args.loss_type == "dapo"
-    variant = variant.removeprefix("arith_")
+    if variant.startswith("tools_"):  # the offline tool-use recipe: an environment whose tool computes the product
+        assert script_args.environment_factory == "trl_ada.agents:CalculatorEnv"
+        assert script_args.dataset_name == "products" and model_args.model_name_or_path == "tiny-tools-warm"
+    variant = variant.removeprefix("arith_").removeprefix("tools_")
     expected = {"grpo.yaml": (False, "grpo"), "ada_pos.yaml": (True, "positive_focused"),
                 "ada_balance.yaml": (True, "balanced"), "ada_budget.yaml": (True, "balanced")}[variant]
     if variant == "ada_budget.yaml":  # GRPO parity, with the memory that makes the budget pay
@@ -114,8 +117,11 @@ def test_recipe_runs_one_step_offline(recipe, tmp_path, tiny_model):
     out = tmp_path / "out"
     # The offline recipes keep their own task (chat arithmetic is offline too); the others get the synthetic one.
     offline_task = "arithmetic" if os.path.basename(recipe).startswith("arith_") else "synthetic"
+    model = tiny_model
+    if os.path.basename(recipe).startswith("tools_"):  # a chat template that renders tools, and the tool task
+        model, offline_task = "tiny-tools", "products"
     train_main([
-        "--config", recipe, "--output_dir", str(out), "--model_name_or_path", tiny_model, "--dataset_name", offline_task,
+        "--config", recipe, "--output_dir", str(out), "--model_name_or_path", model, "--dataset_name", offline_task,
         "--synthetic_num_examples", "64", "--dtype", "float32", "--use_vllm", "false", "--use_cpu", "true",
         "--bf16", "false", "--max_steps", "1", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps",
         "1", "--steps_per_generation", "1", "--max_completion_length", "8", "--report_to", "none",
@@ -124,6 +130,28 @@ def test_recipe_runs_one_step_offline(recipe, tmp_path, tiny_model):
     assert (out / "config.json").exists() or (out / "adapter_config.json").exists()
     state = json.load(open(out / "trainer_state.json")) if (out / "trainer_state.json").exists() else None
     assert state is None or state["global_step"] == 1
+
+
+def test_tools_and_environments_load_by_import_path():
+    from trl_ada.agents import CalculatorEnv, multiply
+    from trl_ada.train import load_object
+
+    assert load_object("trl_ada.agents:multiply", "tools") is multiply
+    assert load_object("trl_ada.agents.CalculatorEnv", "environment_factory") is CalculatorEnv
+    with pytest.raises(ValueError, match="tools: cannot import 'trl_ada.agents:nothing'"):
+        load_object("trl_ada.agents:nothing", "tools")
+
+
+@pytest.mark.slow
+def test_train_takes_tools_by_import_path(tmp_path):
+    out = tmp_path / "out"
+    train_main(["--model_name_or_path", "tiny-tools", "--dataset_name", "products", "--synthetic_num_examples", "32",
+                "--reward_funcs", "last_number_reward", "--tools", "trl_ada.agents:multiply", "--output_dir", str(out),
+                "--use_cpu", "true", "--bf16", "false", "--report_to", "none", "--max_steps", "1",
+                "--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "16",
+                "--save_strategy", "steps", "--save_steps", "1", "--max_rounds", "2", "--logging_steps", "1"])
+    state = json.load(open(out / "checkpoint-1" / "trainer_state.json"))
+    assert state["global_step"] == 1 and "tools/call_frequency" in state["log_history"][0]
 
 
 @pytest.mark.slow

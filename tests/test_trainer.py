@@ -221,16 +221,23 @@ def test_default_config_when_args_are_omitted(tiny_model, tmp_path, monkeypatch)
     assert trainer.args.reinforce_ada_choice == "balanced" and trainer.args.num_generations == grpo.args.num_generations
 
 
-def test_tools_are_refused_with_adaptive_sampling(tiny_model, tmp_path):
-    def add(a: int, b: int) -> int:
-        """Add two numbers.
+def test_the_model_card_cites_reinforce_ada(tiny_model, tmp_path):
+    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), args=tiny_args(tmp_path),
+                             train_dataset=pass_rate_dataset([0.5]))
+    trainer.create_model_card()
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "2510.04996" in card and "Reinforce-Ada: An Adaptive Sampling Framework" in card and "AdaGRPO" in card
 
-        Args:
-            a: first number.
-            b: second number.
-        """
-        return a + b
 
-    with pytest.raises(ValueError, match="tools is not supported together with adaptive sampling"):
-        AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), tools=[add],
-                       args=tiny_args(tmp_path), train_dataset=pass_rate_dataset([0.5]))
+def test_adaptive_rounds_take_an_iterable_dataset(tiny_model, tmp_path):
+    """Adaptive rounds and prompt memory work on a stream; refills (dynamic sampling, budget) need an index."""
+    reward = make_recording_reward()
+    stream = pass_rate_dataset([0.0, 0.5]).to_iterable_dataset()
+    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=reward, train_dataset=stream,
+                             args=tiny_args(tmp_path, per_device_train_batch_size=8, prompt_memory=True))
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2 and len(reward.log) == sum(h["sampling/total_samples"] for h in logs) > 16
+    with pytest.raises(ValueError, match="map-style datasets.Dataset"):
+        AdaGRPOTrainer(model=tiny_model, reward_funcs=reward, train_dataset=stream,
+                       args=tiny_args(tmp_path, per_device_train_batch_size=8, dynamic_sampling=True))

@@ -349,13 +349,10 @@ class AdaGRPOConfig(GRPOConfig):
             if self.multi_objective_aggregation != "sum_then_normalize":
                 raise ValueError(
                     f"multi_objective_aggregation={self.multi_objective_aggregation!r} is not supported with adaptive "
-                    "or dynamic sampling: positives and signal are defined on the weighted sum of rewards. Use "
-                    "'sum_then_normalize'."
-                )
-            if self.use_transformers_continuous_batching:
-                raise ValueError(
-                    "use_transformers_continuous_batching=True is not supported with adaptive or dynamic sampling "
-                    "yet. Use vLLM (use_vllm=True) or plain transformers generation."
+                    "or dynamic sampling: it normalizes each reward function within the group that is trained, so a "
+                    "sample has no reward until its group is chosen, while the exit rule, the selection and the pooled "
+                    "baseline need one reward per sample as soon as it is scored. Use 'sum_then_normalize' (weight "
+                    "the reward functions with reward_weights), or turn adaptive and dynamic sampling off."
                 )
             # A prompt's group must sit on one rank: every rank hands TRL whole groups of num_generations rows.
             rows_per_rank = self.per_device_train_batch_size * self.steps_per_generation

@@ -38,6 +38,7 @@ never seen before starts from its group's Beta instead of the flat prior.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Sequence
 
@@ -46,10 +47,30 @@ import numpy as np
 __all__ = ["GroupPrior", "PromptMemory", "prompt_key"]
 
 
-def prompt_key(prompt_ids: Sequence[int]) -> int:
-    """Stable 64-bit content hash of a prompt's token ids (the same on every process, platform and run)."""
-    data = np.asarray(prompt_ids, dtype="<i8").tobytes()
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+def prompt_key(prompt_ids: Sequence[int], images: Sequence | None = None, context: dict | None = None) -> int:
+    """Stable 64-bit content hash of a prompt (the same on every process, platform and run).
+
+    The prompt is its token ids, plus, where given, its images (their pixels: two rows asking the same question about
+    different images are two prompts) and the row an environment is reset with (`context`: the task is the row, not
+    only its text). Without images or context the key is the hash of the token ids alone.
+    """
+    digest = hashlib.blake2b(np.asarray(prompt_ids, dtype="<i8").tobytes(), digest_size=8)
+    for image in images or ():
+        digest.update(_image_bytes(image))
+    if context:
+        digest.update(json.dumps(context, sort_keys=True, default=repr).encode())
+    return int.from_bytes(digest.digest(), "little")
+
+
+def _image_bytes(image) -> bytes:
+    """A PIL image as its mode, size and pixels; a path or URL as its text; an array as its raw bytes."""
+    if hasattr(image, "tobytes") and hasattr(image, "mode"):
+        return f"{image.mode}{image.size}".encode() + image.tobytes()
+    if isinstance(image, (str, bytes)):
+        return image.encode() if isinstance(image, str) else image
+    if isinstance(image, dict):  # datasets' undecoded Image feature: {"bytes": ..., "path": ...}
+        return (image.get("bytes") or b"") + str(image.get("path")).encode()
+    return np.asarray(image).tobytes()
 
 
 class PromptMemory:

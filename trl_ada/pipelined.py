@@ -140,146 +140,179 @@ def run_pipelined_sampling(
             selections are those of `run_adaptive_sampling` over the batch.
     """
     choice = check_sampling_args(choice, selection, num_generations, round_repeat, max_rounds)
-    m, half = round_repeat, num_generations // 2
     numbers = list(range(num_prompts)) if prompt_numbers is None else list(prompt_numbers)
     if len(numbers) != num_prompts:
         raise ValueError(f"prompt_numbers holds {len(numbers)} numbers for {num_prompts} prompts.")
     prompts = [PromptRounds(num_generations, round_repeat, max_rounds, choice, positive_threshold,
                             selection_rng(selection, seed, number)) for number in numbers]
-    scored: list[dict[int, float]] = [{} for _ in range(num_prompts)]  # slot -> reward, slots not yet in the pool
-    certain = [1] * num_prompts  # rounds sure to happen: the synchronous driver samples them too
-    issued = [0] * num_prompts  # rounds put to the queue: `certain`, or one more while a round is speculative
-    # Admission order: certain rounds before the speculative one, later rounds before earlier (they end a prompt
-    # sooner). A promoted round's slots get a second, certain entry, which pops first; an entry whose slot has left
-    # the queue (admitted, or its prompt retired) is stale and skipped.
-    heap: list[tuple[bool, int, int, int]] = []  # (speculative, -round, prompt, slot)
-    queued: set[Request] = set()
-    running: set[Request] = set()
-    out = Pipelined([prompt.result for prompt in prompts])
-    stats = out.stats
+    driver = _Driver(prompts, engine, score, num_generations, round_repeat, max_rounds, choice, positive_threshold,
+                     max_running, certain_continuation, speculative)
+    return driver.run()
 
-    def is_speculative(p: int, slot: int) -> bool:
-        return slot // m >= certain[p]
 
-    def issue_round(p: int) -> None:
-        k = issued[p]
-        issued[p] += 1
+class _Driver:
+    """The state of one pipelined sampling: what is queued, running and scored per prompt, and the steps that move it.
+
+    Admission order: certain rounds before the speculative one, later rounds before earlier (they end a prompt
+    sooner). A promoted round's slots get a second, certain entry, which pops first; an entry whose slot has left the
+    queue (admitted, or its prompt retired) is stale and skipped.
+    """
+
+    def __init__(self, prompts, engine, score, num_generations, round_repeat, max_rounds, choice, positive_threshold,
+                 max_running, certain_continuation, speculative):
+        self.prompts, self.engine, self.score = prompts, engine, score
+        self.n, self.m, self.max_rounds = num_generations, round_repeat, max_rounds
+        self.choice, self.positive_threshold, self.max_running = choice, positive_threshold, max_running
+        self.certain_continuation, self.speculative = certain_continuation, speculative
+        count = len(prompts)
+        self.scored: list[dict[int, float]] = [{} for _ in range(count)]  # slot -> reward, not yet in the pool
+        self.certain = [1] * count  # rounds sure to happen: the synchronous driver samples them too
+        self.issued = [0] * count  # rounds put to the queue: `certain`, or one more while a round is speculative
+        self.heap: list[tuple[bool, int, int, int]] = []  # (speculative, -round, prompt, slot)
+        self.queued: set[Request] = set()
+        self.running: set[Request] = set()
+        self.out = Pipelined([prompt.result for prompt in prompts])
+        self.stats = self.out.stats
+
+    def run(self) -> Pipelined:
+        for p in range(len(self.prompts)):
+            self.issue_round(p)
+        try:
+            while not all(prompt.retired for prompt in self.prompts):
+                self.admit(self.free_room())
+                if self.speculative and not self.queued and self.free_room() > 0:  # room no certain round can use
+                    self.speculate(self.free_room())
+                    self.admit(self.free_room())
+                if not self.running:
+                    raise RuntimeError("run_pipelined_sampling: prompts are unfinished but nothing is running or "
+                                       "queued (the engine reports no free slots).")
+                finished = list(self.engine.poll())
+                self.stats.polls += 1
+                if finished:
+                    self.take(finished)
+            return self.out
+        finally:
+            if self.running:  # an exception left samples in flight: the engine must hold nothing of ours afterwards
+                self.engine.abort(sorted(self.running))
+
+    def take(self, finished: list[Request]) -> None:
+        """Score what finished, fold every round that is now complete into its pool, decide what comes next."""
+        unknown = [request for request in finished if request not in self.running]
+        if unknown:
+            raise RuntimeError(f"the engine returned requests that are not running: {unknown[:4]}")
+        self.running.difference_update(finished)
+        rewards = list(self.score(finished))
+        if len(rewards) != len(finished):
+            raise ValueError(f"score returned {len(rewards)} rewards for {len(finished)} finished samples.")
+        for (p, slot), reward in zip(finished, rewards):
+            self.scored[p][slot] = float(reward)
+        for p in sorted({p for p, _ in finished}):
+            self.fold_complete_rounds(p)
+            self.continue_if_certain(p)
+
+    def fold_complete_rounds(self, p: int) -> None:
+        prompt, m = self.prompts[p], self.m
+        while not prompt.retired:  # every round that is now complete, in order
+            k = prompt.result.rounds
+            slots = range(k * m, (k + 1) * m)
+            if k >= self.certain[p] or any(slot not in self.scored[p] for slot in slots):
+                return
+            prompt.add_round([self.scored[p].pop(slot) for slot in slots])
+            if prompt.retired:
+                self.retire(p)
+            elif self.certain[p] == prompt.result.rounds:
+                self.make_certain(p, early=False)
+
+    def continue_if_certain(self, p: int) -> None:
+        """Certain continuation: a balanced prompt's next round happens once its exit is unreachable without it."""
+        prompt = self.prompts[p]
+        while (self.certain_continuation and self.choice == "balanced" and not prompt.retired
+               and self.certain[p] < self.max_rounds):
+            lacking, unscored = self.missing(p)
+            if lacking <= unscored:
+                return
+            self.make_certain(p, early=True)
+
+    def is_speculative(self, p: int, slot: int) -> bool:
+        return slot // self.m >= self.certain[p]
+
+    def issue_round(self, p: int) -> None:
+        k, m = self.issued[p], self.m
+        self.issued[p] += 1
         for slot in range(k * m, (k + 1) * m):
-            heapq.heappush(heap, (is_speculative(p, slot), -k, p, slot))
-            queued.add((p, slot))
+            heapq.heappush(self.heap, (self.is_speculative(p, slot), -k, p, slot))
+            self.queued.add((p, slot))
 
-    def make_certain(p: int, early: bool) -> None:
+    def make_certain(self, p: int, early: bool) -> None:
         """Round `certain[p]` will happen: issue it, or promote it if it was issued speculatively."""
-        k = certain[p]
-        certain[p] += 1
-        stats.early_samples += m if early else 0
-        if issued[p] == k:
-            issue_round(p)
+        k, m = self.certain[p], self.m
+        self.certain[p] += 1
+        self.stats.early_samples += m if early else 0
+        if self.issued[p] == k:
+            self.issue_round(p)
             return
         for slot in range(k * m, (k + 1) * m):  # promoted: its queued slots now go ahead of speculative ones
-            if (p, slot) in queued:
-                heapq.heappush(heap, (False, -k, p, slot))
+            if (p, slot) in self.queued:
+                heapq.heappush(self.heap, (False, -k, p, slot))
 
-    def missing(p: int) -> tuple[int, int]:
+    def missing(self, p: int) -> tuple[int, int]:
         """(samples the exit rule still lacks, samples of certain rounds not yet scored), at the end of the last
         certain round, whose pool holds every certain slot. Counts only grow with the rounds, so an exit that is
         unreachable there is unreachable at every earlier round too."""
-        known = [*prompts[p].pool_rewards, *(r for slot, r in scored[p].items() if slot < certain[p] * m)]
-        num_pos = sum(is_positive(r, positive_threshold) for r in known)
-        if choice == "balanced":
-            lacking = max(0, half - num_pos) + max(0, num_generations - half - (len(known) - num_pos))
+        certain_slots = self.certain[p] * self.m
+        known = [*self.prompts[p].pool_rewards, *(r for slot, r in self.scored[p].items() if slot < certain_slots)]
+        num_pos = sum(is_positive(r, self.positive_threshold) for r in known)
+        if self.choice == "balanced":
+            half = self.n // 2
+            lacking = max(0, half - num_pos) + max(0, self.n - half - (len(known) - num_pos))
         else:
             lacking = int(num_pos == 0)
-        return lacking, certain[p] * m - len(known)
+        return lacking, certain_slots - len(known)
 
-    def retire(p: int) -> None:
+    def retire(self, p: int) -> None:
         """The prompt's pool is final: whatever it has beyond it belongs to a round that does not happen."""
-        discarded = [(p, slot) for slot in sorted(scored[p])]
-        scored[p].clear()
-        aborted = sorted(request for request in running if request[0] == p)
+        discarded = [(p, slot) for slot in sorted(self.scored[p])]
+        self.scored[p].clear()
+        aborted = sorted(request for request in self.running if request[0] == p)
         if aborted:
-            engine.abort(aborted)
-            running.difference_update(aborted)
-        queued.difference_update([(p, slot) for slot in range(prompts[p].result.rounds * m, issued[p] * m)])
-        out.discarded += discarded
-        out.aborted += aborted
-        stats.wasted_samples += len(discarded) + len(aborted)
+            self.engine.abort(aborted)
+            self.running.difference_update(aborted)
+        m = self.m
+        self.queued.difference_update([(p, slot) for slot in range(self.prompts[p].result.rounds * m,
+                                                                     self.issued[p] * m)])
+        self.out.discarded += discarded
+        self.out.aborted += aborted
+        self.stats.wasted_samples += len(discarded) + len(aborted)
 
-    def free_room() -> int:
-        room = engine.free_slots()
-        return room if max_running is None else min(room, max_running - len(running))
+    def free_room(self) -> int:
+        room = self.engine.free_slots()
+        return room if self.max_running is None else min(room, self.max_running - len(self.running))
 
-    def admit(room: int) -> None:
+    def admit(self, room: int) -> None:
         admitted = []
-        while heap and len(admitted) < room:
-            _, _, p, slot = heapq.heappop(heap)
-            if (p, slot) in queued:
-                queued.discard((p, slot))
+        while self.heap and len(admitted) < room:
+            _, _, p, slot = heapq.heappop(self.heap)
+            if (p, slot) in self.queued:
+                self.queued.discard((p, slot))
                 admitted.append((p, slot))
-                stats.speculative_samples += is_speculative(p, slot)
+                self.stats.speculative_samples += self.is_speculative(p, slot)
         if admitted:
-            engine.submit(admitted)
-            running.update(admitted)
-            stats.samples_issued += len(admitted)
-            stats.max_running = max(stats.max_running, len(running))
+            self.engine.submit(admitted)
+            self.running.update(admitted)
+            self.stats.samples_issued += len(admitted)
+            self.stats.max_running = max(self.stats.max_running, len(self.running))
 
-    def speculate(room: int) -> None:
+    def speculate(self, room: int) -> None:
         """Fill free room with the next round of the prompts likeliest to need it (an exit that is already certain
         is not speculated on: its next round cannot happen)."""
         candidates = []
-        for p, prompt in enumerate(prompts):
-            if not prompt.retired and issued[p] == certain[p] < max_rounds:
-                lacking, unscored = missing(p)
+        for p, prompt in enumerate(self.prompts):
+            if not prompt.retired and self.issued[p] == self.certain[p] < self.max_rounds:
+                lacking, unscored = self.missing(p)
                 if lacking > 0:
                     candidates.append((unscored - lacking, p))
         for _, p in sorted(candidates):
             if room <= 0:
                 break
-            issue_round(p)
-            room -= m
-
-    for p in range(num_prompts):
-        issue_round(p)
-    try:
-        while not all(prompt.retired for prompt in prompts):
-            admit(free_room())
-            if speculative and not queued and free_room() > 0:  # only room that no certain round can use
-                speculate(free_room())
-                admit(free_room())
-            if not running:
-                raise RuntimeError("run_pipelined_sampling: prompts are unfinished but nothing is running or queued "
-                                   "(the engine reports no free slots).")
-            finished = list(engine.poll())
-            stats.polls += 1
-            if not finished:
-                continue
-            unknown = [request for request in finished if request not in running]
-            if unknown:
-                raise RuntimeError(f"the engine returned requests that are not running: {unknown[:4]}")
-            running.difference_update(finished)
-            rewards = list(score(finished))
-            if len(rewards) != len(finished):
-                raise ValueError(f"score returned {len(rewards)} rewards for {len(finished)} finished samples.")
-            for (p, slot), reward in zip(finished, rewards):
-                scored[p][slot] = float(reward)
-            for p in sorted({p for p, _ in finished}):
-                prompt = prompts[p]
-                while not prompt.retired:  # fold in every round that is now complete, in order
-                    k = prompt.result.rounds
-                    slots = range(k * m, (k + 1) * m)
-                    if k >= certain[p] or any(slot not in scored[p] for slot in slots):
-                        break
-                    prompt.add_round([scored[p].pop(slot) for slot in slots])
-                    if prompt.retired:
-                        retire(p)
-                    elif certain[p] == prompt.result.rounds:
-                        make_certain(p, early=False)
-                while certain_continuation and choice == "balanced" and not prompt.retired and certain[p] < max_rounds:
-                    lacking, unscored = missing(p)
-                    if lacking <= unscored:
-                        break
-                    make_certain(p, early=True)
-        return out
-    finally:
-        if running:  # an exception left samples in flight: the engine must hold nothing of ours afterwards
-            engine.abort(sorted(running))
+            self.issue_round(p)
+            room -= self.m

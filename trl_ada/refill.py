@@ -19,8 +19,9 @@ order later in the epoch; every drawn prompt counts as consumed (`sampling/promp
 from __future__ import annotations
 
 import numpy as np
+import torch
 
-__all__ = ["PromptStream"]
+__all__ = ["EpochSeededSampler", "PromptStream"]
 
 _DOMAIN = 0x5EF111  # keeps the stream's permutations apart from any other use of the same seed
 
@@ -58,3 +59,31 @@ class PromptStream:
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.pass_index, self.position, self.drawn = state["pass_index"], state["position"], state["drawn"]
         self._order = self._permutation(self.pass_index)
+
+
+class EpochSeededSampler(torch.utils.data.Sampler):
+    """TRL's RepeatSampler with `set_epoch`, so that a run resumed in epoch e walks the prompts in the same order as
+    an uninterrupted run.
+
+    RepeatSampler draws one permutation per epoch from a generator seeded once; a resumed run builds a fresh one, so
+    without this every epoch after the resume point would repeat the order of the first epochs (GRPOTrainer has the
+    same problem). `set_epoch(e)`, which the Trainer calls at the start of every epoch, re-seeds the generator and
+    skips e permutations: the order of an uninterrupted run, reproduced.
+    """
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+
+    def __iter__(self):
+        return iter(self.sampler)
+
+    def __len__(self):
+        return len(self.sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        sampler = self.sampler
+        if not getattr(sampler, "shuffle", False) or getattr(sampler, "seed", None) is None:
+            return
+        sampler.generator.manual_seed(sampler.seed)
+        for _ in range(epoch):
+            torch.randperm(sampler.num_samples, generator=sampler.generator)

@@ -36,6 +36,8 @@ class Seam:
 SEAMS: tuple[Seam, ...] = (
     # Overridden GRPOTrainer methods (super() is called with exactly these parameters).
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "_generate_and_score_completions", ("self", "inputs")),
+    # A round ends inside TRL's method when `_generate` has returned (trl_ada.rollouts: its 8 per-row fields).
+    Seam("trl.trainer.grpo_trainer.GRPOTrainer", "_generate", ("self", "prompts")),
     Seam(
         "trl.trainer.grpo_trainer.GRPOTrainer",
         "_generate_single_turn",
@@ -54,6 +56,9 @@ SEAMS: tuple[Seam, ...] = (
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "_last_loaded_step", kind="instance"),
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "vllm_generation", kind="instance"),
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "reward_func_names", kind="instance"),  # names a sharded reward model
+    # Environments: the memory key and the prompt tokenization follow TRL's per-row environment choice.
+    *(Seam("trl.trainer.grpo_trainer.GRPOTrainer", name, kind="instance") for name in (
+        "environment_factories", "_multi_environment", "_batch_environments", "_pending_extra_logs")),
     # The vLLM backend: built as ReloadingVLLMGeneration through the grpo_trainer module's global.
     Seam("trl.trainer.grpo_trainer", "VLLMGeneration", kind="attribute"),
     Seam("trl.trainer.grpo_trainer", "gather", kind="attribute"),  # made rank-local while pipelined rounds score

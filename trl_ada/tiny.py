@@ -32,28 +32,32 @@ CHATML_TEMPLATE = (
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
-def _corpus(seed: int = 0, size: int = 4000) -> list[str]:
+def _corpus(seed: int = 0, size: int = 4000, fixed: tuple[str, ...] = ()) -> list[str]:
     rng = random.Random(seed)
     # The fixed prompt text repeats so that BPE merges it into few tokens: short prompts keep CPU steps fast.
-    lines = [SYSTEM_PROMPT, USER_SUFFIX, "system", "user", "assistant"] * 500
+    lines = [SYSTEM_PROMPT, USER_SUFFIX, "system", "user", "assistant", *fixed] * 500
     for _ in range(size):
         problem, answer = synthetic_problem(rng, rng.randint(1, 3))
         lines += [problem, synthetic_solution(problem, answer)]
     return lines
 
 
-def build_tokenizer(vocab_size: int = 512, seed: int = 0) -> PreTrainedTokenizerFast:
+def build_tokenizer(
+    vocab_size: int = 512, seed: int = 0, chat_template: str = CHATML_TEMPLATE, fixed_text: tuple[str, ...] = (),
+    added_tokens: tuple[str, ...] = (),
+) -> PreTrainedTokenizerFast:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
-    tokenizer.train_from_iterator(_corpus(seed), trainer=trainer)
+    tokenizer.train_from_iterator(_corpus(seed, fixed=fixed_text), trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
     )
-    fast.chat_template = CHATML_TEMPLATE
+    fast.add_tokens(list(added_tokens))
+    fast.chat_template = chat_template
     return fast
 
 
@@ -65,18 +69,23 @@ def build_tiny_model(
     seed: int = 0,
     num_attention_heads: int = 4,
     num_key_value_heads: int = 2,
+    tools: bool = False,
 ) -> str:
     """Build (or reuse, if already there) the tiny model and tokenizer in `output_dir`; returns the path.
 
     The default has head_dim 16 (64 / 4 heads), which vLLM's CPU attention kernel refuses; `VLLM_CPU_TINY` is a
     variant it accepts (head_dim 64): `build_tiny_model(path, **VLLM_CPU_TINY)`.
+
+    `tools=True` gives the tokenizer TRL's Qwen2.5 chat template (`trl/chat_templates/qwen2_5.jinja`: tool schemas,
+    `<tool_call>` and `<tool_response>`), for which TRL parses tool calls, and a context of 2048 positions, so
+    that TRL's tool-calling loop runs on it; its BPE learns the template's fixed text, so prompts stay short.
     """
     if os.path.exists(os.path.join(output_dir, "config.json")) and os.path.exists(
         os.path.join(output_dir, "tokenizer.json")
     ):
         return output_dir
     torch.manual_seed(seed)
-    tokenizer = build_tokenizer(vocab_size, seed)
+    tokenizer = build_tool_tokenizer(4 * vocab_size, seed) if tools else build_tokenizer(vocab_size, seed)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
@@ -84,7 +93,7 @@ def build_tiny_model(
         num_hidden_layers=num_layers,
         num_attention_heads=num_attention_heads,
         num_key_value_heads=num_key_value_heads,
-        max_position_embeddings=512,
+        max_position_embeddings=2048 if tools else 512,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
@@ -95,5 +104,73 @@ def build_tiny_model(
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     os.makedirs(output_dir, exist_ok=True)
     tokenizer.save_pretrained(output_dir)
+    model.save_pretrained(output_dir)
+    return output_dir
+
+
+TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+
+
+def build_tool_tokenizer(vocab_size: int = 512, seed: int = 0) -> PreTrainedTokenizerFast:
+    """The tiny tokenizer with TRL's Qwen2.5 chat template and its tool-call tokens (see `build_tiny_model`)."""
+    from pathlib import Path
+
+    import trl
+
+    template = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
+    plain = build_tokenizer(vocab_size, seed, chat_template=template)
+    # The template's fixed text (default system prompt, tool instructions), rendered once, joins the BPE corpus.
+    rendered = plain.apply_chat_template([{"role": "user", "content": "x"}], tools=[_schema_example], tokenize=False)
+    return build_tokenizer(vocab_size, seed, chat_template=template, fixed_text=tuple(rendered.split("\n")),
+                           added_tokens=TOOL_TOKENS)
+
+
+def _schema_example(a: int, b: int) -> int:
+    """
+    Multiplies two integers.
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+    """
+    return a * b
+
+
+def build_tiny_vlm(output_dir: str, seed: int = 0) -> str:
+    """A tiny vision-language model (LLaVA: a 1-layer CLIP vision tower on 28x28 images, 4 image tokens, and the tiny
+    Qwen2 text model) with its processor and TRL's LLaVA chat template, saved to `output_dir`; returns the path.
+
+    Built from configs, offline; its image processor runs without torchvision. For tests of image prompts."""
+    if os.path.exists(os.path.join(output_dir, "config.json")):
+        return output_dir
+    from pathlib import Path
+
+    import trl
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
+    from transformers import LlavaProcessor
+
+    torch.manual_seed(seed)
+    template = (Path(trl.__file__).parent / "chat_templates" / "llava_next.jinja").read_text()
+    tokenizer = build_tokenizer(seed=seed, chat_template=template)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    processor = LlavaProcessor(
+        image_processor=CLIPImageProcessor(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28}),
+        tokenizer=tokenizer, chat_template=template, patch_size=14, vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,  # CLIP's class token, dropped by the "default" feature strategy
+    )
+    config = LlavaConfig(
+        vision_config=CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                       image_size=28, patch_size=14),
+        text_config=Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                                eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+    )
+    model = LlavaForConditionalGeneration(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    os.makedirs(output_dir, exist_ok=True)
+    processor.save_pretrained(output_dir)
     model.save_pretrained(output_dir)
     return output_dir

@@ -10,6 +10,12 @@ starts from the demo's warm-started tiny model instead (built once, cached in <o
 tiny recipe learns when run directly. `--dataset_name word_problems` (easy arithmetic word problems,
 \boxed{} answers) and `--dataset_name arithmetic` (chat arithmetic graded by `last_number_reward`) are the offline tasks
 of the real-model (SmolLM2) recipes.
+
+Agents: `--tools pkg.module:function` (repeatable; `pkg.module.function` works too) hands tools to the trainer and
+`--environment_factory pkg.module:Class` an environment, as TRL's GRPOTrainer takes them. `--dataset_name products`
+is the offline tool-use task (`trl_ada.agents`: "What is 347 x 29?" with a `multiply` tool) and
+`--model_name_or_path tiny-tools-warm` the tiny tool-calling model after a supervised warm start on tool-use
+demonstrations (recipes/tiny/tools_ada_pos.yaml).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import dataclass, field
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from .config import AdaGRPOConfig
+from .agents import product_problems, tool_warm_start
 from .data import arithmetic_problems, load_math_dataset, synthetic_arithmetic, word_problems
 from .models import missing_model_message
 from .rewards import boxed_math_reward, check_gold_answers, last_number_reward
@@ -56,6 +63,16 @@ class ScriptArguments:
         metadata={"help": "'boxed_math_reward' (the reference reward), 'last_number_reward' (the last number of the "
                   "text equals the gold: chat arithmetic) or dotted import paths of reward functions."},
     )
+    tools: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Tools for the model to call, as import paths ('trl_ada.agents:multiply' or "
+                  "'trl_ada.agents.multiply'): TRL's tool-calling loop runs inside every round."},
+    )
+    environment_factory: str | None = field(
+        default=None,
+        metadata={"help": "Import path of an environment class or factory (TRL's environment_factory): one instance "
+                  "per sample of every round, reset with its row; its public methods are tools."},
+    )
 
 
 # Reward functions a recipe can name without an import path.
@@ -67,13 +84,22 @@ def load_reward_funcs(names: list[str]):
     for name in names:
         if name in NAMED_REWARDS:
             funcs.append(NAMED_REWARDS[name])
-        elif "." in name:
-            module, attribute = name.rsplit(".", 1)
-            funcs.append(getattr(importlib.import_module(module), attribute))
+        elif "." in name or ":" in name:
+            funcs.append(load_object(name, "reward_funcs"))
         else:
             raise ValueError(f"reward_funcs: unknown {name!r}; use one of {sorted(NAMED_REWARDS)} or a dotted import "
                              "path.")
     return funcs
+
+
+def load_object(path: str, field_name: str):
+    """`pkg.module:name` or `pkg.module.name`, imported; a clear error naming the field when it is not there."""
+    module, _, attribute = path.rpartition(":") if ":" in path else path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise ValueError(f"{field_name}: cannot import {path!r} ({error}); give an import path such as "
+                         "'trl_ada.agents:multiply'.") from None
 
 
 def load_train_dataset(script_args: ScriptArguments, seed: int):
@@ -83,6 +109,8 @@ def load_train_dataset(script_args: ScriptArguments, seed: int):
         return word_problems(script_args.synthetic_num_examples, script_args.synthetic_difficulty, seed)
     if script_args.dataset_name == "arithmetic":  # its mix of kinds is fixed: synthetic_difficulty does not apply
         return arithmetic_problems(script_args.synthetic_num_examples, seed, split="train")
+    if script_args.dataset_name == "products":  # the tool-use task: synthetic_difficulty does not apply
+        return product_problems(script_args.synthetic_num_examples, seed)
     dataset = load_math_dataset(
         script_args.dataset_name, script_args.dataset_split, script_args.dataset_problem_column,
         script_args.dataset_answer_column, script_args.dataset_num_examples,
@@ -98,6 +126,13 @@ def _looks_local(name: str) -> bool:
 def resolve_model(name: str | None, training_args, warm_start_steps: int = 300) -> str:
     """The model folder or Hub id to train: `tiny` / `tiny-warm` are built here (the warm start once, by the main
     process first); a local folder that does not exist is an error that says how to create it."""
+    if name in ("tiny-tools", "tiny-tools-warm"):
+        with training_args.main_process_first(desc="building the tiny tool model"):
+            model = build_tiny_model(os.path.join(training_args.output_dir, "tiny-tool-model"), tools=True)
+            if name == "tiny-tools-warm":
+                model = tool_warm_start(model, os.path.join(training_args.output_dir, "tool-warm-model"),
+                                        warm_start_steps, training_args.seed)
+        return model
     if name in (None, "tiny", "tiny-warm"):
         with training_args.main_process_first(desc="building the tiny model"):
             model = build_tiny_model(os.path.join(training_args.output_dir, "tiny-model"))
@@ -130,6 +165,9 @@ def main(argv=None):
         args=training_args,
         train_dataset=load_train_dataset(script_args, training_args.seed),
         peft_config=get_peft_config(model_args),
+        tools=[load_object(path, "tools") for path in script_args.tools] or None,
+        environment_factory=(load_object(script_args.environment_factory, "environment_factory")
+                             if script_args.environment_factory else None),
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)

@@ -34,7 +34,6 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -67,46 +66,20 @@ from .dynamic import fill_with_signal
 from .memory import GroupPrior, PromptMemory, prompt_key
 from .pipelined import run_pipelined_sampling
 from .budget import run_budgeted_sampling
-from .refill import PromptStream
+from .refill import EpochSeededSampler, PromptStream
+from .rollouts import (Sample, StepSampling, join_rollout, merge_round_metrics, split_rollout, step_metrics,
+                       weighted_sum)
 from .sampling import PromptResult, is_positive, run_adaptive_sampling
+from .support import check_trainer_arguments
 from .vllm_backend import ReloadingVLLMGeneration, vllm_generation_for
 
 logger = get_logger(__name__)
+_EMPTY_PROMPT = [{"role": "user", "content": ""}]  # TRL's prompt for an environment-owned row without one
 
 SAMPLING_STATE_FILE = "ada_sampling_state.json"  # refill cursor and counters, in every checkpoint
 MEMORY_STATE_FILE = "prompt_memory.npz"  # the prompt memory, in every checkpoint
 MEMORY_EXPORT_FILE = "prompt_memory.parquet"  # the readable export, in output_dir at the end of training
 GROUP_EXPORT_FILE = "prompt_groups.json"  # the group prior per group, in output_dir at the end of training
-
-
-@dataclass
-class _Step:
-    """Bookkeeping of one generation batch's sampling (identical on every rank but `generated`).
-
-    Prompts are numbered in the order they were sampled: the batch's own prompts first (all ranks, rank-major),
-    then refill prompts.
-    """
-
-    rows: list[dict[str, Any]]  # one dataset row per prompt
-    prompt_ids: list[list[int]] = field(default_factory=list)
-    pool_rewards_per_func: list[list[torch.Tensor]] = field(default_factory=list)  # per prompt, per sample
-    # (prompt, sample) -> (completion ids, sampling log-probs, columns the reward functions logged with log_extra)
-    generated: dict[tuple[int, int], tuple[list[int], list[float] | None, dict[str, Any]]] = field(
-        default_factory=dict
-    )
-    results: dict[int, PromptResult] = field(default_factory=dict)  # per sampled prompt (budget: not the skipped)
-    chosen: list[int] = field(default_factory=list)  # prompts trained on, rank r's slice r-th
-    batches: int = 0  # batches sampled so far: the step's own, then refills
-    refill_batches: int = 0  # dynamic sampling: extra batches sampled; budget: candidate batches screened
-    skipped: int = 0  # budget: candidates screened out before any rollout
-    top_up_rounds: int = 0
-    without_signal: int = 0  # chosen groups without signal (dynamic sampling at its cap)
-    local_completions: tuple[list[list[int]], list[list[float]] | None] | None = None
-    selected_rewards_per_func: torch.Tensor | None = None
-    rounds: dict[int, tuple[float, int]] = field(default_factory=dict)  # round -> (seconds, active prompts), all batches
-    round_index: int = 0  # round of the batch being sampled
-    padding_samples: int = 0
-    pipelined: dict[str, float] = field(default_factory=dict)  # pipelined_rounds: engine statistics, all batches
 
 
 class AdaGRPOTrainer(GRPOTrainer):
@@ -135,6 +108,19 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     _tag_names = ["trl", "grpo", "reinforce-ada"]
     _name = "AdaGRPO"
+    _paper = {  # the paper TRL's model card cites
+        "title": "Reinforce-Ada: An Adaptive Sampling Framework for Reinforce-Style LLM Training",
+        "id": "2510.04996",
+        "citation": (
+            "@article{xiong2025reinforceada,\n"
+            "    title        = {{Reinforce-Ada: An Adaptive Sampling Framework for Reinforce-Style LLM Training}},\n"
+            "    author       = {Wei Xiong and Chenlu Ye and Baohao Liao and Hanze Dong and Xinxing Xu and Christof Monz "
+            "and Jiang Bian and Nan Jiang and Tong Zhang},\n"
+            "    year         = 2025,\n"
+            "    eprint       = {arXiv:2510.04996},\n"
+            "}"
+        ),
+    }
 
     def __init__(self, model, reward_funcs=None, args: AdaGRPOConfig | None = None, *pos, **kwargs):
         check_seams()  # before any model is loaded: a changed TRL internal fails here, named, not inside step 1
@@ -147,38 +133,11 @@ class AdaGRPOTrainer(GRPOTrainer):
                 "trl_ada.AdaGRPOConfig (it takes the same fields)."
             )
         given = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *pos, **kwargs)
-        if args.sampling_active:
-            for name in ("tools", "rollout_func", "environment_factory"):
-                if given.arguments.get(name):
-                    raise ValueError(
-                        f"{name} is not supported together with adaptive sampling, dynamic sampling or prompt memory "
-                        f"yet. Pass multiround_adaptive_downsampling=False, dynamic_sampling=False and "
-                        f"prompt_memory=False to train with it, or drop {name}."
-                    )
-        if args.sampling_active and given.arguments.get("train_dataset") is None:
-            # TRL's own check, raised before the model loads: without an environment (refused above) TRL needs one.
-            raise ValueError(
-                "`train_dataset` is required: AdaGRPOTrainer samples its prompts from it (pass "
-                "train_dataset=datasets.Dataset.from_list([{'prompt': ..., 'answer': ...}, ...]))."
-            )
-        refills = args.dynamic_sampling or args.sampling_budget is not None
-        if refills and not isinstance(given.arguments.get("train_dataset"), Dataset):
-            name = "dynamic_sampling=True" if args.dynamic_sampling else f"sampling_budget={args.sampling_budget}"
-            raise ValueError(
-                f"{name} draws replacement prompts by index, so train_dataset must be a map-style "
-                f"datasets.Dataset (got {type(given.arguments.get('train_dataset')).__name__}). Convert an "
-                "IterableDataset with Dataset.from_generator, or turn it off."
-            )
-        group_column = args.prompt_memory_group_column
-        if group_column is not None and group_column not in given.arguments["train_dataset"].column_names:
-            raise ValueError(
-                f"prompt_memory_group_column={group_column!r} is not a column of train_dataset (its columns: "
-                f"{given.arguments['train_dataset'].column_names}). Add the column or set the name of an existing one."
-            )
+        check_trainer_arguments(args, given.arguments)  # before the model loads
         with vllm_generation_for(args):
             super().__init__(model, reward_funcs, args, *pos, **kwargs)
         self._check_pipelined_reward_models()
-        self._step_sampling: _Step | None = None
+        self._step_sampling: StepSampling | None = None
         self._last_rewards_per_func: torch.Tensor | None = None  # global rewards of the kept completions
         self._last_advantages: torch.Tensor | None = None  # global advantages of the kept completions
         self._warned_non_binary = False
@@ -189,10 +148,12 @@ class AdaGRPOTrainer(GRPOTrainer):
             else None
         )
         self.group_prior = GroupPrior() if args.prompt_memory_group_column is not None else None
+        refills = args.dynamic_sampling or args.sampling_budget is not None
         self._refill = (
             PromptStream(len(self.train_dataset), args.seed, shuffle=self.shuffle_dataset) if refills else None
         )
         self._prompts_drawn = 0  # every prompt drawn so far (TRL's, refills, skipped): the honest consumption count
+        self._rollout_capture = None  # inside a round: where `_generate` leaves the round's output
 
     # ---------------------------------------------------------------------------------------------------------------
     # Seam 1: the whole generation batch.
@@ -203,14 +164,13 @@ class AdaGRPOTrainer(GRPOTrainer):
             if self.model.training:
                 self._replace_advantages(output, results=None)
             return output
-        if "image" in inputs[0] or "images" in inputs[0]:
-            raise ValueError("Image prompts are not supported with adaptive or dynamic sampling yet.")
         n, world, rank = self.num_generations, self.accelerator.num_processes, self.accelerator.process_index
-        step = _Step(rows=[dict(row) for row in gather_object(inputs[::n])])
+        step = StepSampling(rows=[dict(row) for row in gather_object(inputs[::n])])
         step.prompt_ids = self._tokenize(step.rows)
         step.pool_rewards_per_func = [[] for _ in step.rows]
         target = len(step.rows)
         self._step_sampling = step
+        metrics_before = {key: len(values) for key, values in self._metrics["train"].items()}
         try:
             with self._vllm_awake_for_rounds():
                 if self.args.sampling_budget is not None:
@@ -226,6 +186,7 @@ class AdaGRPOTrainer(GRPOTrainer):
                     )
                     step.chosen = [filled.sampled[i][0] for i in filled.chosen]
                     step.refill_batches, step.without_signal = filled.refill_batches, filled.without_signal
+            merge_round_metrics(self._metrics["train"], metrics_before, step.rollout_sizes)
             self._prompts_drawn += len(step.results) + step.skipped
             memory_metrics = self._update_prompt_memory(step)
 
@@ -234,7 +195,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             step.selected_rewards_per_func = torch.stack(
                 [step.pool_rewards_per_func[p][i] for p in step.chosen for i in step.results[p].selected]
             )
-            step.local_completions = self._collect_selected(step, local)
+            step.local_samples = self._collect_selected(step, local)
             output = super()._generate_and_score_completions([dict(step.rows[p]) for p in local for _ in range(n)])
             self._replace_advantages(output, results=[step.results[p] for p in step.chosen])
             self._log_sampling_metrics(output, memory_metrics)
@@ -243,10 +204,24 @@ class AdaGRPOTrainer(GRPOTrainer):
         return output
 
     def _tokenize(self, rows: list[dict[str, Any]]) -> list[list[int]]:
-        prompt_ids, _, _ = self._tokenize_prompts([row["prompt"] for row in rows])
+        """The rows' prompts as TRL tokenizes them (before any environment observation): memory keys, pipelining."""
+        if self.environment_factories is not None:  # TRL renders each row with its own environment's tools
+            self._batch_environments = [row.get("environment") if self._multi_environment else None for row in rows]
+        prompt_ids, _, _ = self._tokenize_prompts([row.get("prompt", _EMPTY_PROMPT) for row in rows])
         return [list(ids) for ids in prompt_ids]
 
-    def _draw_refill(self, step: _Step, count: int) -> list[int]:
+    def _prompt_key(self, step: StepSampling, prompt: int) -> int:
+        return self._row_key(step.rows[prompt], step.prompt_ids[prompt])
+
+    def _row_key(self, row: dict[str, Any], prompt_ids: list[int]) -> int:
+        """The prompt memory's key of a row: its token ids, its images, and the row its environment is reset with."""
+        images = row.get("images") or ([row["image"]] if row.get("image") is not None else None)
+        context = None
+        if self.environment_factories is not None:
+            context = {column: value for column, value in row.items() if column not in ("prompt", "image", "images")}
+        return prompt_key(prompt_ids, images=images, context=context)
+
+    def _draw_refill(self, step: StepSampling, count: int) -> list[int]:
         """Draw `count` prompts from the refill stream (the same ones on every rank); return their numbers."""
         first = len(step.rows)
         step.rows += [dict(self.train_dataset[index]) for index in self._refill.draw(count)]
@@ -254,7 +229,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         step.pool_rewards_per_func += [[] for _ in range(count)]
         return list(range(first, len(step.rows)))
 
-    def _sample_prompts(self, step: _Step, prompts: list[int]) -> list[PromptResult]:
+    def _sample_prompts(self, step: StepSampling, prompts: list[int]) -> list[PromptResult]:
         """Sample a batch of prompts: Reinforce-Ada's rounds, or n i.i.d. completions each with adaptive sampling off."""
         args, n = self.args, self.num_generations
         adaptive = args.multiround_adaptive_downsampling
@@ -280,14 +255,14 @@ class AdaGRPOTrainer(GRPOTrainer):
         assert len(step.results) == first + len(prompts), "a prompt was sampled twice in one step"
         return results
 
-    def _sample_within_budget(self, step: _Step, target: int) -> None:
+    def _sample_within_budget(self, step: StepSampling, target: int) -> None:
         """Budgeted sampling (trl_ada.budget): screen with the prompt memory, n each, top-ups within the cap."""
         args, memory = self.args, self.prompt_memory
         keys: dict[int, int] = {}
 
         def key(prompt: int) -> int:
             if prompt not in keys:
-                keys[prompt] = prompt_key(step.prompt_ids[prompt])
+                keys[prompt] = self._prompt_key(step, prompt)
             return keys[prompt]
 
         def predict(prompt: int) -> tuple[float, float, int]:
@@ -331,7 +306,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         step.skipped, step.refill_batches = len(budgeted.skipped), budgeted.candidate_batches
         step.top_up_rounds = budgeted.top_up_rounds
 
-    def _sample_round(self, state: _Step, active: list[int], k: int) -> list[list[float]]:
+    def _sample_round(self, state: StepSampling, active: list[int], k: int) -> list[list[float]]:
         """Draw k samples for each active prompt, split evenly over the ranks; return every reward (all ranks)."""
         world, rank = self.accelerator.num_processes, self.accelerator.process_index
         items = [(p, len(state.pool_rewards_per_func[p]) + j) for p in active for j in range(k)]
@@ -342,32 +317,48 @@ class AdaGRPOTrainer(GRPOTrainer):
         mine = padded[rank * per_rank : (rank + 1) * per_rank]
 
         start = time.perf_counter()
-        completion_ids, logprobs = super()._generate_single_turn(
-            [state.prompt_ids[p] for p, _ in mine], None, {}, 1
-        )
-        prompts = [state.rows[p]["prompt"] for p, _ in mine]
-        completions = self._decode(prompts, [state.prompt_ids[p] for p, _ in mine], completion_ids)
-        rewards_per_func = self._calculate_rewards(
-            [state.rows[p] for p, _ in mine], prompts, completions, completion_ids
-        )
+        samples, rewards_per_func = self._rollout([state.rows[p] for p, _ in mine])
+        state.rollout_sizes.append(len(padded))
         state.round_index += 1
         seconds, prompts_active = state.rounds.get(state.round_index, (0.0, 0))
         state.rounds[state.round_index] = (seconds + time.perf_counter() - start, prompts_active + len(active))
-        extra = self._take_extra_logs(len(mine))
 
-        for offset, key in enumerate(mine):
+        for offset, (key, sample) in enumerate(zip(mine, samples)):
             if rank * per_rank + offset < len(items):
-                state.generated[key] = (
-                    completion_ids[offset],
-                    logprobs[offset] if logprobs is not None else None,
-                    {column: values[offset] for column, values in extra.items()},
-                )
-        rewards = _weighted_sum(rewards_per_func, self.reward_weights)[: len(items)].tolist()
+                state.generated[key] = sample
+        rewards = weighted_sum(rewards_per_func, self.reward_weights)[: len(items)].tolist()
         for (p, _), row in zip(items, rewards_per_func[: len(items)]):
             state.pool_rewards_per_func[p].append(row)
         return [rewards[i * k : (i + 1) * k] for i in range(len(active))]
 
-    def _take_extra_logs(self, count: int) -> dict[str, list]:
+    def _rollout(self, rows: list[dict[str, Any]]) -> tuple[list[Sample], torch.Tensor]:
+        """One sample per row through GRPOTrainer's own rollout path; returns the samples and every rank's rewards.
+
+        TRL's `_generate_and_score_completions` prepares each row as GRPOTrainer does (an environment instance from
+        its pool, reset with the row; the row's tool dicts; its images inlined into the prompt) and calls `_generate`
+        (single-turn generation, the tool-calling loop, or `rollout_func`); `_generate` below keeps what it returns
+        and stops the method there, before the forward passes, which only the kept samples need. The samples are
+        then scored here, with the environments of this round still in place (environment-owned rewards are read
+        from the state this very rollout left).
+        """
+        self._rollout_capture = []
+        try:
+            super()._generate_and_score_completions([dict(row) for row in rows])
+            raise RuntimeError("AdaGRPOTrainer: GRPOTrainer generated without calling _generate; see trl_ada.seams.")
+        except _RolloutTaken:
+            prompts, generated = self._rollout_capture
+        finally:
+            self._rollout_capture = None
+        samples = split_rollout(prompts, generated)
+        inputs = [{**row, **sample.extra} for row, sample in zip(rows, samples)]  # as TRL merges rollout_func's fields
+        rewards_per_func = self._calculate_rewards(
+            inputs, prompts, [s.completion for s in samples], [s.completion_ids for s in samples]
+        )
+        for sample, logs in zip(samples, self._take_extra_logs(len(samples))):
+            sample.extra_logs = logs
+        return samples, rewards_per_func
+
+    def _take_extra_logs(self, count: int) -> list[dict[str, Any]]:
         """The log_extra columns the reward functions just wrote for `count` samples, taken out of TRL's buffer.
 
         They belong to these samples and follow their completion, kept or not (TRL would otherwise flush every
@@ -378,9 +369,9 @@ class AdaGRPOTrainer(GRPOTrainer):
             self._warned_extra_columns.add(column)
             logger.warning(f"log_extra column {column!r} does not hold one value per completion; it is not logged.")
         self._pending_extra_logs.clear()
-        return extra
+        return [{column: values[i] for column, values in extra.items()} for i in range(count)]
 
-    def _sample_pipelined(self, step: _Step, prompts: list[int], seed: int) -> list[PromptResult]:
+    def _sample_pipelined(self, step: StepSampling, prompts: list[int], seed: int) -> list[PromptResult]:
         """Barrier-free rounds (`pipelined_rounds=True`, trl_ada.pipelined) on this rank's colocated engine.
 
         Each rank pipelines whole prompts (positions rank, rank + world, ... of the batch: a pool never straddles two
@@ -405,15 +396,15 @@ class AdaGRPOTrainer(GRPOTrainer):
             completions = self._decode(texts, [step.prompt_ids[p] for p, _ in keys], completion_ids)
             with _rank_local_rewards():
                 rewards_per_func = self._calculate_rewards(rows, texts, completions, completion_ids)
-            extra = self._take_extra_logs(len(keys))
+            extra_logs = self._take_extra_logs(len(keys))
             for offset, key in enumerate(keys):
-                step.generated[key] = (
-                    completion_ids[offset],
-                    logprobs[offset] if logprobs is not None else None,
-                    {column: values[offset] for column, values in extra.items()},
+                step.generated[key] = Sample(
+                    prompt=texts[offset], prompt_ids=step.prompt_ids[key[0]], completion_ids=completion_ids[offset],
+                    completion=completions[offset], logprobs=None if logprobs is None else logprobs[offset],
+                    tool_mask=None, images=None, tool_images=[], extra_logs=extra_logs[offset],
                 )
                 reward_rows[key] = rewards_per_func[offset].tolist()
-            return _weighted_sum(rewards_per_func, self.reward_weights).tolist()
+            return weighted_sum(rewards_per_func, self.reward_weights).tolist()
 
         with stream:
             out = run_pipelined_sampling(
@@ -427,7 +418,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         wasted_tokens = stream.aborted_tokens
         for i, slot in out.discarded:
             key = (mine[i], slot)
-            wasted_tokens += len(step.generated.pop(key)[0])
+            wasted_tokens += len(step.generated.pop(key).completion_ids)
             del reward_rows[key]
         mine_stats = {"seconds": time.perf_counter() - start, "engine_steps": float(stats.polls),
                       "early_samples": float(stats.early_samples), "max_running": float(stats.max_running),
@@ -479,7 +470,8 @@ class AdaGRPOTrainer(GRPOTrainer):
         return VLLMStream(generation.llm, prompt_ids, colocate_sampling_params(generation), max_num_seqs)
 
     def _decode(self, prompts, prompt_ids, completion_ids):
-        """Completions as reward functions see them: the same decoding as GRPOTrainer._generate (no tools here)."""
+        """Completions as reward functions see them: the same decoding as GRPOTrainer._generate (pipelined rounds,
+        which run without tools, environments, rollout_func and images)."""
         if not is_conversational({"prompt": prompts[0]}):
             return self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
         if getattr(self._tokenizer, "response_template", None) is not None or getattr(
@@ -492,19 +484,17 @@ class AdaGRPOTrainer(GRPOTrainer):
         contents = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
         return [[{"role": "assistant", "content": content}] for content in contents]
 
-    def _collect_selected(self, state: _Step, local: list[int]):
-        """Send each selected completion of a chosen prompt to the rank that trains on it; return this rank's."""
+    def _collect_selected(self, state: StepSampling, local: list[int]) -> list[Sample]:
+        """Send each selected sample of a chosen prompt to the rank that trains on it; return this rank's, in order."""
         wanted = {(p, i) for p in state.chosen for i in state.results[p].selected}
-        shard = {key: value for key, value in state.generated.items() if key in wanted}
-        selected = {}
+        shard = {key: sample for key, sample in state.generated.items() if key in wanted}
+        selected: dict[tuple[int, int], Sample] = {}
         for part in gather_object([shard]):
             selected.update(part)
-        keys = [(p, i) for p in local for i in state.results[p].selected]
-        completion_ids = [selected[key][0] for key in keys]
-        logprobs = [selected[key][1] for key in keys]
-        for column in sorted({column for key in keys for column in selected[key][2]}):
-            self._pending_extra_logs[column] = [selected[key][2].get(column) for key in keys]
-        return completion_ids, (None if any(lp is None for lp in logprobs) else logprobs)
+        samples = [selected[(p, i)] for p in local for i in state.results[p].selected]
+        for column in sorted({column for s in samples for column in s.extra_logs}):
+            self._pending_extra_logs[column] = [s.extra_logs.get(column) for s in samples]
+        return samples
 
     @contextlib.contextmanager
     def _vllm_awake_for_rounds(self):
@@ -536,19 +526,28 @@ class AdaGRPOTrainer(GRPOTrainer):
             vllm_generation._llm_weights_sleeping = True
 
     # ---------------------------------------------------------------------------------------------------------------
-    # Seam 2: generation. TRL asks for this rank's chosen prompts, each repeated num_generations times.
+    # Seam 2: generation. A round runs GRPOTrainer's rollout path and keeps its output; TRL then asks for this rank's
+    # chosen prompts, each repeated num_generations times, and gets the kept samples back.
+
+    def _generate(self, prompts):
+        step = self._step_sampling
+        if step is not None and step.local_samples is not None:  # TRL builds the training batch: the kept samples
+            samples, step.local_samples = step.local_samples, None
+            if len(samples) != len(prompts):
+                raise RuntimeError(
+                    f"AdaGRPOTrainer: TRL asked for {len(prompts)} completions, {len(samples)} were kept for this rank."
+                )
+            return join_rollout(samples)
+        generated = super()._generate(prompts)
+        if getattr(self, "_rollout_capture", None) is not None:  # a round (_rollout): keep it, skip the rest
+            self._rollout_capture = (prompts, generated)
+            raise _RolloutTaken
+        return generated
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        step = self._step_sampling
-        if step is None or step.local_completions is None:  # sampling a round, or TRL's own path
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
-        completions, step.local_completions = step.local_completions, None
-        n = self.num_generations
-        rank, local_prompts = self.accelerator.process_index, len(prompt_ids) // n
-        expected = [step.prompt_ids[p] for p in step.chosen[rank * local_prompts : (rank + 1) * local_prompts]]
-        if [list(ids) for ids in prompt_ids[::n]] != expected:
-            raise RuntimeError("AdaGRPOTrainer: TRL tokenized the chosen prompts differently from the sampling.")
-        return completions
+        if getattr(self, "_rollout_capture", None) is not None:
+            num_generations = 1  # a round's rows are single samples, not groups of num_generations (vLLM server mode)
+        return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
 
     # ---------------------------------------------------------------------------------------------------------------
     # Seam 3: rewards and advantages.
@@ -570,7 +569,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             self._last_advantages = None  # TRL's own group statistics, already in `output`
             return
         n = self.num_generations
-        rewards = _weighted_sum(self._last_rewards_per_func, self.reward_weights).tolist()
+        rewards = weighted_sum(self._last_rewards_per_func, self.reward_weights).tolist()
         groups = [rewards[i : i + n] for i in range(0, len(rewards), n)]
         if estimator == "reinforce_ada":
             self._warn_once_if_not_binary(results)
@@ -609,53 +608,25 @@ class AdaGRPOTrainer(GRPOTrainer):
             )
 
     def _log_sampling_metrics(self, output: dict[str, Any], memory_metrics: dict[str, float]) -> None:
-        step, m = self._step_sampling, self._metrics["train"]
-        results = list(step.results.values())  # every prompt sampled this step, refills included
-        sampled, chosen = len(results), len(step.chosen)
-        rounds = [r.rounds for r in results]
-        round_one = [x for r in results for x in r.pool_rewards[: len(r.pool_rewards) // max(r.rounds, 1)]]
         advantages = self._last_advantages
         if advantages is None:  # TRL's statistics: only this rank's slice is at hand
             advantages = self.accelerator.gather(output["advantages"])
-        # Every sample generated: the pools, and the speculative samples whose round did not happen (pipelined).
-        wasted = step.pipelined.get("wasted_samples", 0.0)
-        m["sampling/total_samples"].append(float(sum(len(r.pool_rewards) for r in results)) + wasted)
-        m["sampling/kept_samples"].append(float(chosen * self.num_generations))
-        m["sampling/padding_samples"].append(float(step.padding_samples))
-        m["sampling/rounds_mean"].append(sum(rounds) / sampled)
-        m["sampling/rounds_max"].append(float(max(rounds)))
-        m["sampling/finished_round_1"].append(sum(r.finished and r.rounds == 1 for r in results) / sampled)
-        m["sampling/unfinished"].append(sum(not r.finished for r in results) / sampled)
-        m["sampling/iid_reward"].append(_nanmean(round_one))
-        signal = advantages.view(chosen, -1).abs().amax(dim=1) > 1e-8
-        m["sampling/effective_prompt_ratio"].append(signal.float().mean().item())
-        for name, value in step.pipelined.items():
-            m[f"sampling/pipelined/{name}"].append(value)
-        for index, (seconds, active) in sorted(step.rounds.items()):
-            m[f"sampling/round_{index}/seconds"].append(seconds)
-            m[f"sampling/round_{index}/active_prompts"].append(float(active))
-        if self.args.sampling_budget is not None:
-            m["sampling/prompts_drawn"].append(float(sampled + step.skipped))
-            m["sampling/prompts_skipped"].append(float(step.skipped))
-            m["sampling/candidate_batches"].append(float(step.refill_batches))
-            m["sampling/top_up_rounds"].append(float(step.top_up_rounds))
-            m["sampling/epochs_drawn"].append(self._prompts_drawn / len(self.train_dataset))
-        if self.args.dynamic_sampling:
-            m["sampling/prompts_drawn"].append(float(sampled))
-            m["sampling/prompts_dropped"].append(float(sampled - chosen))
-            m["sampling/refill_batches"].append(float(step.refill_batches))
-            m["sampling/groups_without_signal"].append(float(step.without_signal))
-            m["sampling/epochs_drawn"].append(self._prompts_drawn / len(self.train_dataset))
-        for name, value in memory_metrics.items():
-            m[name].append(value)
+        refilling = self.args.sampling_budget is not None or self.args.dynamic_sampling
+        metrics = step_metrics(
+            self._step_sampling, advantages, self.num_generations, budget=self.args.sampling_budget is not None,
+            dynamic=self.args.dynamic_sampling,
+            epochs_drawn=self._prompts_drawn / len(self.train_dataset) if refilling else None,
+        )
+        for name, value in {**metrics, **memory_metrics}.items():
+            self._metrics["train"][name].append(value)
 
     def _get_train_sampler(self, dataset=None):
-        return _EpochSeededSampler(super()._get_train_sampler(dataset))
+        return EpochSeededSampler(super()._get_train_sampler(dataset))
 
     # ---------------------------------------------------------------------------------------------------------------
     # Prompt memory and refill state: updated every step, saved in every checkpoint, restored on resume.
 
-    def _update_prompt_memory(self, step: _Step) -> dict[str, float]:
+    def _update_prompt_memory(self, step: StepSampling) -> dict[str, float]:
         """Fold every scored completion of the step into the memory; return its calibration metrics."""
         metrics: dict[str, float] = {}
         if self.group_prior is not None:
@@ -671,7 +642,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         memory = self.prompt_memory
         if memory is None:
             return metrics
-        keys = [prompt_key(step.prompt_ids[prompt]) for prompt in step.results]
+        keys = [self._prompt_key(step, prompt) for prompt in step.results]
         samples = [len(r.pool_rewards) for r in step.results.values()]
         positives = [
             sum(is_positive(x, self.args.positive_threshold) for x in r.pool_rewards) for r in step.results.values()
@@ -761,9 +732,11 @@ class AdaGRPOTrainer(GRPOTrainer):
         texts: dict[str, str] = {}
         if isinstance(self.train_dataset, Dataset):
             for start in range(0, len(self.train_dataset), 1024):
-                rows = self.train_dataset[start : start + 1024]["prompt"]
-                for row, ids in zip(rows, self._tokenize([{"prompt": r} for r in rows])):
-                    texts.setdefault(f"{prompt_key(ids):016x}", row[-1]["content"] if isinstance(row, list) else row)
+                rows = list(self.train_dataset.select(range(start, min(start + 1024, len(self.train_dataset)))))
+                for row, ids in zip(rows, self._tokenize(rows)):
+                    prompt = row.get("prompt", "")
+                    texts.setdefault(f"{self._row_key(row, ids):016x}",
+                                     prompt[-1]["content"] if isinstance(prompt, list) else prompt)
         table = {"prompt_hash": table.pop("prompt_hash"), **table}
         table["prompt"] = [texts.get(h) for h in table["prompt_hash"]]
         dataset = Dataset.from_dict(table)
@@ -771,32 +744,8 @@ class AdaGRPOTrainer(GRPOTrainer):
         return dataset
 
 
-class _EpochSeededSampler(torch.utils.data.Sampler):
-    """TRL's RepeatSampler with `set_epoch`, so that a run resumed in epoch e walks the prompts in the same order as
-    an uninterrupted run.
-
-    RepeatSampler draws one permutation per epoch from a generator seeded once; a resumed run builds a fresh one, so
-    without this every epoch after the resume point would repeat the order of the first epochs (GRPOTrainer has the
-    same problem). `set_epoch(e)`, which the Trainer calls at the start of every epoch, re-seeds the generator and
-    skips e permutations: the order of an uninterrupted run, reproduced.
-    """
-
-    def __init__(self, sampler):
-        self.sampler = sampler
-
-    def __iter__(self):
-        return iter(self.sampler)
-
-    def __len__(self):
-        return len(self.sampler)
-
-    def set_epoch(self, epoch: int) -> None:
-        sampler = self.sampler
-        if not getattr(sampler, "shuffle", False) or getattr(sampler, "seed", None) is None:
-            return
-        sampler.generator.manual_seed(sampler.seed)
-        for _ in range(epoch):
-            torch.randperm(sampler.num_samples, generator=sampler.generator)
+class _RolloutTaken(Exception):
+    """Raised by `_generate` inside a round, once the round's samples are kept: TRL's generation batch ends there."""
 
 
 def _is_sharded(parameter: torch.Tensor) -> bool:
@@ -804,18 +753,6 @@ def _is_sharded(parameter: torch.Tensor) -> bool:
     from torch.distributed.tensor import DTensor
 
     return isinstance(parameter, DTensor) or hasattr(parameter, "ds_tensor")
-
-
-def _weighted_sum(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """TRL's reward aggregation: weighted nansum over reward functions; NaN where every function returned None."""
-    rewards = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
-    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-    return rewards
-
-
-def _nanmean(values: list[float]) -> float:
-    finite = [v for v in values if not math.isnan(v)]
-    return sum(finite) / len(finite) if finite else float("nan")
 
 
 @contextlib.contextmanager
