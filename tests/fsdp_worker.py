@@ -188,3 +188,8 @@ if __name__ == "__main__":
 
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+    # Even so, under load a rank still aborted there (CI, 2026-11-25: exit -6 after its JSON was written). The results
+    # are on disk: leave without the interpreter's teardown of gloo's threads.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

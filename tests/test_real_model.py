@@ -99,14 +99,17 @@ def test_greedy_chat_answer_stops_at_eos(smollm2):
 
 
 class RecordingAdaTrainer(AdaGRPOTrainer):
-    """The real trainer, recording what reaches the model at its generation seam (prompt token ids) and what comes
-    back (completion token ids)."""
+    """The real trainer, recording what reaches the model at its generation seam (prompt token ids) and the kept
+    completions it hands back to TRL (completion token ids)."""
 
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
         self.seen_prompts = getattr(self, "seen_prompts", []) + [list(p) for p in prompt_ids]
-        completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *args, **kwargs)
-        self.seen_completions = getattr(self, "seen_completions", []) + [list(c) for c in completion_ids]
-        return completion_ids, logprobs
+        return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+
+    def _collect_selected(self, state, local):
+        samples = super()._collect_selected(state, local)
+        self.seen_completions = getattr(self, "seen_completions", []) + [list(s.completion_ids) for s in samples]
+        return samples
 
 
 @pytest.mark.slow
