@@ -630,21 +630,26 @@ def main(argv=None):
                  "core_questions": core,
                  "avg_questions": list(avg_set["problem"]), "complete": len(runs) == len(todo),
                  "held_out_before": measures(meta["held_out_before"]), "before": meta, "runs": runs}
-        with open(args.json, "w") as f:
+        # written whole, then renamed: with --jobs > 1 every worker rewrites both after each of its runs
+        partial = f"{args.json}.{os.getpid()}.tmp"
+        with open(partial, "w") as f:
             json.dump(learning.rounded(saved), f)
+        os.replace(partial, args.json)
         if runs:
-            plot(saved, args.plot)
+            root, extension = os.path.splitext(args.plot)  # matplotlib reads the format from the extension
+            partial = f"{root}.{os.getpid()}.tmp{extension}"
+            plot(saved, partial)
+            os.replace(partial, args.plot)
         return saved
 
     def train(arm, seed):
         return train_one(arm, seed, meta["model_dir"], args, meta["held_out_before"])
 
-    if args.jobs > 1 or args.worker is not None:
-        equal_budget.run_pending(todo, result_path, train, args.jobs, args.worker, os.path.abspath(__file__), argv)
-        if args.worker is not None:
-            return 0
-    else:  # one at a time, the aggregated JSON and plot rewritten after every run
-        for arm, seed in todo:
+    if args.jobs > 1 and args.worker is None:  # start the workers (this script with --worker i/jobs) and wait
+        equal_budget.run_pending(todo, result_path, train, args.jobs, None, os.path.abspath(__file__), argv)
+    else:  # one process, or worker i of N (every N-th run): the aggregated JSON and plot rewritten after every run
+        index, count = (0, 1) if args.worker is None else (int(x) for x in args.worker.split("/"))
+        for arm, seed in todo[index::count]:
             if os.path.exists(result_path(arm, seed)):
                 continue
             run = train(arm, seed)
@@ -652,6 +657,8 @@ def main(argv=None):
                 json.dump(learning.rounded(run), f)
             aggregate()
             print(f"[real_model_ci] {arm} seed {seed} done; {time.time() - started:.0f} s since start", flush=True)
+        if args.worker is not None:
+            return 0
     saved = aggregate()
     if saved["runs"]:
         report(saved)
