@@ -512,7 +512,7 @@ def plot(saved, path):
         if axes[row][0].get_legend_handles_labels()[0]:  # a regime with no run yet has nothing to name
             axes[row][0].legend(fontsize=8)
     fig.suptitle(f"{saved['model']} on chat arithmetic: held-out greedy on the core questions, kinds weighted "
-                 "equally (mean and min-max over seeds); top: questions drawn from the whole split, bottom: a fixed "
+                 "equally (mean and min-max over seeds)\ntop: questions drawn from the whole split; bottom: a fixed "
                  "pool that returns")
     fig.tight_layout()
     fig.savefig(path)
