@@ -119,6 +119,10 @@ def test_recipe_runs_one_step_offline(recipe, tmp_path, tiny_model):
     offline_task = "arithmetic" if os.path.basename(recipe).startswith("arith_") else "synthetic"
     model = tiny_model
     if os.path.basename(recipe).startswith("tools_"):  # a chat template that renders tools, and the tool task
+        from test_rollouts import ENVIRONMENTS
+
+        if not ENVIRONMENTS:
+            pytest.skip("the tools recipe's environment_factory needs transformers >= 5.2 (TRL's floor for it)")
         model, offline_task = "tiny-tools", "products"
     train_main([
         "--config", recipe, "--output_dir", str(out), "--model_name_or_path", model, "--dataset_name", offline_task,
