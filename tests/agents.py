@@ -20,22 +20,10 @@ from collections import defaultdict
 import torch
 from datasets import Dataset
 
+from trl_ada.agents import multiply  # noqa: F401 (the tool the tests hand to the trainer)
+
 QUESTION = re.compile(r"What is (\d+) x (\d+)\?")
 RESPONSE = re.compile(r"<tool_response>(.*?)</tool_response>", re.S)
-
-
-def multiply(a: int, b: int) -> int:
-    """
-    Multiplies two integers.
-
-    Args:
-        a: The first integer.
-        b: The second integer.
-
-    Returns:
-        The product of the two integers.
-    """
-    return a * b
 
 
 def skill(a: int) -> float:
@@ -91,11 +79,7 @@ class ScriptedPolicy:
             text = tok.decode(row[mask.bool()])
             ids = tok.encode(self.respond(text), add_special_tokens=False) + [tok.eos_token_id]
             completions.append(ids[:max_new])
-        width = max(len(ids) for ids in completions)
-        padded = torch.full((len(completions), width), tok.pad_token_id, dtype=input_ids.dtype)
-        for i, ids in enumerate(completions):
-            padded[i, : len(ids)] = torch.tensor(ids)
-        return torch.cat([input_ids, padded.to(input_ids.device)], dim=1)
+        return _append(input_ids, completions, tok.pad_token_id)
 
 
 def model_turns(completion_ids: list[int], tool_mask: list[int] | None) -> list[list[int]]:
@@ -132,11 +116,16 @@ class ReplayPolicy(ScriptedPolicy):
             if not self.queues[key]:
                 raise AssertionError(f"ReplayPolicy: nothing recorded for turn {key}")
             completions.append(self.queues[key].pop(0))
-        width = max(len(ids) for ids in completions)
-        padded = torch.full((len(completions), width), tok.pad_token_id, dtype=input_ids.dtype)
-        for i, ids in enumerate(completions):
-            padded[i, : len(ids)] = torch.tensor(ids)
-        return torch.cat([input_ids, padded.to(input_ids.device)], dim=1)
+        return _append(input_ids, completions, tok.pad_token_id)
+
+
+def _append(input_ids, completions: list[list[int]], pad_token_id: int):
+    """What `generate` returns: the prompts, then the completions right-padded to one width."""
+    width = max(len(ids) for ids in completions)
+    padded = torch.full((len(completions), width), pad_token_id, dtype=input_ids.dtype)
+    for i, ids in enumerate(completions):
+        padded[i, : len(ids)] = torch.tensor(ids)
+    return torch.cat([input_ids, padded.to(input_ids.device)], dim=1)
 
 
 def install(trainer, policy) -> None:
