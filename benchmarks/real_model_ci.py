@@ -620,15 +620,24 @@ def main(argv=None):
         print(f"[real_model_ci] before training: held-out greedy {100 * meta['held_out_before']['greedy']:.1f}% "
               f"({meta['seconds']:.0f} s to evaluate)", flush=True)
 
+    def finished():
+        # every run in the results folder, not only this invocation's seeds and arms: a partial rerun (--seeds 1,
+        # --arms dapo) must not drop the others from the JSON that the report and the next checkout read
+        names = os.listdir(os.path.join(args.output_dir, "results"))
+        seeds = sorted(set(args.seeds) | {int(name.rsplit("-seed", 1)[1][:-len(".json")])
+                                          for name in names if "-seed" in name and name.endswith(".json")})
+        return equal_budget.finished_runs([(arm, s) for s in seeds for arm in ORDER], result_path)
+
     def aggregate():
-        runs = equal_budget.finished_runs(todo, result_path)
+        runs = finished()
         saved = {"model": os.path.basename(os.path.normpath(meta["model_dir"])), "settings": settings,
                  **{name: value for name, value in settings.items() if name != "config"},
                  "eval_every": args.eval_every, "pool_eval_every": args.pool_eval_every,
                  "recipe": settings["config"], "threads": args.threads, "jobs": args.jobs,
                  "question_kinds": list(greedy_set["kind"]), "questions": list(greedy_set["problem"]),
                  "core_questions": core,
-                 "avg_questions": list(avg_set["problem"]), "complete": len(runs) == len(todo),
+                 "avg_questions": list(avg_set["problem"]),
+                 "complete": all(os.path.exists(result_path(arm, s)) for arm, s in todo),
                  "held_out_before": measures(meta["held_out_before"]), "before": meta, "runs": runs}
         # written whole, then renamed: with --jobs > 1 every worker rewrites both after each of its runs
         partial = f"{args.json}.{os.getpid()}.tmp"
@@ -663,7 +672,8 @@ def main(argv=None):
     if saved["runs"]:
         report(saved)
     print(f"\nresults: {args.json}  plot: {args.plot}  wall time {time.time() - started:.0f} s "
-          f"({len(saved['runs'])} of {len(todo)} runs)")
+          f"({len(saved['runs'])} runs in the JSON; of the {len(todo)} asked for, "
+          f"{sum(os.path.exists(result_path(arm, s)) for arm, s in todo)} finished)")
     return 0
 
 

@@ -471,3 +471,11 @@ def test_real_model_ci_trains_both_regimes_and_resumes_from_its_json(tmp_path, t
     again = capsys.readouterr().out
     assert "4 finished runs restored" in again and "until" not in again
     assert tables(again) == tables(printed)
+
+    # A rerun of one arm and one seed trains nothing new and keeps every other finished run in the JSON.
+    arms = common.index("--arms")
+    one_arm = [*common[:arms], "--arms", "grpo_n4", *common[arms + 5:]]
+    assert bench.main([*one_arm, "--output_dir", str(tmp_path / "two")]) == 0
+    assert "until" not in capsys.readouterr().out
+    kept = json.loads((tmp_path / "a.json").read_text())
+    assert [(r["method"], r["seed"]) for r in kept["runs"]] == [(r["method"], r["seed"]) for r in saved["runs"]]
