@@ -116,6 +116,7 @@ class EqualSamplesRun(TrainerCallback):
 def train_one(method, seed, model_dir, args, before):
     script, shared, ada = learning.recipe_kwargs(args.config)
     shared["model_init_kwargs"] = {"dtype": "float32"}  # the recipe's dtype line is a ModelConfig field
+    shared["max_completion_length"] = args.max_completion_length
     prompts_per_step = shared["per_device_train_batch_size"] // shared["num_generations"]
     train = arithmetic_problems(script["synthetic_num_examples"], args.task_seed, split="train")
     held_out = arithmetic_problems(args.eval_examples, args.task_seed, split="test")
@@ -277,6 +278,8 @@ def main(argv=None):
     parser.add_argument("--eval_every", type=int, default=128, help="held-out evaluation every this many completions")
     parser.add_argument("--eval_examples", type=int, default=48, help="held-out questions (equal shares of the kinds)")
     parser.add_argument("--eval_k", type=int, default=4, help="samples per question of avg@k")
+    parser.add_argument("--max_completion_length", type=int, default=48,
+                        help="48, the cap of the recipes when this comparison ran (they use 96 since issue 32)")
     parser.add_argument("--eval_seed", type=int, default=1234)
     parser.add_argument("--task_seed", type=int, default=0, help="seed of the training and held-out question sets")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -307,6 +310,7 @@ def main(argv=None):
         model_dir = materialize("smollm2", args.model)
         if not os.path.exists(before_path):  # the same model and held-out questions for every arm and seed: once
             script, shared, _ = learning.recipe_kwargs(args.config)
+            shared["max_completion_length"] = args.max_completion_length
             held_out = arithmetic_problems(args.eval_examples, args.task_seed, split="test")
             held = HeldOutArithmetic(AutoTokenizer.from_pretrained(model_dir), held_out, args.eval_k,
                                      shared["max_completion_length"], args.eval_seed)

@@ -89,7 +89,7 @@ def test_recipe_parses(recipe):
         assert not model_args.use_peft and model_args.dtype == "float32" and not training_args.bf16
         assert (training_args.learning_rate, training_args.lr_scheduler_type.value) == (3e-5, "constant")
         assert training_args.loss_type == "dapo" and training_args.per_device_train_batch_size == 16
-        assert (training_args.max_completion_length, training_args.temperature) == (48, 1.0)
+        assert (training_args.max_completion_length, training_args.temperature) == (96, 1.0)  # issue 32: 48 cut right prose
     elif "SmolLM2" in recipe:  # easy word problems with \boxed{} answers, LoRA over a bf16 base
         assert model_args.use_peft and script_args.dataset_name == "word_problems"
         assert training_args.max_completion_length == 192
