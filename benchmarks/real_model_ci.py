@@ -549,6 +549,36 @@ def restore(json_path, settings, result_path, before_path):
     return restored
 
 
+def evaluate_saved(args):
+    """The before/after table of a model trained elsewhere (the demo), on this benchmark's held-out set."""
+    greedy_set, avg_set = held_out_set(args.two_digit, args.three_digit, args.avg_per_kind, args.task_seed)
+    with open(args.json) as f:
+        saved = json.load(f)
+    if {name: saved["settings"].get(name) for name in ("two_digit", "three_digit", "avg_per_kind", "task_seed",
+                                                        "eval_k", "eval_seed", "max_completion_length")} != {
+            name: getattr(args, name) for name in ("two_digit", "three_digit", "avg_per_kind", "task_seed",
+                                                   "eval_k", "eval_seed", "max_completion_length")}:
+        raise SystemExit(f"--evaluate: {args.json} measured the base model with other held-out settings")
+    before = saved["held_out_before"]
+    held = HeldOut(AutoTokenizer.from_pretrained(args.evaluate), greedy_set, avg_set, args.eval_k,
+                   args.max_completion_length, args.eval_seed, core_indices(greedy_set["kind"], args.core_per_kind))
+    after = measures(held.measure(AutoModelForCausalLM.from_pretrained(args.evaluate, dtype=torch.float32), True))
+    with open(os.path.join(args.evaluate, "held_out_ci.json"), "w") as f:
+        json.dump({"before": before, "after": after, "seconds": held.seconds}, f, indent=1)
+    counts = {kind: list(greedy_set["kind"]).count(kind) for kind in (*TRAINED_KINDS, TRANSFER)}
+    print(f"\n| held-out ({len(greedy_set)} questions never trained on; greedy on all, avg@{args.eval_k} at T=1.0 on "
+          f"{len(avg_set)}) | before RL | after RL |\n|---|---:|---:|")
+    for key in ("greedy", *(f"greedy {kind}" for kind in counts), "greedy clipped", "avg@k",
+                *(f"avg@k {kind}" for kind in TRAINED_KINDS)):
+        measure, _, kind = key.partition(" ")
+        label = {"greedy": "**greedy, trained kinds**", "avg@k": f"**avg@{args.eval_k}, trained kinds**",
+                 "greedy clipped": "greedy answers cut at the cap"}.get(key)
+        label = label or f"{measure if measure == 'greedy' else f'avg@{args.eval_k}'}, {kind}" + (
+            f" ({counts[kind]})" if measure == "greedy" else "") + (" (transfer)" if kind == TRANSFER else "")
+        print(f"| {label} | {100 * before[key]:.1f}% | {100 * after[key]:.1f}% |")
+    print(f"\n({held.seconds:.0f} s to evaluate; {os.path.join(args.evaluate, 'held_out_ci.json')})")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", default="runs/bench-real-model-ci")
@@ -578,6 +608,9 @@ def main(argv=None):
     parser.add_argument("--json", default=os.path.join(HERE, "real_model_ci.json"))
     parser.add_argument("--plot", default=os.path.join(HERE, "real_model_ci.png"))
     parser.add_argument("--from_json", default=None, help="re-print the tables and redraw the plot, without training")
+    parser.add_argument("--evaluate", default=None, metavar="MODEL_DIR",
+                        help="measure a trained model folder (e.g. make demo's runs/demo/ada) on this held-out set "
+                             "beside the base model's measures in --json; writes MODEL_DIR/held_out_ci.json")
     args = parser.parse_args(argv)
     if args.from_json:
         with open(args.from_json) as f:
@@ -587,6 +620,9 @@ def main(argv=None):
         print(f"\nplot: {args.plot}")
         return 0
     torch.set_num_threads(args.threads)
+    if args.evaluate:
+        evaluate_saved(args)
+        return 0
     started = time.time()
     os.makedirs(os.path.join(args.output_dir, "results"), exist_ok=True)
     before_path = os.path.join(args.output_dir, "before.json")

@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import shutil
 
 import pytest
 
@@ -479,3 +480,17 @@ def test_real_model_ci_trains_both_regimes_and_resumes_from_its_json(tmp_path, t
     assert "until" not in capsys.readouterr().out
     kept = json.loads((tmp_path / "a.json").read_text())
     assert [(r["method"], r["seed"]) for r in kept["runs"]] == [(r["method"], r["seed"]) for r in saved["runs"]]
+
+    # --evaluate: a model trained elsewhere (the demo's), on the same held-out set, beside the base model's measures
+    trained = tmp_path / "trained"
+    shutil.copytree(tiny_model, trained)
+    assert bench.main([*common, "--evaluate", str(trained)]) == 0
+    table = tables(capsys.readouterr().out)
+    written = json.loads((trained / "held_out_ci.json").read_text())
+    assert written["before"] == saved["held_out_before"]
+    # the untrained copy measured again gives the base model's measures: same questions, same seeded noise
+    assert written["after"] == pytest.approx(written["before"], abs=1e-5)
+    before_2digit = f"{100 * written['before']['greedy 2-digit +']:.1f}%"
+    assert f"| greedy, 2-digit + (6) | {before_2digit} | {before_2digit} |" in table
+    with pytest.raises(SystemExit, match="other held-out settings"):
+        bench.main([*common, "--two_digit", "7", "--evaluate", str(trained)])
