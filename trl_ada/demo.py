@@ -175,7 +175,7 @@ def real_model_demo(args) -> dict:
     tokens = training_args.max_completion_length
     print(f"[demo] {os.path.basename(os.path.normpath(model_dir))} learns chat arithmetic with AdaGRPOTrainer "
           f"({training_args.reinforce_ada_choice}, {training_args.max_steps} steps); held-out: {len(held_out)} "
-          "questions never trained on. About 10 minutes on 2 CPU cores.", flush=True)
+          "questions never trained on. About 10-25 minutes on 2 CPU cores.", flush=True)
 
     def measure(path: str, when: str) -> dict:
         print(f"[demo] held-out evaluation {when} RL: {len(held_out)} greedy + {len(held_out) * args.eval_k} sampled "
