@@ -33,9 +33,11 @@ keeps TRL's clipped ratio (completions cut at the cap) and mean completion lengt
 The report (`report`, recomputed from the JSON) gives per arm and per seed the measures at the stop, and per arm the
 mean paired difference to GRPO with a 95% bootstrap interval over seeds and questions (`benchmarks/paired.py`) at
 equal generated completions, equal optimizer steps and equal training seconds; an interval containing 0 reads "no
-difference measured". Each run writes <output_dir>/results/<arm>-seed<seed>.json when it ends and, with `--jobs 1`,
-the aggregated `--json` and `--plot` after every run; a rerun skips finished runs, and runs found in `--json` (same
-settings) are restored into <output_dir>/results first, so the committed JSON alone is enough to resume.
+difference measured". Each run writes <output_dir>/results/<arm>-seed<seed>.json when it ends, and the aggregated
+`--json` and `--plot` after every run; a rerun skips finished runs, and runs found in `--json` (same settings) are
+restored into <output_dir>/results first, so the committed JSON alone is enough to resume. `touch
+<output_dir>/STOP` lets every job finish the run in hand and start no other (a session about to end loses no
+half-done run); delete it to go on.
 """
 
 from __future__ import annotations
@@ -694,9 +696,13 @@ def main(argv=None):
         equal_budget.run_pending(todo, result_path, train, args.jobs, None, os.path.abspath(__file__), argv)
     else:  # one process, or worker i of N (every N-th run): the aggregated JSON and plot rewritten after every run
         index, count = (0, 1) if args.worker is None else (int(x) for x in args.worker.split("/"))
+        stop = os.path.join(args.output_dir, "STOP")
         for arm, seed in todo[index::count]:
             if os.path.exists(result_path(arm, seed)):
                 continue
+            if os.path.exists(stop):  # a session about to end: the run in hand finished, none started to be lost
+                print(f"[real_model_ci] {stop} exists: no new run started (delete it to go on)", flush=True)
+                break
             run = train(arm, seed)
             with open(result_path(arm, seed), "w") as f:
                 json.dump(learning.rounded(run), f)

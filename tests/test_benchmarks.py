@@ -494,3 +494,11 @@ def test_real_model_ci_trains_both_regimes_and_resumes_from_its_json(tmp_path, t
     assert f"| greedy, 2-digit + (6) | {before_2digit} | {before_2digit} |" in table
     with pytest.raises(SystemExit, match="other held-out settings"):
         bench.main([*common, "--two_digit", "7", "--evaluate", str(trained)])
+
+    # A STOP file in the output folder: no run is started (the ones in hand would finish), and the message says so.
+    (tmp_path / "three").mkdir()
+    (tmp_path / "three" / "STOP").touch()
+    assert bench.main([*common, "--json", str(tmp_path / "fresh.json"), "--output_dir", str(tmp_path / "three")]) == 0
+    stopped = capsys.readouterr().out
+    assert "STOP exists: no new run started" in stopped and "until" not in stopped
+    assert not json.loads((tmp_path / "fresh.json").read_text())["runs"]
