@@ -505,7 +505,8 @@ def plot(saved, path):
                 ys = [[learning.interpolate([p[axis] for p in r["curve"]],
                                             [headline(p["core_items"], core_kinds) for p in r["curve"]], x)
                        for x in grid] for r in rs]
-                learning.band(axes[row][column], [grid] * len(rs), ys, COLORS[arm], f"{arm} ({len(rs)} seeds)")
+                learning.band(axes[row][column], [grid] * len(rs), ys, COLORS[arm],
+                              f"{arm} ({len(rs)} seed{'s' if len(rs) > 1 else ''})")
         for column, (_, label) in enumerate(axes_x):
             ax = axes[row][column]
             ax.set_xlabel(label)
