@@ -160,8 +160,9 @@ test-sets: test test-newest test-oldest
 
 # The real-model comparison with intervals (issue 32): SmolLM2-135M-Instruct on chat arithmetic, 5 arms at 320 generated
 # completions and the prompts-return regime (3 arms, a pool of 32 questions, 640 completions), paired seeds, 293
-# held-out questions; benchmarks/real_model_ci.json holds what has run (benchmarks/README.md section 6 gives the time
-# a run takes). Never run by CI; resumes where it stopped, from runs/bench-real-model-ci or from the committed JSON.
+# held-out questions; benchmarks/real_model_ci.json holds what has run (benchmarks/README.md section 8 gives the time
+# a run takes). Never run by CI; resumes where it stopped, from runs/bench-real-model-ci or from the committed JSON;
+# `touch runs/bench-real-model-ci/STOP` lets the jobs finish the runs in hand and start no other.
 # The issue-21 run (7 arms x 3 seeds, 48 questions): python benchmarks/real_model.py --help.
 REAL_MODEL_SEEDS ?= 0 1 2 3 4
 REAL_MODEL_JOBS ?= 2
