@@ -557,10 +557,9 @@ def evaluate_saved(args):
     greedy_set, avg_set = held_out_set(args.two_digit, args.three_digit, args.avg_per_kind, args.task_seed)
     with open(args.json) as f:
         saved = json.load(f)
-    if {name: saved["settings"].get(name) for name in ("two_digit", "three_digit", "avg_per_kind", "task_seed",
-                                                        "eval_k", "eval_seed", "max_completion_length")} != {
-            name: getattr(args, name) for name in ("two_digit", "three_digit", "avg_per_kind", "task_seed",
-                                                   "eval_k", "eval_seed", "max_completion_length")}:
+    held_out_settings = ("two_digit", "three_digit", "avg_per_kind", "task_seed", "eval_k", "eval_seed",
+                         "max_completion_length")
+    if any(saved["settings"].get(name) != getattr(args, name) for name in held_out_settings):
         raise SystemExit(f"--evaluate: {args.json} measured the base model with other held-out settings")
     before = saved["held_out_before"]
     held = HeldOut(AutoTokenizer.from_pretrained(args.evaluate), greedy_set, avg_set, args.eval_k,
