@@ -33,7 +33,8 @@ keeps TRL's clipped ratio (completions cut at the cap) and mean completion lengt
 The report (`report`, recomputed from the JSON) gives per arm and per seed the measures at the stop, and per arm the
 mean paired difference to GRPO with a 95% bootstrap interval over seeds and questions (`benchmarks/paired.py`) at
 equal generated completions, equal optimizer steps and equal training seconds; an interval containing 0 reads "no
-difference measured". Each run writes <output_dir>/results/<arm>-seed<seed>.json when it ends, and the aggregated
+difference measured"; for the prompts-return regime, what the budgeted mode skipped and the trained groups with
+signal in each half of a run; last, the README's "Which sampling should I use?" table. Each run writes <output_dir>/results/<arm>-seed<seed>.json when it ends, and the aggregated
 `--json` and `--plot` after every run; a rerun skips finished runs, and runs found in `--json` (same settings) are
 restored into <output_dir>/results first, so the committed JSON alone is enough to resume. `touch
 <output_dir>/STOP` lets every job finish the run in hand and start no other (a session about to end loses no
@@ -76,6 +77,8 @@ POOL = ("grpo_n4_pool", "ada_budget_pool", "ada_pos_pool")
 ORDER = ("grpo_n4", "ada_pos", "ada_budget", "grpo_n4_pool", "ada_budget_pool", "dapo", "ada_balance", "ada_pos_pool")
 BASELINE = {"independent draws": "grpo_n4", "prompts return": "grpo_n4_pool"}
 REGIMES = {"independent draws": MAIN, "prompts return": POOL}
+# The arms of the README's "Which sampling should I use?" table, in its order.
+README_ARMS = ("ada_pos", "ada_balance", "dapo", "ada_budget", "ada_budget_pool", "ada_pos_pool")
 TRAINED_KINDS = tuple(kind for kind, *_ in ARITHMETIC_KINDS)
 TRANSFER = "3-digit +"
 COLORS = dict(equal_budget.COLORS, grpo_n4_pool="#444444", ada_budget_pool="#1a9641", ada_pos_pool="#d95f02")
@@ -88,6 +91,13 @@ SETTINGS = ("budget", "pool_budget", "pool_size", "two_digit", "three_digit",
 
 def base_arm(arm: str) -> str:
     return arm.removesuffix("_pool")
+
+
+def config_fields(arm: str) -> str:
+    """The AdaGRPOConfig fields an arm sets, as a user writes them: `sampling_budget=4.0, prompt_memory=True`."""
+    fields = ", ".join(f"{name}={json.dumps(value) if isinstance(value, str) else repr(value)}"
+                       for name, value in real_model.ARMS[base_arm(arm)][1].items())
+    return f"`{fields}`" + (", prompts return" if arm in POOL else "")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -376,6 +386,7 @@ def report(saved):
     weights, core_weights = kind_weights(kinds), kind_weights(core_kinds)
     macro = {"greedy": lambda a: statistics.mean(a[f"greedy {kind}"] for kind in TRAINED_KINDS)}
     before = saved["held_out_before"]
+    readme = {}  # arm -> (seeds, equal completions, equal steps, step), for the README's table
     print(f"\nHeld-out: {int(trained.sum())} questions of the trained kinds (" +
           ", ".join(f"{kinds.count(kind)} {kind}" for kind in TRAINED_KINDS) +
           f"), {int(transfer.sum())} {TRANSFER} (transfer, never trained); avg@{k} on "
@@ -452,6 +463,7 @@ def report(saved):
 
             print(f"| {arm} | {at_samples['seeds']} | {cell(at_samples)} | {cell(at_steps, f' (step {steps})')} | "
                   f"{cell(at_seconds, f' ({seconds:.0f} s)')} | {cell(avg)} | {cell(probe)} |")
+            readme[arm] = (at_samples["seeds"], cell(at_samples), cell(at_steps, f", at step {steps}"))
         print(f"\nPer kind, at the stop (paired difference to {baseline}, greedy, points, 95% interval):\n")
         print("| arm | " + " | ".join(TRAINED_KINDS) + " |")
         print("|---|" + "---|" * len(TRAINED_KINDS))
@@ -463,14 +475,27 @@ def report(saved):
                 print(f"| {arm} | " + " | ".join("-" if c is None else paired.describe(c) for c in cells) + " |")
         if regime == "prompts return":
             memory_table(rs_all, arms, saved)
+    rows = [arm for arm in README_ARMS if arm in readme]
+    if rows:
+        print(f"\nThe README's table (\"Which sampling should I use?\"): paired difference to GRPO n=4, greedy, "
+              "points, 95% interval:\n")
+        print(f"| sampler (`AdaGRPOConfig`) | seeds | equal generated completions (all {int(trained.sum())}) | equal "
+              f"optimizer steps ({int(core_trained.sum())} core questions, the last step both reach) |")
+        print("|---|---:|---|---|")
+        for arm in rows:
+            seeds, at_samples, at_steps = readme[arm]
+            print(f"| {config_fields(arm)} | {seeds} | {at_samples} | {at_steps} |")
 
 
 def memory_table(rs_all, arms, saved):
     print(f"\nHow often the prompts returned and what the budgeted mode skipped (pool of {saved['pool_size']} "
-          "questions; visits = prompts drawn / pool size; pass rates are the memory's posterior means):\n")
+          "questions; visits = prompts drawn / pool size; pass rates are the memory's posterior means; the trained "
+          "groups with signal and their round-1 reward (the pass rate of what was sampled) in the first and the "
+          "second half of the run's steps):\n")
     print("| arm | seed | visits per question | prompts skipped | skipped / drawn | skipped prompts' remembered pass "
-          "rate (mean; < 0.2 / 0.2-0.8 / > 0.8) | remembered prompts at the end: pass rate < 0.2 / 0.2-0.8 / > 0.8 |")
-    print("|---|---:|---:|---:|---:|---|---|")
+          "rate (mean; < 0.2 / 0.2-0.8 / > 0.8) | remembered prompts at the end: pass rate < 0.2 / 0.2-0.8 / > 0.8 | "
+          "groups with signal, first / second half | round-1 reward, first / second half |")
+    print("|---|---:|---:|---:|---:|---|---|---|---|")
     for arm in arms:
         for r in sorted((r for r in rs_all if r["method"] == arm), key=lambda r: r["seed"]):
             drawn = sum(r["prompts_drawn"])
@@ -481,8 +506,11 @@ def memory_table(rs_all, arms, saved):
             skip_cell = "-" if not rates else f"{statistics.mean(rates):.2f} ({bands(rates)})"
             export = r.get("memory_export")
             end_cell = "-" if not export else bands([row["pass_rate"] for row in export])
+            half = len(r["signal"]) // 2
+            halves = (lambda xs: "-" if half == 0 else f"{100 * _mean(xs[:half]):.0f}% / {100 * _mean(xs[half:]):.0f}%")
             print(f"| {arm} | {r['seed']} | {drawn / saved['pool_size']:.1f} | {skipped:.0f} | "
-                  f"{100 * skipped / drawn:.0f}% | {skip_cell} | {end_cell} |")
+                  f"{100 * skipped / drawn:.0f}% | {skip_cell} | {end_cell} | {halves(r['signal'])} | "
+                  f"{halves(r['round1_reward'])} |")
 
 
 def plot(saved, path):

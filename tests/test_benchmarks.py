@@ -421,6 +421,8 @@ def test_real_model_ci_report_recomputes_paired_intervals_from_the_json(tmp_path
             runs.append(run)
         for method in ("grpo_n4_pool", "ada_budget_pool"):
             run, kinds = _synthetic_run(method, seed, "prompts return", [0, 1, 0, 1, 0, 0], [0.5, 0.5], 2, 50.0)
+            if method == "ada_budget_pool":  # every group with signal in the first half, none in the second
+                run.update(signal=[1.0, 0.0], round1_reward=[0.5, 1.0])
             runs.append(run)
     saved = {"model": "synthetic", "budget": 32, "pool_budget": 32, "pool_size": 4, "avg_per_kind": 1, "eval_k": 2,
              "max_completion_length": 96, "question_kinds": kinds, "core_questions": list(range(len(kinds))),
@@ -440,6 +442,16 @@ def test_real_model_ci_report_recomputes_paired_intervals_from_the_json(tmp_path
     assert "(step 6)" in row["ada_pos"] and "(100 s)" in row["ada_pos"]
     memory_rows = [line for line in tables(printed) if line.startswith("| ada_budget_pool | ")]
     assert any("0.90 (0 / 0 / 1)" in line and "0 / 1 / 1" in line for line in memory_rows)
+    skip_rows = [line for line in memory_rows if "0.90 (0 / 0 / 1)" in line]
+    assert len(skip_rows) == 3 and all(line.endswith("| 100% / 0% | 50% / 100% |") for line in skip_rows)  # halves
+    # the README's table: each arm as the AdaGRPOConfig fields it sets, its seeds, both equal-cost cells
+    readme = {line.split(" | ")[0]: line for line in tables(printed) if line.startswith("| `")}
+    assert readme['| `reinforce_ada_choice="positive_focused"`'] == (
+        '| `reinforce_ada_choice="positive_focused"` | 3 | +100.0 [+100.0, +100.0] ahead | '
+        '+65.0 [+65.0, +65.0] ahead, at step 6 |')  # GRPO interpolated to 0.35 at step 6
+    assert readme["| `multiround_adaptive_downsampling=False, dynamic_sampling=True`"].endswith(
+        "| 3 | +0.0 [+0.0, +0.0] no difference measured | -35.0 [-35.0, -35.0] behind, at step 6 |")
+    assert "| `sampling_budget=4.0, prompt_memory=True`, prompts return | 3 |" in printed
     assert (tmp_path / "ci.png").stat().st_size > 0
 
 
