@@ -1,6 +1,6 @@
 """avg@k evaluation with the reference settings: k samples per problem at temperature 1.0, top_p 1.0.
 
-    trl-ada-eval --model_name_or_path runs/demo/checkpoint-40 --datasets math500.jsonl aime.jsonl --k 32
+    trl-ada-eval --model_name_or_path runs/Qwen2.5-Math-1.5B-ada_balance --datasets math500.jsonl aime.jsonl --k 32
 
 Each data set is a Hub id or a local json/jsonl/parquet file with `problem` and `answer` (or `gt`) columns. Prints a
 table (avg@k per set and the average weighted by set size, the paper's headline figure) and writes it as JSON.

@@ -4,7 +4,7 @@
 the slowest completion of the whole batch before any prompt can be checked and resampled. A prompt's exit rule
 depends only on its own pool, so nothing requires that barrier. `run_pipelined_sampling` drives an engine that takes
 single samples and finishes them in any order (a colocated vLLM engine stepped by hand, or a simulation) and returns
-exactly what the synchronous driver returns, by construction (`../docs/rollout.md`'s four invariants):
+exactly what the synchronous driver returns, by construction (four invariants):
 
 1. a round is the fixed set of slots issued for it: sample j of round k of a prompt is slot k*M + j, never "the
    first M completions to arrive";

@@ -1,4 +1,4 @@
-"""A tiny offline model and tokenizer, built locally (no hub): the default of the demo, tests and benchmarks.
+"""A tiny offline model and tokenizer, built locally (no hub): the model of `make demo-tiny`, the tests and benchmarks.
 
 A byte-level BPE tokenizer trained on text the project generates, with a ChatML chat template, an EOS
 (`<|im_end|>`) and a separate pad token, and a 2-layer Qwen2 model, saved to a folder that TRL loads like any

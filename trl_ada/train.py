@@ -6,14 +6,14 @@
 The YAML keys are the fields of `ScriptArguments` below, `AdaGRPOConfig` and TRL's `ModelConfig` (peft LoRA with
 `use_peft: true`). `--model_name_or_path tiny` builds the tiny offline model and `--dataset_name synthetic` the
 offline arithmetic task, so every recipe can be smoke-tested on a CPU without a hub. `--model_name_or_path tiny-warm`
-starts from the demo's warm-started tiny model instead (built once, cached in <output_dir>/warm-model), so that the
-tiny recipe learns when run directly. `--dataset_name word_problems` (easy arithmetic word problems,
-\boxed{} answers) and `--dataset_name arithmetic` (chat arithmetic graded by `last_number_reward`) are the offline tasks
-of the real-model (SmolLM2) recipes.
+starts from the tiny demo's warm-started model instead (built once, cached in <output_dir>/warm-model), so that the
+tiny recipe learns when run directly. `--dataset_name arithmetic` (chat arithmetic graded by `last_number_reward`) is
+the offline task of the SmolLM2 recipes; `--dataset_name word_problems` (easy arithmetic word problems, \\boxed{}
+answers) that of `benchmarks/smollm2.py`, which a 135M model does not learn.
 
-Agents: `--tools pkg.module:function` (repeatable; `pkg.module.function` works too) hands tools to the trainer and
-`--environment_factory pkg.module:Class` an environment, as TRL's GRPOTrainer takes them. `--dataset_name products`
-is the offline tool-use task (`trl_ada.agents`: "What is 347 x 29?" with a `multiply` tool) and
+Agents: `--tools pkg.module:f1 pkg.module:f2` (several after one flag; `pkg.module.f1` works too) hands tools to the
+trainer and `--environment_factory pkg.module:Class` an environment, as TRL's GRPOTrainer takes them. `--dataset_name
+products` is the offline tool-use task (`trl_ada.agents`: "What is 47 x 8?" with a `multiply` tool) and
 `--model_name_or_path tiny-tools-warm` the tiny tool-calling model after a supervised warm start on tool-use
 demonstrations (recipes/tiny/tools_ada_pos.yaml).
 """

@@ -3,15 +3,16 @@
 The algorithm lives in `trl_ada.sampling` (rounds, exit rule, selection) and `trl_ada.advantages` (estimators);
 this module only wires them into TRL, at three seams of `GRPOTrainer`:
 
-- `_generate_and_score_completions` (one generation batch): first sample the batch's prompts in rounds, through
-  TRL's own `_generate_single_turn` (vLLM colocate/server or transformers) and `_calculate_rewards`; with dynamic
+- `_generate_and_score_completions` (one generation batch): first sample the batch's prompts in rounds, each
+  through TRL's own rollout path up to `_generate` (vLLM colocate/server, transformers, continuous batching, the tool
+  loop or `rollout_func`), where a round keeps its samples and ends, and `_calculate_rewards`; with dynamic
   sampling, drop the prompts without signal and sample prompts drawn from the training set in their place
   (`trl_ada.dynamic`, `trl_ada.refill`); with prompt memory, fold every scored completion into it
   (`trl_ada.memory`). Then TRL's stock method runs on the chosen prompts and does everything else (padding,
   old/ref log-probs, vLLM importance sampling, metrics); afterwards its GRPO advantages are replaced by the
   configured estimator;
-- `_generate_single_turn`: when TRL asks for completions of the chosen prompts, hand back the n selected ones (with
-  their sampling log-probs) per prompt instead of generating again;
+- `_generate`: when TRL asks for completions of the chosen prompts, hand back the n selected samples per prompt
+  (completion ids, sampling log-probs, tool mask, images, extra fields) instead of generating again;
 - `_calculate_rewards`: likewise return the rewards computed during the rounds, so every completion is scored once.
 
 With vLLM, the backend TRL builds is `trl_ada.vllm_backend.ReloadingVLLMGeneration`, which pushes weights into a
