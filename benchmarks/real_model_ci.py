@@ -34,8 +34,9 @@ The report (`report`, recomputed from the JSON) gives per arm and per seed the m
 mean paired difference to GRPO with a 95% bootstrap interval over seeds and questions (`benchmarks/paired.py`) at
 equal generated completions, equal optimizer steps and equal training seconds; an interval containing 0 reads "no
 difference measured"; for the prompts-return regime, what the budgeted mode skipped and the trained groups with
-signal in each half of a run; last, the README's "Which sampling should I use?" table. Each run writes <output_dir>/results/<arm>-seed<seed>.json when it ends, and the aggregated
-`--json` and `--plot` after every run; a rerun skips finished runs, and runs found in `--json` (same settings) are
+signal in each half of a run, and the kinds of the remembered-unsolved prompts it skipped; last, the README's "Which
+sampling should I use?" table. Each run writes <output_dir>/results/<arm>-seed<seed>.json when it ends, and the
+aggregated `--json` and `--plot` after every run; a rerun skips finished runs, and runs found in `--json` (same settings) are
 restored into <output_dir>/results first, so the committed JSON alone is enough to resume. `touch
 <output_dir>/STOP` lets every job finish the run in hand and start no other (a session about to end loses no
 half-done run); delete it to go on.
@@ -494,8 +495,11 @@ def memory_table(rs_all, arms, saved):
           "second half of the run's steps):\n")
     print("| arm | seed | visits per question | prompts skipped | skipped / drawn | skipped prompts' remembered pass "
           "rate (mean; < 0.2 / 0.2-0.8 / > 0.8) | remembered prompts at the end: pass rate < 0.2 / 0.2-0.8 / > 0.8 | "
-          "groups with signal, first / second half | round-1 reward, first / second half |")
-    print("|---|---:|---:|---:|---:|---|---|---|---|")
+          "groups with signal, first / second half | round-1 reward, first / second half | skipped with pass rate "
+          "< 0.2, by kind (" + " / ".join(TRAINED_KINDS) + ") |")
+    print("|---|---:|---:|---:|---:|---|---|---|---|---|")
+    pool = training_pool(saved["pool_size"], saved.get("task_seed", 0))
+    kind_of = dict(zip(pool["problem"], pool["kind"]))
     for arm in arms:
         for r in sorted((r for r in rs_all if r["method"] == arm), key=lambda r: r["seed"]):
             drawn = sum(r["prompts_drawn"])
@@ -508,9 +512,14 @@ def memory_table(rs_all, arms, saved):
             end_cell = "-" if not export else bands([row["pass_rate"] for row in export])
             half = len(r["signal"]) // 2
             halves = (lambda xs: "-" if half == 0 else f"{100 * _mean(xs[:half]):.0f}% / {100 * _mean(xs[half:]):.0f}%")
+            # the memory export names each remembered prompt; a skip record carries only its hash
+            text_of = {row.get("prompt_hash"): row.get("prompt") for row in export or []}
+            low = [kind_of.get(text_of.get(skip["prompt_hash"])) for skip in r.get("skipped") or []
+                   if skip["pass_rate"] < 0.2]
+            low_cell = "-" if not low else " / ".join(str(low.count(kind)) for kind in TRAINED_KINDS)
             print(f"| {arm} | {r['seed']} | {drawn / saved['pool_size']:.1f} | {skipped:.0f} | "
                   f"{100 * skipped / drawn:.0f}% | {skip_cell} | {end_cell} | {halves(r['signal'])} | "
-                  f"{halves(r['round1_reward'])} |")
+                  f"{halves(r['round1_reward'])} | {low_cell} |")
 
 
 def plot(saved, path):

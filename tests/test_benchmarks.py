@@ -423,6 +423,11 @@ def test_real_model_ci_report_recomputes_paired_intervals_from_the_json(tmp_path
             run, kinds = _synthetic_run(method, seed, "prompts return", [0, 1, 0, 1, 0, 0], [0.5, 0.5], 2, 50.0)
             if method == "ada_budget_pool":  # every group with signal in the first half, none in the second
                 run.update(signal=[1.0, 0.0], round1_reward=[0.5, 1.0])
+                # and one skip of a remembered-unsolved pool question, named by its hash in the memory export
+                question = bench.training_pool(4, 0)[0]
+                run["skipped"].append({"step": 1, "prompt_hash": "ab", "pass_rate": 0.1, "visits": 2})
+                run["memory_export"].append({"prompt_hash": "ab", "prompt": question["problem"], "pass_rate": 0.1})
+                unsolved = " / ".join(str(int(kind == question["kind"])) for kind in bench.TRAINED_KINDS)
             runs.append(run)
     saved = {"model": "synthetic", "budget": 32, "pool_budget": 32, "pool_size": 4, "avg_per_kind": 1, "eval_k": 2,
              "max_completion_length": 96, "question_kinds": kinds, "core_questions": list(range(len(kinds))),
@@ -441,9 +446,9 @@ def test_real_model_ci_report_recomputes_paired_intervals_from_the_json(tmp_path
     assert "-35.0 [-35.0, -35.0] behind (step 6)" in row["dapo"]
     assert "(step 6)" in row["ada_pos"] and "(100 s)" in row["ada_pos"]
     memory_rows = [line for line in tables(printed) if line.startswith("| ada_budget_pool | ")]
-    assert any("0.90 (0 / 0 / 1)" in line and "0 / 1 / 1" in line for line in memory_rows)
-    skip_rows = [line for line in memory_rows if "0.90 (0 / 0 / 1)" in line]
-    assert len(skip_rows) == 3 and all(line.endswith("| 100% / 0% | 50% / 100% |") for line in skip_rows)  # halves
+    assert any("0.50 (1 / 0 / 1)" in line and "1 / 1 / 1" in line for line in memory_rows)
+    skip_rows = [line for line in memory_rows if "0.50 (1 / 0 / 1)" in line]  # the 0.9 skip and the 0.1 one
+    assert len(skip_rows) == 3 and all(line.endswith(f"| 100% / 0% | 50% / 100% | {unsolved} |") for line in skip_rows)
     # the README's table: each arm as the AdaGRPOConfig fields it sets, its seeds, both equal-cost cells
     readme = {line.split(" | ")[0]: line for line in tables(printed) if line.startswith("| `")}
     assert readme['| `reinforce_ada_choice="positive_focused"`'] == (
