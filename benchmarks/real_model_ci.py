@@ -36,8 +36,8 @@ equal generated completions, equal optimizer steps and equal training seconds; a
 difference measured"; for the prompts-return regime, what the budgeted mode skipped and the trained groups with
 signal in each half of a run, and the kinds of the remembered-unsolved prompts it skipped; last, the README's "Which
 sampling should I use?" table. Each run writes <output_dir>/results/<arm>-seed<seed>.json when it ends, and the
-aggregated `--json` and `--plot` after every run; a rerun skips finished runs, and runs found in `--json` (same settings) are
-restored into <output_dir>/results first, so the committed JSON alone is enough to resume. `touch
+aggregated `--json` and `--plot` after every run; a rerun skips finished runs, and runs found in `--json` (same
+settings) are restored into <output_dir>/results first, so the committed JSON alone is enough to resume. `touch
 <output_dir>/STOP` lets every job finish the run in hand and start no other (a session about to end loses no
 half-done run); delete it to go on.
 """
@@ -387,7 +387,7 @@ def report(saved):
     weights, core_weights = kind_weights(kinds), kind_weights(core_kinds)
     macro = {"greedy": lambda a: statistics.mean(a[f"greedy {kind}"] for kind in TRAINED_KINDS)}
     before = saved["held_out_before"]
-    readme = {}  # arm -> (seeds, equal completions, equal steps, step), for the README's table
+    readme = {}  # arm -> (seeds, equal-completions cell, equal-steps cell), for the README's table
     print(f"\nHeld-out: {int(trained.sum())} questions of the trained kinds (" +
           ", ".join(f"{kinds.count(kind)} {kind}" for kind in TRAINED_KINDS) +
           f"), {int(transfer.sum())} {TRANSFER} (transfer, never trained); avg@{k} on "
