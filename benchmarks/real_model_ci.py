@@ -448,6 +448,7 @@ def report(saved):
         print(f"| arm | seeds | greedy, equal completions ({budget}) | greedy, equal steps | greedy, equal training "
               f"seconds | avg@{k}, equal completions | {TRANSFER} (transfer), equal completions |")
         print("|---|---:|---|---|---|---|---|")
+        step_of = {}  # arm -> the step of its equal-steps comparison, for the per-seed table
         for arm in others:
             at_samples, _ = comparison(rs_all, arm, baseline, "stop", "greedy_items", trained, weights=weights)
             at_steps, steps = comparison(rs_all, arm, baseline, "step", "core_items", core_trained,
@@ -465,6 +466,22 @@ def report(saved):
             print(f"| {arm} | {at_samples['seeds']} | {cell(at_samples)} | {cell(at_steps, f' (step {steps})')} | "
                   f"{cell(at_seconds, f' ({seconds:.0f} s)')} | {cell(avg)} | {cell(probe)} |")
             readme[arm] = (at_samples["seeds"], cell(at_samples), cell(at_steps, f", at step {steps}"))
+            step_of[arm] = steps
+        # A mean over five seeds can rest on one: each seed's own difference, at the same two points as above.
+        print(f"\nPer seed, paired difference to {baseline} (greedy, points): at equal completions (at the stop, all "
+              f"{int(trained.sum())}) / at equal steps (the step above, {int(core_trained.sum())} core questions):\n")
+        print("| arm | " + " | ".join(f"seed {s}" for s in seeds) + " |")
+        print("|---|" + "---|" * len(seeds))
+        for arm, steps in step_of.items():
+            cells = []
+            for s in seeds:
+                pair = [r for r in rs_all if r["seed"] == s]
+                at_stop, _ = comparison(pair, arm, baseline, "stop", "greedy_items", trained, weights=weights)
+                at_step, _ = comparison(pair, arm, baseline, "step", "core_items", core_trained, x=steps,
+                                        weights=core_weights)
+                cells.append("-" if at_stop is None else f"{100 * at_stop['mean']:+.1f} / " +
+                             ("-" if at_step is None else f"{100 * at_step['mean']:+.1f}"))
+            print(f"| {arm} | " + " | ".join(cells) + " |")
         print(f"\nPer kind, at the stop (paired difference to {baseline}, greedy, points, 95% interval):\n")
         print("| arm | " + " | ".join(TRAINED_KINDS) + " |")
         print("|---|" + "---|" * len(TRAINED_KINDS))

@@ -438,13 +438,17 @@ def test_real_model_ci_report_recomputes_paired_intervals_from_the_json(tmp_path
     assert bench.main(["--from_json", str(path), "--plot", str(tmp_path / "ci.png")]) == 0
     printed = capsys.readouterr().out
     row = {line.split(" | ")[0].strip("| "): line for line in tables(printed) if "(step " in line}  # paired table
-    per_kind = [line for line in tables(printed) if line.startswith("| ada_pos | +")]
+    per_kind = [line for line in tables(printed) if line.startswith("| ada_pos | +") and " / " not in line]
     assert per_kind == ["| ada_pos | +100.0 [+100.0, +100.0] ahead | - | +100.0 [+100.0, +100.0] ahead |"]
     assert "| +100.0 [+100.0, +100.0] ahead |" in row["ada_pos"]  # right where GRPO is wrong, every question
     assert row["dapo"].count("no difference measured") == 4  # the same items at the stop: every difference 0,
     # except at equal steps: at dapo's last step (6) GRPO's curve is interpolated 6/20 of the way from 0.5 to 0
     assert "-35.0 [-35.0, -35.0] behind (step 6)" in row["dapo"]
     assert "(step 6)" in row["ada_pos"] and "(100 s)" in row["ada_pos"]
+    # each seed's own difference, at the stop / at the equal-steps point of the paired table
+    per_seed = {line.split(" | ")[0].strip("| "): line for line in tables(printed) if " / +" in line or " / -" in line}
+    assert per_seed["ada_pos"] == "| ada_pos | +100.0 / +65.0 | +100.0 / +65.0 | +100.0 / +65.0 |"
+    assert per_seed["dapo"] == "| dapo | +0.0 / -35.0 | +0.0 / -35.0 | +0.0 / -35.0 |"
     memory_rows = [line for line in tables(printed) if line.startswith("| ada_budget_pool | ")]
     assert any("0.50 (1 / 0 / 1)" in line and "1 / 1 / 1" in line for line in memory_rows)
     skip_rows = [line for line in memory_rows if "0.50 (1 / 0 / 1)" in line]  # the 0.9 skip and the 0.1 one
