@@ -107,6 +107,11 @@ class AdaGRPOTrainer(GRPOTrainer):
     ```
     """
 
+    # Outside a sampling step every seam is GRPOTrainer's: these are None then, also on a trainer built without
+    # __init__ (as TRL's own unit tests build one to call `_generate` on its own).
+    _step_sampling: StepSampling | None = None
+    _rollout_capture: list | tuple | None = None  # inside a round: where `_generate` leaves the round's output
+
     _tag_names = ["trl", "grpo", "reinforce-ada"]
     _name = "AdaGRPO"
     _paper = {  # the paper TRL's model card cites
@@ -154,7 +159,6 @@ class AdaGRPOTrainer(GRPOTrainer):
             PromptStream(len(self.train_dataset), args.seed, shuffle=self.shuffle_dataset) if refills else None
         )
         self._prompts_drawn = 0  # every prompt drawn so far (TRL's, refills, skipped): the honest consumption count
-        self._rollout_capture = None  # inside a round: where `_generate` leaves the round's output
 
     # ---------------------------------------------------------------------------------------------------------------
     # Seam 1: the whole generation batch.
@@ -205,21 +209,37 @@ class AdaGRPOTrainer(GRPOTrainer):
         return output
 
     def _tokenize(self, rows: list[dict[str, Any]]) -> list[list[int]]:
-        """The rows' prompts as TRL tokenizes them (before any environment observation): memory keys, pipelining."""
+        """The rows' prompts as TRL tokenizes them, text only (memory keys, pipelining).
+
+        Before any environment observation, and without the rows' images: an image placeholder in a message
+        (`{"type": "image"}`) is left out, since the images are inlined only when a rollout prepares the row (the
+        memory key hashes the images themselves, `_row_key`). Plain-text rows tokenize as TRL tokenizes them.
+        """
         if self.environment_factories is not None:  # TRL renders each row with its own environment's tools
-            self._batch_environments = [row.get("environment") if self._multi_environment else None for row in rows]
-        prompt_ids, _, _ = self._tokenize_prompts([row.get("prompt", _EMPTY_PROMPT) for row in rows])
+            names = [row.get("environment") if self._multi_environment else None for row in rows]
+            unknown = sorted({str(name) for name in names if name not in self.environment_factories})
+            if unknown:  # TRL's own check, made before its tokenizer looks the name up
+                raise ValueError(
+                    f"Example has `environment={unknown[0]!r}`, which is not among the environments passed to "
+                    f"`environment_factory`. Expected one of: {list(self.environment_factories)}."
+                )
+            self._batch_environments = names
+        prompt_ids, _, _ = self._tokenize_prompts([_text_only(row.get("prompt", _EMPTY_PROMPT)) for row in rows])
         return [list(ids) for ids in prompt_ids]
 
     def _prompt_key(self, step: StepSampling, prompt: int) -> int:
         return self._row_key(step.rows[prompt], step.prompt_ids[prompt])
 
     def _row_key(self, row: dict[str, Any], prompt_ids: list[int]) -> int:
-        """The prompt memory's key of a row: its token ids, its images, and the row its environment is reset with."""
+        """The prompt memory's key of a row: its token ids, its images, where its messages place them, and the row
+        its environment is reset with. Rows without placeholders in their messages keep the keys they always had."""
         images = row.get("images") or ([row["image"]] if row.get("image") is not None else None)
         context = None
         if self.environment_factories is not None:
             context = {column: value for column, value in row.items() if column not in ("prompt", "image", "images")}
+        slots = _image_slots(row.get("prompt"))
+        if slots:  # "<image> Describe." and "Describe. <image>" are two prompts
+            context = {**(context or {}), "image_slots": slots}
         return prompt_key(prompt_ids, images=images, context=context)
 
     def _draw_refill(self, step: StepSampling, count: int) -> list[int]:
@@ -540,13 +560,13 @@ class AdaGRPOTrainer(GRPOTrainer):
                 )
             return join_rollout(samples)
         generated = super()._generate(prompts)
-        if getattr(self, "_rollout_capture", None) is not None:  # a round (_rollout): keep it, skip the rest
+        if self._rollout_capture is not None:  # a round (_rollout): keep it, skip the rest
             self._rollout_capture = (prompts, generated)
             raise _RolloutTaken
         return generated
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        if getattr(self, "_rollout_capture", None) is not None:
+        if self._rollout_capture is not None:
             num_generations = 1  # a round's rows are single samples, not groups of num_generations (vLLM server mode)
         return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
 
@@ -736,13 +756,41 @@ class AdaGRPOTrainer(GRPOTrainer):
                 rows = list(self.train_dataset.select(range(start, min(start + 1024, len(self.train_dataset)))))
                 for row, ids in zip(rows, self._tokenize(rows)):
                     prompt = row.get("prompt", "")
-                    texts.setdefault(f"{self._row_key(row, ids):016x}",
-                                     prompt[-1]["content"] if isinstance(prompt, list) else prompt)
+                    texts.setdefault(f"{self._row_key(row, ids):016x}", _prompt_text(prompt))
         table = {"prompt_hash": table.pop("prompt_hash"), **table}
         table["prompt"] = [texts.get(h) for h in table["prompt_hash"]]
         dataset = Dataset.from_dict(table)
         dataset.to_parquet(path)
         return dataset
+
+
+def _text_only(prompt: Any) -> Any:
+    """A conversational prompt without its image placeholders (text blocks kept, in order); anything else as is."""
+    if not isinstance(prompt, list):
+        return prompt
+    return [
+        {**message, "content": [part for part in message["content"] if part.get("type") != "image"]}
+        if isinstance(message.get("content"), list) else message
+        for message in prompt
+    ]
+
+
+def _image_slots(prompt: Any) -> list[list[int]]:
+    """(message, block) positions of the image placeholders in a conversational prompt's messages."""
+    if not isinstance(prompt, list):
+        return []
+    return [[m, b] for m, message in enumerate(prompt) if isinstance(message.get("content"), list)
+            for b, part in enumerate(message["content"]) if part.get("type") == "image"]
+
+
+def _prompt_text(prompt: Any) -> str:
+    """The last message's text (the export's `prompt` column), image placeholders left out."""
+    if not isinstance(prompt, list):
+        return prompt
+    content = prompt[-1]["content"]
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if part.get("type") == "text")
+    return content
 
 
 class _RolloutTaken(Exception):
