@@ -174,3 +174,67 @@ def build_tiny_vlm(output_dir: str, seed: int = 0) -> str:
     processor.save_pretrained(output_dir)
     model.save_pretrained(output_dir)
     return output_dir
+
+
+# Qwen2-VL's chat template reduced to what the tests render: text and image blocks.
+QWEN2_VL_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_tiny_qwen2_vl(output_dir: str, seed: int = 0) -> str:
+    """A tiny Qwen2-VL (a 1-layer vision tower; each image a grid of 14-pixel patches merged 2x2, so the number of
+    image tokens follows the image's size, and every row's patches are concatenated into one `pixel_values` with an
+    `image_grid_thw` per image) and the tiny Qwen2 text model, saved to `output_dir`; returns the path.
+
+    Its processor is built in memory by `tiny_qwen2_vl_processor` (pass it as `processing_class`): transformers'
+    saved Qwen2-VL processor loads a video processor, which needs torchvision."""
+    if os.path.exists(os.path.join(output_dir, "config.json")):
+        return output_dir
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor
+
+    torch.manual_seed(seed)
+    tokenizer = build_tokenizer(seed=seed, chat_template=QWEN2_VL_TEMPLATE)
+    tokenizer.add_special_tokens(
+        {"additional_special_tokens": ["<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>"]})
+    ids = tokenizer.convert_tokens_to_ids
+    config = Qwen2VLConfig(
+        vision_config=dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14,
+                           spatial_merge_size=2, temporal_patch_size=2, in_chans=3),
+        text_config=dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}, bos_token_id=None,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id),
+        image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+    )
+    model = Qwen2VLForConditionalGeneration(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    os.makedirs(output_dir, exist_ok=True)
+    tokenizer.save_pretrained(output_dir)
+    # 28x28 to 56x56 pixels: one to four merged image tokens per image
+    Qwen2VLImageProcessor(min_pixels=28 * 28, max_pixels=56 * 56, patch_size=14, merge_size=2,
+                          temporal_patch_size=2).save_pretrained(output_dir)
+    model.save_pretrained(output_dir)
+    return output_dir
+
+
+def tiny_qwen2_vl_processor(path: str):
+    """The processor of `build_tiny_qwen2_vl`'s model: Qwen2-VL's, images only (no video processor)."""
+    from transformers import AutoTokenizer, Qwen2VLImageProcessor, Qwen2VLProcessor
+    from transformers.processing_utils import ProcessorMixin
+
+    class ImageOnlyQwen2VLProcessor(Qwen2VLProcessor):
+        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
+            self.image_token, self.video_token = "<|image_pad|>", "<|video_pad|>"
+            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
+            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
+            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
+
+    return ImageOnlyQwen2VLProcessor(image_processor=Qwen2VLImageProcessor.from_pretrained(path),
+                                     tokenizer=AutoTokenizer.from_pretrained(path), chat_template=QWEN2_VL_TEMPLATE)

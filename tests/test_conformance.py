@@ -1,0 +1,576 @@
+"""Differential conformance: AdaGRPOTrainer against GRPOTrainer itself, input form by input form.
+
+The matrix (`CELLS`) follows TRL's GRPO documentation and `GRPOConfig`'s fields, not trl-ada's code: every dataset
+format TRL documents, every kind of reward function, the generation and loss settings, agents, evaluation and
+logging. For every cell, on tiny offline models, one or two steps each:
+
+- `test_sampling_off_is_grpo`: `AdaGRPOTrainer` with adaptive sampling off builds the same training batch as
+  `GRPOTrainer` (every tensor: completions, masks, images, advantages) and logs the same metrics;
+- `test_sampling_on_rows_are_grpo_rows`: with adaptive sampling on (balanced, positive_focused, dynamic sampling,
+  the budget), it trains, and every row of the training batch it hands TRL equals the row GRPOTrainer builds for the
+  same prompt and completion: GRPOTrainer is trained on the prompts Ada chose, its generation replaced by the
+  completions Ada kept (`ReplayGRPO`), and both batches are trapped and compared tensor by tensor, rewards included;
+- `test_bad_input_fails_as_grpo_does` (`BAD_INPUTS`): the same error GRPOTrainer gives, before any weight moves.
+
+`compatibility_table()` renders the matrix as the README's compatibility table; a test keeps the README in step:
+    python tests/test_conformance.py    # prints the table
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import sys
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pytest
+import torch
+from datasets import Dataset
+from packaging.version import Version
+import transformers
+from trl import GRPOConfig, GRPOTrainer
+
+from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+
+sys.path.insert(0, os.path.dirname(__file__))
+from agents import ScriptedPolicy, calculator_dataset, install, multiply, product_reward  # noqa: E402
+
+ENVIRONMENTS = Version(transformers.__version__) >= Version("5.2.0")  # TRL's environment_factory needs it
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Models (built once per test process) and the inputs of the cells.
+
+_MODELS: dict[str, str] = {}
+
+
+def model_path(kind: str, root) -> str:
+    from trl_ada.tiny import build_tiny_model, build_tiny_qwen2_vl, build_tiny_vlm
+
+    if kind not in _MODELS:
+        folder = str(root / kind)
+        build = {"text": build_tiny_model, "tools": lambda p: build_tiny_model(p, tools=True),
+                 "llava": build_tiny_vlm, "qwen2_vl": build_tiny_qwen2_vl, "reward_model": build_reward_model}[kind]
+        _MODELS[kind] = build(folder)
+    return _MODELS[kind]
+
+
+def build_reward_model(folder: str) -> str:
+    """A tiny sequence classifier (one score) with the tiny tokenizer: a reward model TRL loads from its path."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, Qwen2Config
+
+    from trl_ada.tiny import build_tiny_model
+
+    text = build_tiny_model(folder + "-text")
+    tokenizer = AutoTokenizer.from_pretrained(text)
+    torch.manual_seed(1)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, num_labels=1, bos_token_id=None,
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    AutoModelForSequenceClassification.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("conformance-models")
+    return lambda kind: model_path(kind, root)
+
+
+RATES = [0.0, 0.5, 1.0, 0.25]  # per prompt: all wrong, mixed, all right, mostly wrong
+
+
+def hashed(text: str, rate: float) -> float:
+    """1 with 'probability' rate over completions, as a deterministic function of the completion's text."""
+    return 1.0 if zlib.crc32(text.encode()) % 1000 / 1000 < rate else 0.0
+
+
+def text_of(completion) -> str:
+    return completion if isinstance(completion, str) else (completion[-1].get("content") or "")
+
+
+def rate_reward(completions, pass_rate, **kwargs):
+    return [hashed(text_of(c), r) for c, r in zip(completions, pass_rate)]
+
+
+def length_reward(completions, **kwargs):
+    return [min(len(text_of(c)), 40) / 40 for c in completions]
+
+
+async def async_rate_reward(completions, pass_rate, **kwargs):
+    await asyncio.sleep(0)
+    return [hashed(text_of(c), r) for c, r in zip(completions, pass_rate)]
+
+
+def partial_reward(completions, pass_rate, **kwargs):
+    """None (not applicable) on every other completion, as TRL documents for rewards that skip samples."""
+    return [None if zlib.crc32(text_of(c).encode()) % 2 else hashed(text_of(c), r)
+            for c, r in zip(completions, pass_rate)]
+
+
+def logging_reward(completions, pass_rate, log_extra=None, log_metric=None, **kwargs):
+    rewards = [hashed(text_of(c), r) for c, r in zip(completions, pass_rate)]
+    if log_extra is not None:
+        log_extra("crc", [zlib.crc32(text_of(c).encode()) for c in completions])
+    if log_metric is not None:
+        log_metric("mean_length", sum(len(text_of(c)) for c in completions) / len(completions))
+    return rewards
+
+
+def conversational(extra_system: bool = False, repeat: int = 4) -> Dataset:
+    system = [{"role": "system", "content": "Answer briefly."}] if extra_system else []
+    return Dataset.from_list([{"prompt": system + [{"role": "user", "content": f"What is {i} + {i}?"}],
+                               "pass_rate": RATES[i % 4]} for i in range(4)] * repeat)
+
+
+def standard() -> Dataset:
+    return Dataset.from_list([{"prompt": f"What is {i} + {i}? Answer:", "pass_rate": RATES[i % 4]}
+                              for i in range(4)] * 4)
+
+
+COLORS = [(200, 10, 10), (10, 200, 10), (10, 10, 200), (90, 90, 90)]
+SIZES = [(28, 28), (56, 28), (28, 56), (56, 56)]  # width x height: images of different sizes in one batch
+
+
+def image(i: int, sized: bool):
+    from PIL import Image
+
+    return Image.new("RGB", SIZES[i % 4] if sized else (28, 28), COLORS[i % 4])
+
+
+def image_dataset(form: str, count: int = 1, sized: bool = False) -> Dataset:
+    """Image prompts in the forms TRL documents: `placeholder` puts `{"type": "image"}` blocks in the message (TRL's
+    VLM examples), `text` leaves the content a string (TRL inserts the placeholders); `column` is `image` for one
+    image, `images` for a list."""
+    rows = []
+    for i in range(4):
+        images = [image(i + j, sized) for j in range(count)]
+        if form == "placeholder":
+            content = [*({"type": "image"} for _ in images), {"type": "text", "text": "What color is this?"}]
+        else:
+            content = "What color is this?"
+        row = {"prompt": [{"role": "user", "content": content}], "pass_rate": RATES[i]}
+        row.update({"image": images[0]} if count == 1 else {"images": images})
+        rows.append(row)
+    return Dataset.from_list(rows * 4)
+
+
+def rollout_func(prompts, trainer):
+    """A custom rollout (TRL's `rollout_func`): renders the prompt, answers with sampled digits, returns an extra
+    column the reward reads."""
+    tokenizer = trainer.processing_class
+    prompt_ids, completion_ids, guesses = [], [], []
+    for prompt in prompts:
+        text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        prompt_ids.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+        guess = str(int(torch.randint(0, 10, (1,))))
+        guesses.append(guess)
+        completion_ids.append(tokenizer(f"It is {guess}", add_special_tokens=False)["input_ids"]
+                              + [tokenizer.eos_token_id])
+    return {"prompt_ids": prompt_ids, "completion_ids": completion_ids,
+            "logprobs": [[-1.0] * len(ids) for ids in completion_ids], "guess": guesses}
+
+
+def guess_reward(completions, guess, **kwargs):
+    return [1.0 if g in "0123" else 0.0 for g in guess]
+
+
+class ProductEnv:
+    """An environment whose `multiply` is the tool (TRL's `environment_factory`): one instance per rollout."""
+
+    def reset(self, **row):
+        self.calls = 0
+
+    def multiply(self, a: int, b: int) -> int:
+        """
+        Multiplies two integers.
+
+        Args:
+            a: The first integer.
+            b: The second integer.
+
+        Returns:
+            The product of the two integers.
+        """
+        self.calls += 1
+        return int(a) * int(b)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The matrix.
+
+SAMPLERS = {  # adaptive sampling on, the four ways a user turns it on
+    "balanced": dict(reinforce_ada_choice="balanced", round_repeat=4, max_rounds=2),
+    "positive_focused": dict(reinforce_ada_choice="positive_focused", round_repeat=4, max_rounds=2),
+    "dynamic": dict(multiround_adaptive_downsampling=False, dynamic_sampling=True, max_refill_batches=1),
+    "budget": dict(sampling_budget=6.0, prompt_memory=True),
+}
+OFF = dict(multiround_adaptive_downsampling=False)
+
+
+@dataclass
+class Cell:
+    id: str
+    feature: str  # the table's row: what a TRL user writes
+    model: str = "text"  # text, tools, llava, qwen2_vl
+    dataset: Callable[[], Dataset] = conversational
+    rewards: Callable[[Callable[[str], str]], Any] = lambda models: rate_reward
+    config: dict[str, Any] = field(default_factory=dict)
+    kwargs: Callable[[Callable[[str], str]], dict] = lambda models: {}
+    samplers: tuple[str, ...] = ("balanced",)  # the samplers whose training rows are replayed through GRPOTrainer
+    replay: bool = True  # False: generation GRPOTrainer cannot be handed (tool loop, rollout_func): trains only
+    policy: bool = False  # the scripted tool-calling policy answers for the model (tests/agents.py)
+    needs: str | None = None  # a reason to skip where the installed stack lacks it
+
+
+CELLS = [
+    # Dataset formats (TRL docs: "Dataset format", prompt-only, standard and conversational)
+    Cell("standard", "standard prompt-only (`prompt` is text)", dataset=standard,
+         samplers=("balanced", "positive_focused")),
+    Cell("conversational", "conversational prompt-only", samplers=tuple(SAMPLERS)),
+    Cell("system", "conversational with a system message", dataset=lambda: conversational(extra_system=True),
+         samplers=("positive_focused",)),
+    # Images (TRL docs: vision-language models) on two layouts: LLaVA (fixed patches per image) and Qwen2-VL (a grid
+    # per image, patches concatenated across rows)
+    Cell("llava-image-placeholder", "images: `{\"type\": \"image\"}` in the message, `image` column (LLaVA)",
+         model="llava", dataset=lambda: image_dataset("placeholder"), samplers=tuple(SAMPLERS)),
+    Cell("llava-images-placeholder", "images: several per prompt, `images` column (LLaVA)", model="llava",
+         dataset=lambda: image_dataset("placeholder", count=2), samplers=("balanced", "budget")),
+    Cell("llava-image-text", "images: plain-text content, `image` column (TRL inserts the placeholder; LLaVA)",
+         model="llava", dataset=lambda: image_dataset("text"), samplers=("positive_focused", "dynamic")),
+    Cell("qwen2vl-image-placeholder", "images of different sizes, placeholder in the message (Qwen2-VL)",
+         model="qwen2_vl", dataset=lambda: image_dataset("placeholder", sized=True), samplers=tuple(SAMPLERS)),
+    Cell("qwen2vl-images-text", "images: several per prompt, plain-text content, `images` column (Qwen2-VL)",
+         model="qwen2_vl", dataset=lambda: image_dataset("text", count=2, sized=True),
+         samplers=("positive_focused", "dynamic")),
+    # Reward functions (TRL docs: "Using a custom reward function")
+    Cell("reward-weights", "several reward functions with `reward_weights`",
+         rewards=lambda models: [rate_reward, length_reward], config=dict(reward_weights=[1.0, 0.5]),
+         samplers=("balanced", "dynamic")),
+    Cell("reward-async", "an `async def` reward function", rewards=lambda models: async_rate_reward),
+    Cell("reward-model", "a reward model (a sequence classifier's path) beside a function",
+         rewards=lambda models: [rate_reward, models("reward_model")], samplers=("positive_focused",)),
+    Cell("reward-none", "a reward returning `None` for some samples, beside one that scores all",
+         rewards=lambda models: [partial_reward, length_reward], samplers=("balanced", "budget")),
+    Cell("reward-logging", "a reward calling `log_extra` and `log_metric`", rewards=lambda models: logging_reward,
+         samplers=("balanced", "dynamic")),
+    # Loss and advantage settings (GRPOConfig)
+    *(Cell(f"loss-{loss}", f"`loss_type=\"{loss}\"`", config=dict(loss_type=loss))
+      for loss in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo")),
+    *(Cell(f"scale-{scale}", f"`scale_rewards=\"{scale}\"`", config=dict(scale_rewards=scale),
+           samplers=("positive_focused",)) for scale in ("group", "batch", "none")),
+    Cell("beta", "a KL term (`beta=0.1`, a reference model)", config=dict(beta=0.1)),
+    Cell("num-iterations", "`num_iterations=2` (old log-probs, clipping)", config=dict(num_iterations=2),
+         samplers=("balanced", "dynamic")),
+    Cell("steps-per-generation", "`steps_per_generation=2`", config=dict(steps_per_generation=2),
+         samplers=("balanced", "budget")),
+    Cell("grad-accumulation", "`gradient_accumulation_steps=2`", config=dict(gradient_accumulation_steps=2)),
+    Cell("mask-truncated", "`mask_truncated_completions=True`", config=dict(mask_truncated_completions=True)),
+    Cell("top-entropy", "`top_entropy_quantile=0.5`", config=dict(top_entropy_quantile=0.5)),
+    Cell("sequence-is", "`importance_sampling_level=\"sequence\"` (GSPO)",
+         config=dict(importance_sampling_level="sequence", loss_type="grpo", num_iterations=2)),
+    Cell("lora", "peft LoRA (`peft_config`)",
+         kwargs=lambda models: {"peft_config": __import__("peft").LoraConfig(r=4, target_modules=["q_proj", "v_proj"])},
+         samplers=("balanced", "budget")),
+    Cell("eval", "an `eval_dataset` evaluated during training",
+         config=dict(eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=8),
+         kwargs=lambda models: {"eval_dataset": conversational(repeat=1)}),
+    # Agents (TRL docs: tools, environments, rollout_func)
+    Cell("tools", "`tools=[...]` (the tool-calling loop)", model="tools", dataset=lambda: calculator_dataset(8),
+         rewards=lambda models: product_reward, kwargs=lambda models: {"tools": [multiply]}, policy=True,
+         replay=False, config=dict(max_completion_length=96), samplers=("balanced", "dynamic")),
+    Cell("environment", "`environment_factory` (one environment per rollout)", model="tools",
+         dataset=lambda: calculator_dataset(8), rewards=lambda models: product_reward,
+         kwargs=lambda models: {"environment_factory": ProductEnv}, policy=True, replay=False,
+         config=dict(max_completion_length=96), samplers=("positive_focused",),
+         needs=None if ENVIRONMENTS else "environment_factory needs transformers >= 5.2"),
+    Cell("rollout-func", "`rollout_func` with an extra column for rewards", rewards=lambda models: guess_reward,
+         kwargs=lambda models: {"rollout_func": rollout_func}, replay=False, samplers=("balanced", "budget")),
+]
+
+BASE = dict(num_generations=4, per_device_train_batch_size=8, max_completion_length=8, max_steps=1,
+            learning_rate=1e-3, use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, seed=0,
+            disable_tqdm=True)
+
+
+def config_of(cell: Cell, config_class, tmp_path, **extra):
+    values = {**BASE, **cell.config, **extra, "output_dir": str(tmp_path / "out")}
+    return config_class(**values)
+
+
+def processing_class(cell: Cell, models):
+    if cell.model != "qwen2_vl":
+        return None
+    from trl_ada.tiny import tiny_qwen2_vl_processor
+
+    return tiny_qwen2_vl_processor(models("qwen2_vl"))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Traps: subclasses that only observe what the real trainers build.
+
+class Trap:
+    """Keeps every training batch the trainer hands its loss, and the rewards behind it."""
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self.model.training:
+            self.batches = getattr(self, "batches", []) + [output]
+            self.batch_rewards = getattr(self, "batch_rewards", []) + [self.trapped_rewards]
+        return output
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self.trapped_rewards = rewards.clone()
+        return rewards
+
+
+class TrappedGRPO(Trap, GRPOTrainer):
+    pass
+
+
+class TrappedAda(Trap, AdaGRPOTrainer):
+    def _collect_selected(self, state, local):
+        samples = super()._collect_selected(state, local)
+        self.chosen_rows = getattr(self, "chosen_rows", []) + [[dict(state.rows[p]) for p in local]]
+        self.kept = getattr(self, "kept", []) + [samples]
+        return samples
+
+
+class ReplayGRPO(TrappedGRPO):
+    """GRPOTrainer whose generation returns recorded completions (in order), so that it builds its training batch
+    for exactly the prompts and completions AdaGRPOTrainer trained on. Everything else is GRPOTrainer's own:
+    tokenization, image processing, decoding, rewards, padding, log-probs."""
+
+    def __init__(self, *args, script, **kwargs):
+        self.script = [list(ids) for ids in script]
+        super().__init__(*args, **kwargs)
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        if len(self.script) < len(prompt_ids):
+            raise AssertionError(f"ReplayGRPO: {len(prompt_ids)} completions asked, {len(self.script)} recorded")
+        taken, self.script = self.script[: len(prompt_ids)], self.script[len(prompt_ids):]
+        return taken, None
+
+
+def run(trainer_class, cell: Cell, models, tmp_path, config_class, dataset=None, **config):
+    kwargs = cell.kwargs(models)
+    pc = processing_class(cell, models)
+    if pc is not None:
+        kwargs["processing_class"] = pc
+    trainer = trainer_class(model=models(cell.model), reward_funcs=cell.rewards(models),
+                            args=config_of(cell, config_class, tmp_path, **config),
+                            train_dataset=dataset if dataset is not None else cell.dataset(), **kwargs)
+    if cell.policy:
+        install(trainer, ScriptedPolicy(trainer.processing_class, malformed_rate=0.0))
+    trainer.train()
+    return trainer
+
+
+def assert_same_batch(ours: dict, theirs: dict, skip=()) -> None:
+    assert set(ours) == set(theirs), f"keys differ: {set(ours) ^ set(theirs)}"
+    for key, value in theirs.items():
+        if key in skip:
+            continue
+        mine = ours[key]
+        if isinstance(value, torch.Tensor):
+            assert mine.shape == value.shape, f"{key}: shape {tuple(mine.shape)} != GRPO's {tuple(value.shape)}"
+            if value.is_floating_point():
+                assert torch.allclose(mine, value, atol=1e-5, equal_nan=True), f"{key} differs from GRPO's"
+            else:
+                assert torch.equal(mine, value), f"{key} differs from GRPO's"
+        elif isinstance(value, list) and value and isinstance(value[0], torch.Tensor):
+            assert len(mine) == len(value) and all(torch.equal(a, b) for a, b in zip(mine, value)), key
+        else:
+            assert mine == value, f"{key}: {mine!r} != GRPO's {value!r}"
+
+
+VOLATILE = ("step_time", "runtime", "per_second", "seconds")
+
+
+def comparable_logs(trainer) -> list[dict]:
+    return [{k: v for k, v in entry.items() if not any(word in k for word in VOLATILE)}
+            for entry in trainer.state.log_history]
+
+
+def cell_params(filter_=lambda cell: True):
+    return [pytest.param(cell, id=cell.id, marks=[pytest.mark.skipif(True, reason=cell.needs)] if cell.needs else [])
+            for cell in CELLS if filter_(cell)]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The tests.
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell", cell_params())
+def test_sampling_off_is_grpo(cell, models, tmp_path):
+    grpo = run(TrappedGRPO, cell, models, tmp_path / "grpo", GRPOConfig)
+    ada = run(TrappedAda, cell, models, tmp_path / "ada", AdaGRPOConfig, **OFF)
+    assert len(ada.batches) == len(grpo.batches) >= 1
+    for mine, theirs in zip(ada.batches, grpo.batches):
+        assert_same_batch(mine, theirs)
+    for mine, theirs in zip(ada.batch_rewards, grpo.batch_rewards):
+        assert torch.equal(mine, theirs) or torch.allclose(mine, theirs, equal_nan=True)
+    assert comparable_logs(ada) == comparable_logs(grpo)
+
+
+def sampler_params():
+    return [pytest.param(cell, sampler, id=f"{cell.id}-{sampler}",
+                         marks=[pytest.mark.skipif(True, reason=cell.needs)] if cell.needs else [])
+            for cell in CELLS for sampler in cell.samplers]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell,sampler", sampler_params())
+def test_sampling_on_rows_are_grpo_rows(cell, sampler, models, tmp_path):
+    ada = run(TrappedAda, cell, models, tmp_path / "ada", AdaGRPOConfig, **SAMPLERS[sampler])
+    losses = [h["loss"] for h in ada.state.log_history if "loss" in h]
+    assert losses and all(math.isfinite(x) for x in losses)
+    assert all("sampling/total_samples" in h for h in ada.state.log_history if "loss" in h)
+    if not cell.replay:
+        return
+    rows = [row for batch in ada.chosen_rows for row in batch]
+    kept = [sample for batch in ada.kept for sample in batch]
+    n = BASE["num_generations"]
+    assert len(kept) == n * len(rows)
+    kwargs = cell.kwargs(models)
+    pc = processing_class(cell, models)
+    if pc is not None:
+        kwargs["processing_class"] = pc
+    config = {k: v for k, v in cell.config.items() if k not in ("eval_strategy", "eval_steps")}
+    replay = ReplayGRPO(model=models(cell.model), reward_funcs=cell.rewards(models),
+                        args=GRPOConfig(**{**BASE, **config, "output_dir": str(tmp_path / "replay"),
+                                           "shuffle_dataset": False, "max_steps": len(ada.batches)}),
+                        train_dataset=Dataset.from_list(rows), script=[s.completion_ids for s in kept], **kwargs)
+    replay.train()
+    assert replay.script == [], "GRPOTrainer did not ask for every kept completion"
+    assert len(replay.batches) == len(ada.batches)
+    for mine, theirs in zip(ada.batches, replay.batches):
+        # The advantages are Reinforce-Ada's by design; everything else is the row GRPOTrainer builds.
+        assert_same_batch(mine, theirs, skip=("advantages",))
+    for mine, theirs in zip(ada.batch_rewards, replay.batch_rewards):
+        assert torch.allclose(mine, theirs, equal_nan=True), "a kept completion's rewards are not its own"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Bad input: the same error as GRPOTrainer (or a clearer one naming the field), before any weight moves.
+
+@dataclass
+class BadInput:
+    id: str
+    what: str
+    model: str
+    dataset: Callable[[], Dataset]
+    error: type
+    match: str  # a phrase both messages carry
+    kwargs: Callable[[], dict] = lambda: {}
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def _row_environment_dataset():
+    return Dataset.from_list([{**row, "environment": "unknown"} for row in calculator_dataset(8)])
+
+
+BAD_INPUTS = [
+    BadInput("images-standard-prompts", "images with standard (text) prompts", "llava",
+             lambda: Dataset.from_list([{"prompt": "What color?", "image": image(i, False), "pass_rate": 0.5}
+                                        for i in range(8)]),
+             ValueError, "conversational"),
+    BadInput("unknown-environment", "a row naming an environment `environment_factory` lacks", "tools",
+             _row_environment_dataset, ValueError, "'unknown'",
+             kwargs=lambda: {"environment_factory": {"calc": ProductEnv}}),
+]
+
+
+def build_bad(trainer_class, config_class, bad: BadInput, models, tmp_path, **extra):
+    return trainer_class(model=models(bad.model), reward_funcs=rate_reward if bad.model != "tools" else product_reward,
+                         args=config_class(**{**BASE, **bad.config, **extra, "output_dir": str(tmp_path)}),
+                         train_dataset=bad.dataset(), **bad.kwargs())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bad", [pytest.param(b, id=b.id) for b in BAD_INPUTS])
+@pytest.mark.parametrize("sampler", ["off", "balanced", "budget"])
+def test_bad_input_fails_as_grpo_does(bad, sampler, models, tmp_path):
+    if bad.id == "unknown-environment" and not ENVIRONMENTS:
+        pytest.skip("environment_factory needs transformers >= 5.2")
+    with pytest.raises(bad.error, match=bad.match) as grpo_error:
+        build_bad(GRPOTrainer, GRPOConfig, bad, models, tmp_path / "grpo").train()
+    extra = OFF if sampler == "off" else SAMPLERS[sampler]
+    try:
+        trainer = build_bad(AdaGRPOTrainer, AdaGRPOConfig, bad, models, tmp_path / "ada", **extra)
+    except bad.error as error:  # refused at construction: no weight exists yet to move
+        assert bad.match in str(error)
+        return
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    with pytest.raises(bad.error, match=bad.match) as ada_error:
+        trainer.train()
+    assert str(ada_error.value) == str(grpo_error.value) or len(str(ada_error.value)) > len(str(grpo_error.value))
+    for name, p in trainer.model.named_parameters():
+        assert torch.equal(p.detach(), before[name]), f"{name} moved before the error"
+
+
+def test_the_batch_size_must_hold_whole_groups():
+    """GRPOConfig refuses a generation batch that is not a multiple of num_generations; AdaGRPOConfig too, naming the
+    field."""
+    with pytest.raises(ValueError, match="num_generations"):
+        GRPOConfig(output_dir="/nonexistent", num_generations=4, per_device_train_batch_size=6, use_cpu=True)
+    with pytest.raises(ValueError, match="num_generations"):
+        AdaGRPOConfig(output_dir="/nonexistent", num_generations=4, per_device_train_batch_size=6, use_cpu=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Seams on their own, on a trainer built the way TRL's unit tests build one (no __init__).
+
+@pytest.mark.slow
+def test_generate_outside_a_sampling_step_is_grpos(models, tmp_path):
+    """`_generate` called on its own, as TRL's rollout-dispatch tests call it on a trainer with a `rollout_func`:
+    on an AdaGRPOTrainer built normally, and on one that never ran AdaGRPOTrainer.__init__ (GRPOTrainer's state
+    only), it dispatches exactly as GRPOTrainer's."""
+    cell = next(c for c in CELLS if c.id == "rollout-func")
+    prompts = [row["prompt"] for row in conversational(repeat=1)]
+    built = {}
+    for name, trainer_class, config_class in (("grpo", GRPOTrainer, GRPOConfig), ("ada", AdaGRPOTrainer, AdaGRPOConfig)):
+        built[name] = trainer_class(model=models("text"), reward_funcs=guess_reward, train_dataset=cell.dataset(),
+                                    args=config_of(cell, config_class, tmp_path / name), rollout_func=rollout_func)
+    bare = object.__new__(AdaGRPOTrainer)
+    bare.__dict__.update(built["grpo"].__dict__)
+    results = []
+    for trainer in (built["grpo"], built["ada"], bare):
+        torch.manual_seed(0)
+        results.append(trainer._generate(prompts))
+    assert results[0][0] and results[1] == results[0] and results[2] == results[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The README's compatibility table, generated from the matrix.
+
+def compatibility_table() -> str:
+    samplers = list(SAMPLERS)
+    lines = ["| What you write (GRPOTrainer) | sampling off = GRPOTrainer | " + " | ".join(samplers) + " |",
+             "|---|---|" + "---|" * len(samplers)]
+    for cell in CELLS:
+        marks = []
+        for sampler in samplers:
+            if sampler not in cell.samplers:
+                marks.append("")
+            else:
+                marks.append("rows = GRPO's" if cell.replay else "trains")
+        note = f" ({cell.needs.split(' needs ')[-1]})" if cell.needs else ""
+        lines.append(f"| {cell.feature}{note} | same batch and logs | " + " | ".join(marks) + " |")
+    for bad in BAD_INPUTS:
+        lines.append(f"| bad input: {bad.what} | GRPOTrainer's error | " + " | ".join(["its error, no weight moved"
+                     if s in ("balanced", "budget") else "" for s in samplers]) + " |")
+    return "\n".join(lines)
+
+
+def test_readme_carries_the_generated_compatibility_table():
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    assert compatibility_table() in readme, "README.md's compatibility table is stale: python tests/test_conformance.py"
+
+
+if __name__ == "__main__":
+    print(compatibility_table())
