@@ -13,7 +13,7 @@ $(STAMP): setup.cfg pyproject.toml .ci/constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -c .ci/constraints.txt -e ".[dev]"
+	$(PY) -m pip install --quiet -c .ci/constraints.txt -e ".[dev,wandb]"
 	touch $(STAMP)
 
 install: $(STAMP)

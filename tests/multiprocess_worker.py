@@ -169,6 +169,13 @@ def rollout_func_and_images(t, plain_model, vlm, output_dir, common, record):
     trainer.train()
     record("images", trainer, memory=sorted(trainer.prompt_memory.table()["prompt_hash"]))
 
+    # TRL's VLM example form: the placeholder in the message, an `images` column; dynamic sampling refills
+    trainer = t.Keeper(model=vlm, reward_funcs=t.color_reward, train_dataset=t.placeholder_color_dataset(),
+                       args=AdaGRPOConfig(**dict(common, max_completion_length=8), prompt_memory=True,
+                                          dynamic_sampling=True, output_dir=f"{output_dir}/images_placeholder"))
+    trainer.train()
+    record("images_placeholder", trainer, memory=sorted(trainer.prompt_memory.table()["prompt_hash"]))
+
 
 if __name__ == "__main__":
     main()

@@ -523,6 +523,43 @@ def test_the_batch_size_must_hold_whole_groups():
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Combinations sampling refuses (GRPOTrainer has no such option), before the model loads, with the reason.
+
+@dataclass
+class Refused:
+    what: str
+    config: dict[str, Any]
+    inputs: Callable[[], dict]
+    match: str
+    reason: str
+
+
+def _iterable():
+    return {"train_dataset": conversational().to_iterable_dataset()}
+
+
+REFUSED = [
+    Refused("`pipelined_rounds=True` with image prompts", dict(pipelined_rounds=True, use_vllm=True),
+            lambda: {"train_dataset": image_dataset("placeholder")}, "pipelined_rounds",
+            "the pipelined driver feeds the engine token prompts; images need the processor (synchronous rounds run them)"),
+    Refused("`pipelined_rounds=True` with `tools`", dict(pipelined_rounds=True, use_vllm=True),
+            lambda: {"train_dataset": calculator_dataset(8), "tools": [multiply]}, "pipelined_rounds",
+            "a tool loop is several engine requests per sample, run by TRL for a whole batch"),
+    Refused("`dynamic_sampling` with an `IterableDataset`", dict(dynamic_sampling=True), _iterable, "IterableDataset",
+            "refills draw prompts by index (a seeded permutation a resumed run continues); a stream has none"),
+    Refused("`sampling_budget` with an `IterableDataset`", dict(sampling_budget=6.0), _iterable, "IterableDataset",
+            "as above"),
+]
+
+
+@pytest.mark.parametrize("refused", [pytest.param(r, id=r.what) for r in REFUSED])
+def test_refused_combinations_fail_before_the_model_loads(refused, tmp_path):
+    args = AdaGRPOConfig(**{**BASE, **refused.config, "output_dir": str(tmp_path)})
+    with pytest.raises(ValueError, match=refused.match):
+        AdaGRPOTrainer(model="no/such-model", reward_funcs=rate_reward, args=args, **refused.inputs())
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Seams on their own, on a trainer built the way TRL's unit tests build one (no __init__).
 
 @pytest.mark.slow
@@ -546,6 +583,41 @@ def test_generate_outside_a_sampling_step_is_grpos(models, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Logging: Reinforce-Ada's metrics reach the tracker's run files, beside TRL's.
+
+def _wandb_history(run_file: str, key: str) -> list[str]:
+    """The values logged under `key` in an offline wandb run file, in order. The file's history records are protobuf
+    messages whose items carry the key (field 2) and the value as JSON (field 16), both plain strings on disk."""
+    import re
+
+    data = open(run_file, "rb").read()
+    pattern = re.compile(rb"\x12" + bytes([len(key)]) + re.escape(key.encode()) + rb"\x82\x01([\x00-\x7f])")
+    return [data[m.end(): m.end() + m.group(1)[0]].decode() for m in pattern.finditer(data)]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("importlib").util.find_spec("wandb") is None, reason="pip install trl-ada[wandb]")
+def test_sampling_metrics_reach_wandb_offline_run_files(models, tmp_path, monkeypatch):
+    import glob
+
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cell = next(c for c in CELLS if c.id == "conversational")
+    trainer = run(TrappedAda, cell, models, tmp_path, AdaGRPOConfig, report_to="wandb", max_steps=2,
+                  run_name="conformance", **SAMPLERS["balanced"])
+    wandb.finish()
+    [run_file] = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    for key in ("sampling/total_samples", "sampling/rounds_max", "sampling/iid_reward", "loss"):
+        values = [float(v) for v in _wandb_history(run_file, f"train/{key}")]
+        # each step's history record, then the summary record that repeats its values
+        assert values[0::2] == values[1::2] == pytest.approx([h[key] for h in logged]), key
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # The README's compatibility table, generated from the matrix.
 
 def compatibility_table() -> str:
@@ -556,14 +628,18 @@ def compatibility_table() -> str:
         marks = []
         for sampler in samplers:
             if sampler not in cell.samplers:
-                marks.append("")
+                marks.append("·")
             else:
-                marks.append("rows = GRPO's" if cell.replay else "trains")
+                marks.append("rows = GRPO's" if cell.replay else "trains †")
         note = f" ({cell.needs.split(' needs ')[-1]})" if cell.needs else ""
         lines.append(f"| {cell.feature}{note} | same batch and logs | " + " | ".join(marks) + " |")
+    lines.append("| `report_to=\"wandb\"` (offline run files) | TRL's metrics | `sampling/*` reach the run file | · | · | · |")
     for bad in BAD_INPUTS:
         lines.append(f"| bad input: {bad.what} | GRPOTrainer's error | " + " | ".join(["its error, no weight moved"
-                     if s in ("balanced", "budget") else "" for s in samplers]) + " |")
+                     if s in ("balanced", "budget") else "·" for s in samplers]) + " |")
+    for refused in REFUSED:
+        lines.append(f"| refused: {refused.what} | runs | " + " | ".join([refused.reason] + ["·"] * (len(samplers) - 1))
+                     + " |")
     return "\n".join(lines)
 
 

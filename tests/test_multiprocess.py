@@ -122,7 +122,7 @@ def test_two_processes_run_tools_environments_rollout_func_and_images(tmp_path):
     from test_rollouts import ENVIRONMENTS
 
     ranks = launch(tmp_path, models, "agents")
-    for name in ("tools", "rollout_func", "images") + (("environment",) if ENVIRONMENTS else ()):
+    for name in ("tools", "rollout_func", "images", "images_placeholder") + (("environment",) if ENVIRONMENTS else ()):
         logs0, logs1 = ranks[0][name]["logs"], ranks[1][name]["logs"]
         assert len(logs0) == 2, name
         keys = [k for k in logs0[0] if k.startswith(("sampling/", "tools/", "reward")) and "seconds" not in k]
@@ -143,5 +143,6 @@ def test_two_processes_run_tools_environments_rollout_func_and_images(tmp_path):
     if ENVIRONMENTS:
         env = [rank["environment"] for rank in ranks]
         assert env[0]["pool"] == env[1]["pool"] == 4 * 8 // 2  # each rank's share of round 1: 4 prompts x 8
-    assert ranks[0]["images"]["memory"] == ranks[1]["images"]["memory"] and len(ranks[0]["images"]["memory"]) == 4
+    for name in ("images", "images_placeholder"):
+        assert ranks[0][name]["memory"] == ranks[1][name]["memory"] and len(ranks[0][name]["memory"]) == 4
     assert generated > sum(h["sampling/kept_samples"] for h in logs)

@@ -431,6 +431,46 @@ def test_image_prompts_train_in_rounds_and_the_memory_tells_images_apart(tiny_vl
         assert torch.equal(output["pixel_values"], expected)
 
 
+def placeholder_color_dataset(column="images"):
+    """The color task as TRL's VLM examples write it: the image placeholder inside the message."""
+    rows = []
+    for row in color_dataset():
+        content = [{"type": "image"}, {"type": "text", "text": row["prompt"][-1]["content"]}]
+        image = row.pop("image")
+        rows.append({**row, "prompt": [{"role": "user", "content": content}],
+                     **({"images": [image]} if column == "images" else {"image": image})})
+    return Dataset.from_list(rows)
+
+
+@pytest.mark.slow
+def test_image_placeholder_prompts_resume_with_their_memory_and_keep_the_keys_of_text_prompts(tiny_vlm, tmp_path):
+    """Placeholder-in-message image prompts (which crashed step 1 before) train with prompt memory and dynamic
+    sampling, checkpoint and resume; a plain-text image prompt keeps the memory key it had before placeholders were
+    understood (the text's token ids and the image's pixels), so a memory saved then still matches."""
+    sampling = dict(dynamic_sampling=True, prompt_memory=True, save_strategy="steps", save_steps=1)
+    first = Keeper(model=tiny_vlm, reward_funcs=color_reward, train_dataset=placeholder_color_dataset(),
+                   args=tool_args(tmp_path, max_steps=2, max_completion_length=8, **sampling))
+    first.train()
+    assert len(first.prompt_memory.table()["prompt_hash"]) == 4  # four images, one question: four prompts
+    resumed = Keeper(model=tiny_vlm, reward_funcs=color_reward, train_dataset=placeholder_color_dataset(),
+                     args=tool_args(tmp_path, max_steps=2, max_completion_length=8, **sampling))
+    resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-1"))
+    assert resumed.state.global_step == 2
+    # restored from checkpoint-1, then updated by step 2: the same four prompts
+    assert sorted(resumed.prompt_memory.table()["prompt_hash"]) == sorted(first.prompt_memory.table()["prompt_hash"])
+    # the key of a plain-text image row: its text tokens as TRL renders them, then the image, no other context
+    text_rows = list(color_dataset())
+    ids = first._tokenize(text_rows)
+    rendered, _, _ = first._tokenize_prompts([row["prompt"] for row in text_rows])
+    assert ids == [list(x) for x in rendered]
+    assert [first._row_key(row, i) for row, i in zip(text_rows, ids)] == [
+        prompt_key(i, images=[row["image"]]) for row, i in zip(text_rows, ids)]
+    # the same question with the placeholder in the message: a different prompt to the model, a different key
+    placeholder_rows = list(placeholder_color_dataset())
+    keys = {first._row_key(row, i) for row, i in zip(placeholder_rows, first._tokenize(placeholder_rows))}
+    assert len(keys) == 4 and not keys & {prompt_key(i, images=[row["image"]]) for row, i in zip(text_rows, ids)}
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not CONTINUOUS_BATCHING, reason="TRL's use_transformers_continuous_batching needs transformers>=5.8")
 def test_transformers_continuous_batching_runs_the_rounds(tiny_model, tmp_path):
