@@ -9,7 +9,8 @@ import pytest
 
 from conftest import small_tiny_recipe
 
-pytestmark = pytest.mark.slow
+# lock_only: the benchmark scripts run the trainer the other tests run; their numbers come from the lock.
+pytestmark = [pytest.mark.slow, pytest.mark.lock_only]
 
 BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
 

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 pytest.importorskip("deepspeed")
-pytestmark = pytest.mark.slow
+# One xdist worker runs the module: its fixture launches 2-process runs, once (per worker it ran twice, 295 s).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("deepspeed")]
 HERE = os.path.dirname(__file__)
 WORKER = os.path.join(HERE, "fsdp_worker.py")
 ZERO3_CONFIG = os.path.join(HERE, os.pardir, "recipes", "accelerate_configs", "zero3_cpu.yaml")

@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs the module: its fixture launches 2-process runs, once (per worker it ran twice, 110 s).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fsdp")]
 HERE = os.path.dirname(__file__)
 WORKER = os.path.join(HERE, "fsdp_worker.py")
 FSDP_CONFIG = os.path.join(HERE, os.pardir, "recipes", "accelerate_configs", "fsdp_cpu.yaml")
