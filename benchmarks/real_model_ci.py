@@ -34,9 +34,9 @@ The report (`report`, recomputed from the JSON) gives per arm and per seed the m
 mean paired difference to GRPO with a 95% bootstrap interval over seeds and questions (`benchmarks/paired.py`) at
 equal generated completions, equal optimizer steps and equal training seconds; an interval containing 0 reads "no
 difference measured"; for the prompts-return regime, what the budgeted mode skipped and the trained groups with
-signal in each half of a run, and the kinds of the remembered-unsolved prompts it skipped; last, the README's "Which
-sampling should I use?" table. Each run writes <output_dir>/results/<arm>-seed<seed>.json when it ends, and the
-aggregated `--json` and `--plot` after every run; a rerun skips finished runs, and runs found in `--json` (same
+signal in each half of a run, and the kinds of the remembered-unsolved prompts it skipped; last, the "Which
+sampling should I use?" table of docs/benchmarks.md. Each run writes <output_dir>/results/<arm>-seed<seed>.json when
+it ends, and the aggregated `--json` and `--plot` after every run; a rerun skips finished runs, and runs found in `--json` (same
 settings) are restored into <output_dir>/results first, so the committed JSON alone is enough to resume. `touch
 <output_dir>/STOP` lets every job finish the run in hand and start no other (a session about to end loses no
 half-done run); delete it to go on.
@@ -78,7 +78,7 @@ POOL = ("grpo_n4_pool", "ada_budget_pool", "ada_pos_pool")
 ORDER = ("grpo_n4", "ada_pos", "ada_budget", "grpo_n4_pool", "ada_budget_pool", "dapo", "ada_balance", "ada_pos_pool")
 BASELINE = {"independent draws": "grpo_n4", "prompts return": "grpo_n4_pool"}
 REGIMES = {"independent draws": MAIN, "prompts return": POOL}
-# The arms of the README's "Which sampling should I use?" table, in its order.
+# The arms of the "Which sampling should I use?" table (docs/benchmarks.md; the README shows four), in its order.
 README_ARMS = ("ada_pos", "ada_balance", "dapo", "ada_budget", "ada_budget_pool", "ada_pos_pool")
 TRAINED_KINDS = tuple(kind for kind, *_ in ARITHMETIC_KINDS)
 TRANSFER = "3-digit +"

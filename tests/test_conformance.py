@@ -637,9 +637,8 @@ def compatibility_table() -> str:
     for bad in BAD_INPUTS:
         lines.append(f"| bad input: {bad.what} | GRPOTrainer's error | " + " | ".join(["its error, no weight moved"
                      if s in ("balanced", "budget") else "·" for s in samplers]) + " |")
-    for refused in REFUSED:
-        lines.append(f"| refused: {refused.what} | runs | " + " | ".join([refused.reason] + ["·"] * (len(samplers) - 1))
-                     + " |")
+    lines += ["", "| refused with sampling on (GRPOTrainer has no such option) | why |", "|---|---|"]
+    lines += [f"| {refused.what} | {refused.reason} |" for refused in REFUSED]
     return "\n".join(lines)
 
 

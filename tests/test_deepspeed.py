@@ -1,6 +1,6 @@
 """DeepSpeed ZeRO-3 and ZeRO-2 on two CPU processes (DeepSpeed's CPU accelerator, gloo), against plain DDP of the same
 seed: tests/fsdp_worker.py --zero3 / --zero2 under accelerate. Skipped where deepspeed is not installed (the newest
-and oldest sets; `make test` installs it into the lock venv: README, "What has run where")."""
+and oldest sets; `make test` installs it into the lock venv: docs/what-has-run-where.md)."""
 
 import json
 import math

@@ -376,3 +376,35 @@ def test_budget_with_a_group_prior_screens_unseen_prompts_of_an_extreme_group():
         groups.update([label[h] for h, _ in out.sampled], [4] * 4,
                       [sum(r.pool_rewards[:4]) for _, r in out.sampled])
     assert taken["frontier"] > 0.8 * sum(taken.values())
+
+
+# -- checkpoint files ------------------------------------------------------------------------------------------------
+
+def test_a_checkpoint_written_before_the_resume_module_still_resumes(tmp_path):
+    """The sampling state as trl-ada wrote it into checkpoints before `trl_ada.resume` existed (2026-11-25: the JSON
+    below, key for key, and the memory's arrays through np.savez) loads into today's objects unchanged."""
+    import json
+
+    from trl_ada.resume import load_sampling_state, save_sampling_state
+
+    (tmp_path / "ada_sampling_state.json").write_text(json.dumps({
+        "prompts_drawn": 37, "refill": {"pass_index": 1, "position": 5, "drawn": 21},
+        "group_prior": {"hyperparameters": [0.9, 2.0, 2.0], "groups": {"easy": [3.0, 2.5, 2.2, 0.1, 12.0]}},
+    }))
+    np.savez(tmp_path / "prompt_memory.npz", hyperparameters=np.array([0.5, 1.0, 1.0]),
+             keys=np.array([11, 22], dtype=np.uint64), samples=np.array([4.0, 8.0]), positives=np.array([1.0, 8.0]),
+             visits=np.array([1, 2], dtype=np.int32), last_step=np.array([3, 4], dtype=np.int32))
+    refill, prior, memory = PromptStream(16, seed=0), GroupPrior(0.9, 2.0, 2.0), PromptMemory(0.5, 1.0, 1.0)
+    assert load_sampling_state(str(tmp_path), refill, prior, memory) == 37
+    assert refill.state_dict() == {"pass_index": 1, "position": 5, "drawn": 21}
+    assert prior.state_dict()["groups"] == {"easy": [3.0, 2.5, 2.2, 0.1, 12.0]}
+    assert memory.pass_rate(22) == pytest.approx((8.0 + 1.0) / (8.0 + 2.0)) and 11 in memory and len(memory) == 2
+    # and today's writer writes the same files back
+    again = tmp_path / "again"
+    again.mkdir()
+    save_sampling_state(str(again), 37, refill, prior, memory)
+    assert json.loads((again / "ada_sampling_state.json").read_text()) == json.loads(
+        (tmp_path / "ada_sampling_state.json").read_text())
+    with np.load(again / "prompt_memory.npz") as saved, np.load(tmp_path / "prompt_memory.npz") as written:
+        assert set(saved.files) == set(written.files)
+        assert all(np.array_equal(saved[name], written[name]) for name in saved.files)

@@ -52,7 +52,8 @@ from dataclasses import dataclass, field
 
 from .sampling import PromptResult, is_positive, select_at_exit
 
-__all__ = ["Budgeted", "predictive_uniform", "predictive_missing_class", "run_budgeted_sampling"]
+__all__ = ["Budgeted", "predictive_uniform", "predictive_missing_class", "remembered_posterior",
+           "run_budgeted_sampling", "step_coin"]
 
 
 def _log_beta(a: float, b: float) -> float:
@@ -211,3 +212,33 @@ def _round(sample_round, pools: dict[int, list[float]], handles: list[int], k: i
     for handle, new in zip(handles, rewards):
         pools[handle].extend(float(r) for r in new)
     return _cost(k * len(handles), world_size)
+
+
+def remembered_posterior(prior_alpha: float, prior_beta: float, memory=None, group_prior=None):
+    """`predict` for `run_budgeted_sampling` from what the trainer remembers: `posterior(key, group)` returns the
+    Beta pseudo-counts (a, b) of a prompt's pass rate and how many visits back them. The prior is the prompt's group
+    prior (`trl_ada.memory.GroupPrior`) when its group is known, else the flat one; the prompt's own remembered
+    counts (`trl_ada.memory.PromptMemory`) update it."""
+
+    def posterior(key: int, group: str | None) -> tuple[float, float, int]:
+        a, b, evidence = prior_alpha, prior_beta, 0
+        if group_prior is not None and group is not None:
+            fitted = group_prior.prior(group)
+            if fitted is not None:
+                (a, b), evidence = fitted, 1
+        if memory is not None:
+            alpha, beta, visits = memory.posterior(key)
+            a, b = a + alpha - prior_alpha, b + beta - prior_beta
+            evidence += visits
+        return a, b, evidence
+
+    return posterior
+
+
+def step_coin(seed: int, global_step: int, key: int, position: int) -> float:
+    """The explore-floor coin of a candidate: uniform in [0, 1), deterministic for (seed, step, prompt, position),
+    so identical on every rank and after a resume."""
+    import hashlib
+
+    data = f"{seed}/{global_step}/{key}/{position}".encode()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") / 2.0**64

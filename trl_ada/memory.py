@@ -41,10 +41,11 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-__all__ = ["GroupPrior", "PromptMemory", "prompt_key"]
+__all__ = ["GroupPrior", "PromptMemory", "image_slots", "observe_step", "prompt_key", "prompt_text", "text_only"]
 
 
 def prompt_key(prompt_ids: Sequence[int], images: Sequence | None = None, context: dict | None = None) -> int:
@@ -60,6 +61,37 @@ def prompt_key(prompt_ids: Sequence[int], images: Sequence | None = None, contex
     if context:
         digest.update(json.dumps(context, sort_keys=True, default=repr).encode())
     return int.from_bytes(digest.digest(), "little")
+
+
+# What a conversational prompt is without its images (the trainer keys image prompts by their text and pixels).
+
+def text_only(prompt: Any) -> Any:
+    """A conversational prompt without its image placeholders (text blocks kept, in order); anything else as is."""
+    if not isinstance(prompt, list):
+        return prompt
+    return [
+        {**message, "content": [part for part in message["content"] if part.get("type") != "image"]}
+        if isinstance(message.get("content"), list) else message
+        for message in prompt
+    ]
+
+
+def image_slots(prompt: Any) -> list[list[int]]:
+    """(message, block) positions of the image placeholders in a conversational prompt's messages."""
+    if not isinstance(prompt, list):
+        return []
+    return [[m, b] for m, message in enumerate(prompt) if isinstance(message.get("content"), list)
+            for b, part in enumerate(message["content"]) if part.get("type") == "image"]
+
+
+def prompt_text(prompt: Any) -> str:
+    """The last message's text (the export's `prompt` column), image placeholders left out."""
+    if not isinstance(prompt, list):
+        return prompt
+    content = prompt[-1]["content"]
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if part.get("type") == "text")
+    return content
 
 
 def _image_bytes(image) -> bytes:
@@ -293,3 +325,21 @@ class GroupPrior:
             out["pass_rate"].append(stats[1] / stats[0] if stats[0] else None)
             out["strength"].append(None if prior is None else sum(prior))
         return out
+
+
+def observe_step(memory: PromptMemory, keys: Sequence[int], samples: Sequence[int], positives: Sequence[int],
+                 step: int) -> dict[str, float]:
+    """Fold one step's counts per prompt into the memory; return how well it had foreseen them (`sampling/memory_*`:
+    the squared error of the remembered pass rate against the rate the step then saw, over prompts seen before)."""
+    predicted = [memory.pass_rate(key) for key in keys]  # before this step's samples join
+    seen = [i for i, key in enumerate(keys) if key in memory]
+    metrics = {
+        "sampling/memory_seen_before": len(seen) / len(keys),
+        "sampling/memory_predicted_extreme": sum(not 0.05 <= p <= 0.95 for p in predicted) / len(keys),
+    }
+    if seen:
+        errors = [(predicted[i] - positives[i] / samples[i]) ** 2 for i in seen]
+        metrics["sampling/memory_brier"] = sum(errors) / len(errors)
+    memory.update(keys, samples, positives, step=step)
+    metrics["sampling/memory_prompts"] = float(len(memory))
+    return metrics

@@ -157,7 +157,7 @@ class StepSampling:
 
 def step_metrics(step: StepSampling, advantages: torch.Tensor, num_generations: int, budget: bool, dynamic: bool,
                  epochs_drawn: float | None) -> dict[str, float]:
-    """The step's `sampling/*` metrics (the README's list under "Knobs"), from its bookkeeping and the global
+    """The step's `sampling/*` metrics (docs/knobs.md lists them), from its bookkeeping and the global
     advantages of the kept completions."""
     results = list(step.results.values())  # every prompt sampled this step, refills included
     sampled, chosen = len(results), len(step.chosen)

@@ -1,7 +1,7 @@
 """Reinforce-Ada's adaptive sampling: successive elimination over rounds, then selection of a group of n.
 
 Pure Python, no torch: the trainer calls this module and so can anyone planning a sampling budget on a laptop.
-Each function below is one rule of the algorithm (arXiv:2510.04996; README, "How it fits into TRL"); the default
+Each function below is one rule of the algorithm (arXiv:2510.04996; docs/trl.md); the default
 behaviour reproduces the authors' reference implementation (RLHFlow/Reinforce-Ada) exactly:
 
 1. every prompt starts active with an empty pool;

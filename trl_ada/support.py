@@ -2,7 +2,7 @@
 
 Adaptive rounds run GRPOTrainer's own rollout path, so tools, `environment_factory` (one or several environments,
 environment-owned rewards and data), `rollout_func`, image prompts and every generation backend work with sampling on.
-What is still refused, and why (the same reasons are in the README, "Agents, tools and images"):
+What is still refused, and why (the same reasons are in docs/agents.md and the README's compatibility table):
 
 - `pipelined_rounds` with tools, environments, `rollout_func` or images: the pipelined driver feeds vLLM one token
   prompt per sample and scores it the moment it finishes; a tool loop is several engine requests per sample, run by

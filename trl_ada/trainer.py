@@ -23,13 +23,15 @@ each round the (prompt, sample) pairs of all active prompts are split evenly ove
 same rounds with equal-size collectives and an easy rank never idles while another samples hard prompts. Rewards
 are gathered by TRL, so all ranks take the same decisions; at the end, rank r trains on the r-th slice of the chosen
 prompts, and their selected completions travel to it.
+
+Next to their own modules: the budget's rule (`trl_ada.budget`), the pipelined rounds' wiring
+(`trl_ada.pipelined_rank`), the state a checkpoint carries and the memory export (`trl_ada.resume`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import inspect
 import json
 import math
@@ -48,10 +50,11 @@ from .seams import SUPPORTED_TRL, check_seams, warn_if_unsupported_trl
 
 warn_if_unsupported_trl()
 try:  # TRL internals: a TRL that moved them gets the supported range, not a bare ImportError
-    from trl.chat_template_utils import parse_response
-    from trl.data_utils import is_conversational
-    from trl.generation.vllm_generation import VLLMGeneration  # noqa: F401 (the backend's base: checked here)
-    from trl.trainer import grpo_trainer as _grpo_module
+    # Checked here, before anything else imports them: trl_ada.pipelined_rank and the vLLM backend use these.
+    from trl.chat_template_utils import parse_response  # noqa: F401
+    from trl.data_utils import is_conversational  # noqa: F401
+    from trl.generation.vllm_generation import VLLMGeneration  # noqa: F401
+    from trl.trainer import grpo_trainer as _grpo_module  # noqa: F401
     from trl.trainer.utils import get_config_model_id
 except ImportError as error:
     import trl
@@ -64,10 +67,11 @@ except ImportError as error:
 from .advantages import pooled_advantages, raft_advantages, reinforce_rej_advantages
 from .config import AdaGRPOConfig
 from .dynamic import fill_with_signal
-from .memory import GroupPrior, PromptMemory, prompt_key
-from .pipelined import run_pipelined_sampling
-from .budget import run_budgeted_sampling
+from .memory import GroupPrior, PromptMemory, image_slots, observe_step, prompt_key, prompt_text, text_only
+from .budget import remembered_posterior, run_budgeted_sampling, step_coin
+from .pipelined_rank import check_reward_models_unsharded, sample_pipelined
 from .refill import EpochSeededSampler, PromptStream
+from .resume import GROUP_EXPORT_FILE, MEMORY_EXPORT_FILE, export_memory, load_sampling_state, save_sampling_state
 from .rollouts import (Sample, StepSampling, join_rollout, merge_round_metrics, split_rollout, step_metrics,
                        weighted_sum)
 from .sampling import PromptResult, is_positive, run_adaptive_sampling
@@ -77,10 +81,6 @@ from .vllm_backend import ReloadingVLLMGeneration, vllm_generation_for
 logger = get_logger(__name__)
 _EMPTY_PROMPT = [{"role": "user", "content": ""}]  # TRL's prompt for an environment-owned row without one
 
-SAMPLING_STATE_FILE = "ada_sampling_state.json"  # refill cursor and counters, in every checkpoint
-MEMORY_STATE_FILE = "prompt_memory.npz"  # the prompt memory, in every checkpoint
-MEMORY_EXPORT_FILE = "prompt_memory.parquet"  # the readable export, in output_dir at the end of training
-GROUP_EXPORT_FILE = "prompt_groups.json"  # the group prior per group, in output_dir at the end of training
 
 
 class AdaGRPOTrainer(GRPOTrainer):
@@ -224,7 +224,7 @@ class AdaGRPOTrainer(GRPOTrainer):
                     f"`environment_factory`. Expected one of: {list(self.environment_factories)}."
                 )
             self._batch_environments = names
-        prompt_ids, _, _ = self._tokenize_prompts([_text_only(row.get("prompt", _EMPTY_PROMPT)) for row in rows])
+        prompt_ids, _, _ = self._tokenize_prompts([text_only(row.get("prompt", _EMPTY_PROMPT)) for row in rows])
         return [list(ids) for ids in prompt_ids]
 
     def _prompt_key(self, step: StepSampling, prompt: int) -> int:
@@ -237,7 +237,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         context = None
         if self.environment_factories is not None:
             context = {column: value for column, value in row.items() if column not in ("prompt", "image", "images")}
-        slots = _image_slots(row.get("prompt"))
+        slots = image_slots(row.get("prompt"))
         if slots:  # "<image> Describe." and "Describe. <image>" are two prompts
             context = {**(context or {}), "image_slots": slots}
         return prompt_key(prompt_ids, images=images, context=context)
@@ -278,7 +278,7 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _sample_within_budget(self, step: StepSampling, target: int) -> None:
         """Budgeted sampling (trl_ada.budget): screen with the prompt memory, n each, top-ups within the cap."""
-        args, memory = self.args, self.prompt_memory
+        args, memory, column = self.args, self.prompt_memory, self.args.prompt_memory_group_column
         keys: dict[int, int] = {}
 
         def key(prompt: int) -> int:
@@ -286,29 +286,13 @@ class AdaGRPOTrainer(GRPOTrainer):
                 keys[prompt] = self._prompt_key(step, prompt)
             return keys[prompt]
 
-        def predict(prompt: int) -> tuple[float, float, int]:
-            # The prior: the prompt's group when it is known, else the flat one; the prompt's own counts update it.
-            a, b, evidence = args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta, 0
-            if self.group_prior is not None:
-                group = self.group_prior.prior(step.rows[prompt][args.prompt_memory_group_column])
-                if group is not None:
-                    (a, b), evidence = group, 1
-            if memory is not None:
-                alpha, beta, visits = memory.posterior(key(prompt))
-                a, b = a + alpha - args.prompt_memory_prior_alpha, b + beta - args.prompt_memory_prior_beta
-                evidence += visits
-            return a, b, evidence
-
-        def coin(prompt: int) -> float:
-            # Deterministic for (seed, step, prompt, position): identical on every rank and after a resume.
-            data = f"{args.seed}/{self.state.global_step}/{key(prompt)}/{prompt}".encode()
-            return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") / 2.0**64
-
+        posterior = remembered_posterior(args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta, memory,
+                                         self.group_prior)
         budgeted = run_budgeted_sampling(
             first=list(range(target)),
             draw=functools.partial(self._draw_refill, step),
-            predict=predict,
-            coin=coin,
+            predict=lambda prompt: posterior(key(prompt), step.rows[prompt][column] if column is not None else None),
+            coin=lambda prompt: step_coin(args.seed, self.state.global_step, key(prompt), prompt),
             sample_round=functools.partial(self._sample_round, step),
             target=target,
             budget=math.floor(args.sampling_budget * target),
@@ -393,94 +377,10 @@ class AdaGRPOTrainer(GRPOTrainer):
         return [{column: values[i] for column, values in extra.items()} for i in range(count)]
 
     def _sample_pipelined(self, step: StepSampling, prompts: list[int], seed: int) -> list[PromptResult]:
-        """Barrier-free rounds (`pipelined_rounds=True`, trl_ada.pipelined) on this rank's colocated engine.
-
-        Each rank pipelines whole prompts (positions rank, rank + world, ... of the batch: a pool never straddles two
-        engines) and scores its samples as they finish, in this thread, with the rewards kept rank-local (no
-        collective per engine step: ranks finish at different times). One gather per batch then gives every rank
-        every prompt's pool, as the synchronous rounds leave it. Completions stay on the rank that generated them
-        until `_collect_selected` sends the kept ones where they are trained, as in the synchronous path.
-        """
-        args, n = self.args, self.num_generations
-        world, rank = self.accelerator.num_processes, self.accelerator.process_index
-        positions = list(range(rank, len(prompts), world))
-        mine = [prompts[i] for i in positions]
-        reward_rows: dict[tuple[int, int], list[float]] = {}
-        start = time.perf_counter()
-        stream = self._open_stream([step.prompt_ids[p] for p in mine])
-
-        def score(finished: list[tuple[int, int]]) -> list[float]:
-            keys = [(mine[i], slot) for i, slot in finished]  # (prompt, slot): slot = position in the pool
-            completion_ids, logprobs = stream.take(finished)
-            rows = [step.rows[p] for p, _ in keys]
-            texts = [row["prompt"] for row in rows]
-            completions = self._decode(texts, [step.prompt_ids[p] for p, _ in keys], completion_ids)
-            with _rank_local_rewards():
-                rewards_per_func = self._calculate_rewards(rows, texts, completions, completion_ids)
-            extra_logs = self._take_extra_logs(len(keys))
-            for offset, key in enumerate(keys):
-                step.generated[key] = Sample(
-                    prompt=texts[offset], prompt_ids=step.prompt_ids[key[0]], completion_ids=completion_ids[offset],
-                    completion=completions[offset], logprobs=None if logprobs is None else logprobs[offset],
-                    tool_mask=None, images=None, tool_images=[], extra_logs=extra_logs[offset],
-                )
-                reward_rows[key] = rewards_per_func[offset].tolist()
-            return weighted_sum(rewards_per_func, self.reward_weights).tolist()
-
-        with stream:
-            out = run_pipelined_sampling(
-                len(mine), stream, score, num_generations=n, round_repeat=args.round_repeat,
-                max_rounds=args.max_rounds, choice=args.reinforce_ada_choice,
-                positive_threshold=args.positive_threshold, selection=args.pool_selection, seed=seed,
-                speculative=args.pipelined_speculation, prompt_numbers=positions,
-            )
-        stats = out.stats
-        # A discarded speculative sample was generated and scored, but its round never happened: it leaves no trace.
-        wasted_tokens = stream.aborted_tokens
-        for i, slot in out.discarded:
-            key = (mine[i], slot)
-            wasted_tokens += len(step.generated.pop(key).completion_ids)
-            del reward_rows[key]
-        mine_stats = {"seconds": time.perf_counter() - start, "engine_steps": float(stats.polls),
-                      "early_samples": float(stats.early_samples), "max_running": float(stats.max_running),
-                      "speculative_samples": float(stats.speculative_samples),
-                      "wasted_samples": float(stats.wasted_samples), "wasted_tokens": float(wasted_tokens)}
-        results: dict[int, PromptResult] = {}
-        device = self.accelerator.device
-        parts = gather_object([(mine, out.results, reward_rows, mine_stats)])
-        for ranks_prompts, ranks_results, ranks_rows, _ in parts:
-            for p, result in zip(ranks_prompts, ranks_results):
-                results[p] = result
-                step.pool_rewards_per_func[p] = [
-                    torch.tensor(ranks_rows[(p, slot)], dtype=torch.float32, device=device)
-                    for slot in range(len(result.pool_rewards))
-                ]
-        # Per batch: the slowest rank sets the pace, early samples add up; over the step's batches: times add up.
-        batch_stats = {name: max(part[3][name] for part in parts) for name in ("seconds", "engine_steps")}
-        for name in ("early_samples", "speculative_samples", "wasted_samples", "wasted_tokens"):
-            batch_stats[name] = sum(part[3][name] for part in parts)
-        for name, value in batch_stats.items():
-            step.pipelined[name] = step.pipelined.get(name, 0.0) + value
-        step.pipelined["max_running"] = max([step.pipelined.get("max_running", 0.0)] +
-                                            [part[3]["max_running"] for part in parts])
-        return [results[p] for p in prompts]
+        return sample_pipelined(self, step, prompts, seed)
 
     def _check_pipelined_reward_models(self) -> None:
-        """Pipelined rounds score each process's samples on their own, whenever they finish. A reward model whose
-        parameters are sharded needs every process in each of its forward passes, so the processes would wait on each
-        other forever: refuse it here. TRL 1.16 shards reward models under DeepSpeed ZeRO-3 (`prepare_deepspeed`);
-        under FSDP it prepares them in evaluation mode, which accelerate leaves whole on every process."""
-        if not self.args.pipelined_rounds:
-            return
-        sharded = [name for name, func in zip(self.reward_func_names, self.reward_funcs)
-                   if isinstance(func, torch.nn.Module) and any(_is_sharded(p) for p in func.parameters())]
-        if sharded:
-            raise ValueError(
-                f"pipelined_rounds=True scores each process's samples on their own, but the reward model(s) {sharded} "
-                "are sharded across processes (DeepSpeed ZeRO-3) and need every process in each forward pass. Set "
-                "pipelined_rounds=False (the synchronous rounds score in lockstep), or launch with FSDP, ZeRO-2 or DDP, "
-                "where reward models are whole on every process."
-            )
+        check_reward_models_unsharded(self)
 
     def _open_stream(self, prompt_ids: list[list[int]]):
         """The engine the pipelined rounds drive: this rank's colocated vLLM engine, one request per sample."""
@@ -489,21 +389,6 @@ class AdaGRPOTrainer(GRPOTrainer):
         generation = self.vllm_generation
         max_num_seqs = generation.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
         return VLLMStream(generation.llm, prompt_ids, colocate_sampling_params(generation), max_num_seqs)
-
-    def _decode(self, prompts, prompt_ids, completion_ids):
-        """Completions as reward functions see them: the same decoding as GRPOTrainer._generate (pipelined rounds,
-        which run without tools, environments, rollout_func and images)."""
-        if not is_conversational({"prompt": prompts[0]}):
-            return self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
-        if getattr(self._tokenizer, "response_template", None) is not None or getattr(
-            self._tokenizer, "response_schema", None
-        ) is not None:
-            return [
-                [parse_response(self._tokenizer, ids, prefix=prefix, tools=self.tools)]
-                for prefix, ids in zip(prompt_ids, completion_ids)
-            ]
-        contents = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
-        return [[{"role": "assistant", "content": content}] for content in contents]
 
     def _collect_selected(self, state: StepSampling, local: list[int]) -> list[Sample]:
         """Send each selected sample of a chosen prompt to the rank that trains on it; return this rank's, in order."""
@@ -650,87 +535,34 @@ class AdaGRPOTrainer(GRPOTrainer):
     def _update_prompt_memory(self, step: StepSampling) -> dict[str, float]:
         """Fold every scored completion of the step into the memory; return its calibration metrics."""
         metrics: dict[str, float] = {}
+        threshold, n = self.args.positive_threshold, self.num_generations
         if self.group_prior is not None:
             # Only the first n samples of each pool: drawn before any sampling rule saw a reward, so unbiased.
-            column, n = self.args.prompt_memory_group_column, self.num_generations
+            column = self.args.prompt_memory_group_column
             pools = [(step.rows[p][column], r.pool_rewards[:n]) for p, r in step.results.items()]
-            self.group_prior.update(
-                [label for label, _ in pools],
-                [len(pool) for _, pool in pools],
-                [sum(is_positive(x, self.args.positive_threshold) for x in pool) for _, pool in pools],
-            )
+            self.group_prior.update([label for label, _ in pools], [len(pool) for _, pool in pools],
+                                    [sum(is_positive(x, threshold) for x in pool) for _, pool in pools])
             metrics["sampling/groups_known"] = float(sum(s is not None for s in self.group_prior.table()["strength"]))
-        memory = self.prompt_memory
-        if memory is None:
+        if self.prompt_memory is None:
             return metrics
-        keys = [self._prompt_key(step, prompt) for prompt in step.results]
-        samples = [len(r.pool_rewards) for r in step.results.values()]
-        positives = [
-            sum(is_positive(x, self.args.positive_threshold) for x in r.pool_rewards) for r in step.results.values()
-        ]
-        # Predicted before this step's samples join: how well the memory foresaw what the step then saw.
-        predicted = [memory.pass_rate(key) for key in keys]
-        seen = [i for i, key in enumerate(keys) if key in memory]
-        metrics |= {
-            "sampling/memory_seen_before": len(seen) / len(keys),
-            "sampling/memory_predicted_extreme": sum(not 0.05 <= p <= 0.95 for p in predicted) / len(keys),
-        }
-        if seen:
-            metrics["sampling/memory_brier"] = sum(
-                (predicted[i] - positives[i] / samples[i]) ** 2 for i in seen
-            ) / len(seen)
-        memory.update(keys, samples, positives, step=self.state.global_step)
-        metrics["sampling/memory_prompts"] = float(len(memory))
-        return metrics
+        pools = [r.pool_rewards for r in step.results.values()]
+        return metrics | observe_step(
+            self.prompt_memory, [self._prompt_key(step, prompt) for prompt in step.results], [len(p) for p in pools],
+            [sum(is_positive(x, threshold) for x in pool) for pool in pools], step=self.state.global_step,
+        )
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
-        if not self.args.should_save or not self.args.sampling_active:
-            return
-        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-        state = {"prompts_drawn": self._prompts_drawn}
-        if self._refill is not None:
-            state["refill"] = self._refill.state_dict()
-        if self.group_prior is not None:
-            state["group_prior"] = self.group_prior.state_dict()
-        with open(os.path.join(folder, SAMPLING_STATE_FILE), "w") as f:
-            json.dump(state, f)
-        if self.prompt_memory is not None:
-            self.prompt_memory.save(os.path.join(folder, MEMORY_STATE_FILE))
+        if self.args.should_save and self.args.sampling_active:
+            folder = os.path.join(self._get_output_dir(trial=trial),
+                                  f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            save_sampling_state(folder, self._prompts_drawn, self._refill, self.group_prior, self.prompt_memory)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         # TRL restores its own extra state (the adaptive entropy controller) here too: called once, on resume.
         super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None or (self._refill is None and self.prompt_memory is None):
-            return
-        path = os.path.join(checkpoint, SAMPLING_STATE_FILE)
-        if not os.path.exists(path):
-            raise FileNotFoundError(
-                f"{checkpoint} has no {SAMPLING_STATE_FILE}: it was saved without dynamic sampling or prompt memory, "
-                "so the refill cursor and the prompt memory cannot be restored. Resume with the settings the "
-                "checkpoint was saved with, or start a new run."
-            )
-        with open(path) as f:
-            state = json.load(f)
-        self._prompts_drawn = state["prompts_drawn"]
-        if self._refill is not None:
-            if "refill" not in state:
-                raise ValueError(f"{checkpoint} was saved with dynamic_sampling=False: resume with the same setting.")
-            self._refill.load_state_dict(state["refill"])
-        if self.group_prior is not None:
-            if "group_prior" not in state:
-                raise ValueError(
-                    f"{checkpoint} was saved without prompt_memory_group_column: resume with the same setting."
-                )
-            self.group_prior.load_state_dict(state["group_prior"])
-        if self.prompt_memory is not None:
-            memory_path = os.path.join(checkpoint, MEMORY_STATE_FILE)
-            if not os.path.exists(memory_path):
-                raise FileNotFoundError(
-                    f"{checkpoint} has no {MEMORY_STATE_FILE}: it was saved with prompt_memory=False. Resume with "
-                    "the same setting, or start a new run."
-                )
-            self.prompt_memory.load(memory_path)
+        if checkpoint is not None and (self._refill is not None or self.prompt_memory is not None):
+            self._prompts_drawn = load_sampling_state(checkpoint, self._refill, self.group_prior, self.prompt_memory)
 
     def train(self, *args, **kwargs):
         output = super().train(*args, **kwargs)
@@ -742,81 +574,20 @@ class AdaGRPOTrainer(GRPOTrainer):
         return output
 
     def export_prompt_memory(self, path: str) -> Dataset:
-        """Write the prompt memory as a table (parquet): one row per remembered prompt, its text when known.
-
-        Columns: `prompt_hash`, `prompt` (the last message of the training row with that hash; looked up in the
-        training set, which is tokenized once for that), `visits`, `samples` and `positives` (decayed counts),
-        `pass_rate` (posterior mean) and `last_step`. Sort by `pass_rate` to see solved, unsolved and frontier
-        prompts.
-        """
-        table = self.prompt_memory.table()
+        """Write the prompt memory as a table (parquet; `trl_ada.resume.export_memory` lists the columns), with each
+        prompt's text (the last message of the training row with that hash: the training set is tokenized once for
+        it). Sort by `pass_rate` to see solved, unsolved and frontier prompts."""
         texts: dict[str, str] = {}
         if isinstance(self.train_dataset, Dataset):
             for start in range(0, len(self.train_dataset), 1024):
                 rows = list(self.train_dataset.select(range(start, min(start + 1024, len(self.train_dataset)))))
                 for row, ids in zip(rows, self._tokenize(rows)):
-                    prompt = row.get("prompt", "")
-                    texts.setdefault(f"{self._row_key(row, ids):016x}", _prompt_text(prompt))
-        table = {"prompt_hash": table.pop("prompt_hash"), **table}
-        table["prompt"] = [texts.get(h) for h in table["prompt_hash"]]
-        dataset = Dataset.from_dict(table)
-        dataset.to_parquet(path)
-        return dataset
-
-
-def _text_only(prompt: Any) -> Any:
-    """A conversational prompt without its image placeholders (text blocks kept, in order); anything else as is."""
-    if not isinstance(prompt, list):
-        return prompt
-    return [
-        {**message, "content": [part for part in message["content"] if part.get("type") != "image"]}
-        if isinstance(message.get("content"), list) else message
-        for message in prompt
-    ]
-
-
-def _image_slots(prompt: Any) -> list[list[int]]:
-    """(message, block) positions of the image placeholders in a conversational prompt's messages."""
-    if not isinstance(prompt, list):
-        return []
-    return [[m, b] for m, message in enumerate(prompt) if isinstance(message.get("content"), list)
-            for b, part in enumerate(message["content"]) if part.get("type") == "image"]
-
-
-def _prompt_text(prompt: Any) -> str:
-    """The last message's text (the export's `prompt` column), image placeholders left out."""
-    if not isinstance(prompt, list):
-        return prompt
-    content = prompt[-1]["content"]
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if part.get("type") == "text")
-    return content
+                    texts.setdefault(f"{self._row_key(row, ids):016x}", prompt_text(row.get("prompt", "")))
+        return export_memory(self.prompt_memory, texts, path)
 
 
 class _RolloutTaken(Exception):
     """Raised by `_generate` inside a round, once the round's samples are kept: TRL's generation batch ends there."""
-
-
-def _is_sharded(parameter: torch.Tensor) -> bool:
-    """A parameter split over processes: a DTensor (FSDP2, tensor parallel) or a DeepSpeed ZeRO-3 partition."""
-    from torch.distributed.tensor import DTensor
-
-    return isinstance(parameter, DTensor) or hasattr(parameter, "ds_tensor")
-
-
-@contextlib.contextmanager
-def _rank_local_rewards():
-    """While the pipelined rounds score a rank's finished samples, TRL's `_calculate_rewards` must not gather.
-
-    It ends with `gather(rewards_per_func)`, a collective: ranks whose samples finish at different times would call
-    it different numbers of times and deadlock. The rewards are gathered once per batch instead (`_sample_pipelined`).
-    """
-    original = _grpo_module.gather
-    _grpo_module.gather = lambda tensor: tensor
-    try:
-        yield
-    finally:
-        _grpo_module.gather = original
 
 
 __all__ = ["AdaGRPOTrainer", "ReloadingVLLMGeneration"]
