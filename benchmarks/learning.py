@@ -27,7 +27,6 @@ bands (min-max over seeds) against steps and against generated samples.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -37,7 +36,6 @@ import time
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 
-import torch  # noqa: E402
 import yaml  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
@@ -46,7 +44,7 @@ from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
 from trl_ada.data import synthetic_arithmetic  # noqa: E402
 from trl_ada.demo import DEFAULT_RECIPE  # noqa: E402
 from trl_ada.warm_start import warm_start  # noqa: E402
-from trl_ada.evaluate import avg_at_k  # noqa: E402
+from trl_ada.evaluate import avg_at_k, evaluation_noise  # noqa: E402
 from trl_ada.rewards import boxed_math_reward  # noqa: E402
 from trl_ada.tiny import build_tiny_model  # noqa: E402
 from trl_ada.train import ScriptArguments  # noqa: E402
@@ -67,23 +65,6 @@ def recipe_kwargs(path: str) -> tuple[dict, dict, dict]:
     shared = {k: v for k, v in recipe.items() if k in grpo_fields}
     ada = {k: v for k, v in recipe.items() if k in AdaGRPOConfig.__dataclass_fields__ and k not in grpo_fields}
     return script, shared, ada
-
-
-@contextlib.contextmanager
-def evaluation_noise(model, seed):
-    """Evaluate inside a run without disturbing it: the same seeded sampling noise for every model and checkpoint,
-    then the run's random state and the model's train/eval mode as they were."""
-    cpu_state = torch.get_rng_state()
-    cuda_state = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-    torch.manual_seed(seed)
-    was_training = model.training
-    try:
-        yield
-    finally:
-        model.train(was_training)
-        torch.set_rng_state(cpu_state)
-        if cuda_state is not None:
-            torch.cuda.set_rng_state_all(cuda_state)
 
 
 class HeldOut(TrainerCallback):

@@ -47,7 +47,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, T
 import equal_budget  # noqa: E402  (arms, counting trainers, resumable parallel runs)
 import learning  # noqa: E402  (recipe split, undisturbed evaluation, table and plot helpers)
 from trl_ada.data import arithmetic_problems  # noqa: E402
-from trl_ada.evaluate import held_out_accuracy  # noqa: E402
+from trl_ada.evaluate import evaluation_noise, held_out_accuracy  # noqa: E402
 from trl_ada.models import KNOWN_MODELS, materialize  # noqa: E402
 from trl_ada.rewards import last_number_reward  # noqa: E402
 
@@ -74,7 +74,7 @@ class HeldOutArithmetic:
 
     def measure(self, model) -> dict:
         start = time.time()
-        with learning.evaluation_noise(model, self.seed):
+        with evaluation_noise(model, self.seed):
             result = held_out_accuracy(model, self.tokenizer, self.dataset, k=self.k,
                                        max_new_tokens=self.max_new_tokens, reward_func=last_number_reward)
         self.seconds += time.time() - start

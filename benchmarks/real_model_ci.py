@@ -64,10 +64,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, T
 
 import equal_budget  # noqa: E402  (counting trainers, configs, parallel runs)
 import learning  # noqa: E402  (recipe split, undisturbed evaluation, rounding, plot band)
-import paired  # noqa: E402  (bootstrap paired differences)
+from trl_ada import paired  # noqa: E402  (bootstrap paired differences)
 import real_model  # noqa: E402  (the arms and the recipe)
 from trl_ada.data import ARITHMETIC_KINDS, arithmetic_problems, arithmetic_split_of  # noqa: E402
-from trl_ada.evaluate import _generate_transformers  # noqa: E402
+from trl_ada.evaluate import _generate_transformers, evaluation_noise  # noqa: E402
 from trl_ada.models import KNOWN_MODELS, materialize  # noqa: E402
 from trl_ada.rewards import last_number_reward  # noqa: E402
 
@@ -188,7 +188,7 @@ class HeldOut:
     def measure(self, model, full: bool) -> dict:
         """full: greedy on every question and avg@k; otherwise greedy on the core questions only."""
         start = time.time()
-        with learning.evaluation_noise(model, self.seed):
+        with evaluation_noise(model, self.seed):
             if not full:
                 core, _ = self._rewards(model, self.greedy_set.select(self.core), 1, 0.0)
                 self.seconds += time.time() - start

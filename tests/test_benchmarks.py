@@ -373,22 +373,6 @@ def test_rollout_real_runs_on_the_real_engine(tmp_path):
     assert saved["runs"]["balanced pipelined"][0]["engine_steps"] > 0 and (tmp_path / "r.png").stat().st_size > 0
 
 
-def test_paired_difference_resamples_seeds_and_questions():
-    paired = load("paired")
-    ahead = paired.paired_difference([[1.0, 1.0, 0.0, 1.0], [1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
-    assert ahead["verdict"] == "ahead" and ahead["mean"] == 0.75 and 0 < ahead["low"] <= 0.75 <= ahead["high"] <= 1
-    assert (ahead["seeds"], ahead["questions"]) == (3, 4)
-    level = paired.paired_difference([[1.0, -1.0, 0.0, 0.0], [0.0, 0.0, -1.0, 1.0]])
-    assert level["verdict"] == paired.NO_DIFFERENCE and level["low"] < 0 < level["high"] and level["mean"] == 0.0
-    assert paired.paired_difference([[-1.0, -1.0]])["verdict"] == "behind"
-    weighted = paired.paired_difference([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]], weights=[2.0, 1.0, 1.0])
-    assert weighted["mean"] == 0.5 and weighted["low"] <= 0.5 <= weighted["high"]  # the first question counts twice
-    assert paired.describe(ahead).endswith("ahead") and "no difference measured" in paired.describe(level)
-    curve = [{"samples": 0, "items": [0.0, 1.0]}, {"samples": 10}, {"samples": 20, "items": [1.0, 1.0]}]
-    assert list(paired.interpolate_items(curve, "samples", "items", 5)) == [0.25, 1.0]
-    assert paired.interpolate_items(curve, "samples", "items", 30) is None
-
-
 def _synthetic_run(method, seed, regime, greedy, avg, final_step, seconds, budget=32):
     kinds = ["1-digit +", "1-digit +", "2-digit +", "2-digit +", "3-digit +", "3-digit +"]
     before = {"greedy": 0.5, "greedy core": 0.5, "greedy clipped": 0.0, "avg@k": 0.5,

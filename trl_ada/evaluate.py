@@ -10,6 +10,7 @@ Generation uses vLLM when it is installed and a GPU is present, transformers oth
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -90,6 +91,23 @@ def held_out_accuracy(model, tokenizer, dataset, k=4, max_new_tokens=48, reward_
         for group in sorted(set(groups)):
             result[f"{measure} {group}"] = statistics.mean(p for p, g in zip(per_problem, groups) if g == group)
     return result
+
+
+@contextlib.contextmanager
+def evaluation_noise(model, seed):
+    """Evaluate inside a run without disturbing it: the same seeded sampling noise for every model and checkpoint,
+    then the run's random state and the model's train/eval mode as they were."""
+    cpu_state = torch.get_rng_state()
+    cuda_state = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    torch.manual_seed(seed)
+    was_training = model.training
+    try:
+        yield
+    finally:
+        model.train(was_training)
+        torch.set_rng_state(cpu_state)
+        if cuda_state is not None:
+            torch.cuda.set_rng_state_all(cuda_state)
 
 
 def _vllm_usable() -> bool:

@@ -1,4 +1,4 @@
-"""Paired differences between two arms of a benchmark, with a 95% bootstrap interval (issue 32).
+"""Paired differences between two arms of a comparison, with a 95% bootstrap interval (`trl-ada-compare`).
 
 Two arms run with the same seed share their initial weights and prompt order, and they are evaluated on the same
 held-out questions, so a comparison pairs them twice: by seed and by question. `paired_difference` takes the matrix

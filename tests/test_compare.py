@@ -1,0 +1,89 @@
+"""`trl-ada-compare` end to end at toy size, and the paired bootstrap it reports with (`trl_ada.paired`)."""
+
+import json
+import os
+
+import pytest
+
+from trl_ada import paired
+from trl_ada.compare import main as compare_main
+
+
+def length_reward(completions, **kwargs):
+    """A reward the tiny untrained model can move: longer answers score more (1 at 8 characters)."""
+    return [min(len(c[-1]["content"]), 8) / 8 for c in completions]
+
+
+RECIPE = """model_name_or_path: tiny
+dataset_name: synthetic
+synthetic_num_examples: 64
+reward_funcs: [test_compare.length_reward]
+num_generations: 4
+per_device_train_batch_size: 8
+max_completion_length: 8
+learning_rate: 1.0e-3
+use_cpu: true
+bf16: false
+round_repeat: 4
+max_rounds: 2
+positive_threshold: 0.5
+"""
+
+
+@pytest.mark.slow
+def test_compare_pairs_seeds_counts_every_completion_and_resumes(tmp_path, capsys):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE)
+    out = tmp_path / "compare"
+    argv = ["--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false",
+            "--arm", "balanced", "reinforce_ada_choice=balanced", "--seeds", "0", "1", "--max_steps", "2",
+            "--eval_every", "1", "--eval_examples", "6", "--eval_fraction", "0.2", "--eval_k", "2",
+            "--output_dir", str(out)]
+    report = compare_main(argv)
+    results = {(r["arm"], r["seed"]): r for r in map(lambda p: json.load(open(p)), (out / "results").glob("*.json"))}
+    assert set(results) == {(arm, seed) for arm in ("grpo", "balanced") for seed in (0, 1)}
+    for seed in (0, 1):  # paired: the same initial weights and held-out questions, so the same score at step 0
+        assert results[("grpo", seed)]["curve"][0]["items"] == results[("balanced", seed)]["curve"][0]["items"]
+    for record in results.values():
+        assert [p["step"] for p in record["curve"]] == [0, 1, 2] and record["steps"] == 2
+        assert len(record["curve"][0]["items"]) == record["held_out_questions"] == 6
+        assert "avg@k" in record["curve"][0] and "avg@k" in record["curve"][-1]
+    # every generated completion counted: GRPO makes 8 a step; the rounds make 8 or 16 per prompt-pair and step
+    assert all(results[("grpo", s)]["generated_completions"] == 16 for s in (0, 1))
+    assert all(16 <= results[("balanced", s)]["generated_completions"] <= 2 * 2 * 2 * 4 * 2 for s in (0, 1))
+    arm = report["arms"]["balanced"]
+    assert arm["seeds"] == [0, 1] and [row["step"] for row in arm["equal_steps"]] == [0, 1, 2]
+    assert arm["equal_steps"][0]["mean"] == 0.0  # step 0: the same model on both sides of every pair
+    assert arm["equal_completions"]["completions"] == [16, 16]  # where both runs of a seed have generated as many
+    printed = capsys.readouterr().out
+    assert "| balanced | 2 |" in printed and "no difference measured" in printed
+    assert (out / "compare.png").stat().st_size > 0 and (out / "report.json").exists()
+
+    # Resumable: a rerun trains nothing and recomputes the same report from the results.
+    stamp = {p: p.stat().st_mtime_ns for p in (out / "results").glob("*.json")}
+    again = compare_main(argv)
+    assert {p: p.stat().st_mtime_ns for p in (out / "results").glob("*.json")} == stamp
+    assert "0 runs to train (4 already" in capsys.readouterr().out
+    assert again == json.loads((out / "report.json").read_text()) or again["arms"].keys() == report["arms"].keys()
+
+
+def test_arm_specs_are_checked():
+    with pytest.raises(ValueError, match="field=value"):
+        compare_main(["--config", "x.yaml", "--arm", "a", "oops", "--max_steps", "1"])
+    with pytest.raises(ValueError, match="names must differ"):
+        compare_main(["--config", "x.yaml", "--arm", "a", "--arm", "a", "--max_steps", "1"])
+
+
+def test_paired_difference_resamples_seeds_and_questions():
+    ahead = paired.paired_difference([[1.0, 1.0, 0.0, 1.0], [1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
+    assert ahead["verdict"] == "ahead" and ahead["mean"] == 0.75 and 0 < ahead["low"] <= 0.75 <= ahead["high"] <= 1
+    assert (ahead["seeds"], ahead["questions"]) == (3, 4)
+    level = paired.paired_difference([[1.0, -1.0, 0.0, 0.0], [0.0, 0.0, -1.0, 1.0]])
+    assert level["verdict"] == paired.NO_DIFFERENCE and level["low"] < 0 < level["high"] and level["mean"] == 0.0
+    assert paired.paired_difference([[-1.0, -1.0]])["verdict"] == "behind"
+    weighted = paired.paired_difference([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]], weights=[2.0, 1.0, 1.0])
+    assert weighted["mean"] == 0.5 and weighted["low"] <= 0.5 <= weighted["high"]  # the first question counts twice
+    assert paired.describe(ahead).endswith("ahead") and "no difference measured" in paired.describe(level)
+    curve = [{"samples": 0, "items": [0.0, 1.0]}, {"samples": 10}, {"samples": 20, "items": [1.0, 1.0]}]
+    assert list(paired.interpolate_items(curve, "samples", "items", 5)) == [0.25, 1.0]
+    assert paired.interpolate_items(curve, "samples", "items", 30) is None

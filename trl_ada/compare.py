@@ -1,0 +1,391 @@
+"""`trl-ada-compare`: should I switch? A paired comparison of samplers on your own recipe and data, CPU or GPU.
+
+    trl-ada-compare --config recipes/SmolLM2-135M-Instruct/arith_grpo.yaml \\
+        --arm grpo multiround_adaptive_downsampling=false \\
+        --arm balanced reinforce_ada_choice=balanced \\
+        --arm dapo multiround_adaptive_downsampling=false dynamic_sampling=true \\
+        --seeds 0 1 2 3 4 --max_steps 40 --eval_every 5 --jobs 2 --output_dir runs/compare
+
+Every arm is the shared recipe (`--config`, any `trl_ada.train` recipe) with its own `field=value` overrides (or
+its own recipe: `--arm mine path/to/recipe.yaml field=value`); the first arm is the baseline. The design, and why:
+
+- **Paired seeds.** Seed s gives every arm the same initial weights, the same training data and the same prompt
+  order; only the sampler differs. Differences are taken per seed, so a seed's luck cancels out.
+- **A held-out set** the runs never train on: `--eval_split` (a split of the recipe's dataset, e.g. `test`), else the
+  built-in tasks' own held-out split, else `--eval_fraction` of the training rows, split off by a hash of their
+  prompt. Each question's score is the recipe's reward (the weighted sum of its reward functions: accuracy for 0/1
+  rewards) of a greedy answer, before training, every `--eval_every` optimizer steps and at the end; avg@k
+  (`--eval_k` samples at temperature 1) at the end too. Evaluation runs under fixed sampling noise and does not
+  touch the run's random state.
+- **Every generated completion counted**: each row the generation backend returns (rounds, refills, budget
+  top-ups, multi-process padding, dropped groups); with tools, every model turn.
+- **Two comparisons**, both as the mean paired difference to the baseline with a 95% bootstrap interval over seeds
+  and questions (`trl_ada.paired`): at equal optimizer steps, at every evaluation step of the run; and at equal
+  generated completions, each seed compared where both its runs have generated as many (scores interpolated
+  between evaluations). An interval that contains 0 reads **no difference measured**.
+- **Resumable.** Each run writes `<output_dir>/results/<arm>-seed<seed>.json` when it ends; a rerun skips what is
+  there and recomputes the report (`report.json`, `compare.png`) from all of them. `--jobs K` runs K runs at once
+  (`--threads` torch threads each): on a CPU give each its own core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+import zlib
+from dataclasses import dataclass, field
+
+import torch
+from transformers import TrainerCallback
+
+from . import paired
+
+BASE_FIELDS = ("--report_to", "none", "--save_strategy", "no", "--logging_steps", "1", "--disable_tqdm", "true")
+
+
+@dataclass
+class Arm:
+    name: str
+    recipe: str | None = None  # the arm's own recipe; None: the shared one
+    overrides: list[str] = field(default_factory=list)  # field=value
+
+    @classmethod
+    def parse(cls, tokens: list[str]) -> "Arm":
+        name, rest = tokens[0], tokens[1:]
+        recipe = rest.pop(0) if rest and rest[0].endswith((".yaml", ".yml")) else None
+        bad = [t for t in rest if "=" not in t]
+        if bad:
+            raise ValueError(f"--arm {name}: overrides are field=value, got {bad}")
+        return cls(name, recipe, rest)
+
+    def argv(self) -> list[str]:
+        out = []
+        for item in self.overrides:
+            key, value = item.split("=", 1)
+            out += [f"--{key}", value]
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# One run.
+
+def held_out_split(args, script_args, train):
+    """(training rows, held-out rows): see the module docstring for the order of the choices."""
+    from .train import ScriptArguments, load_train_dataset
+
+    if args.eval_split is not None:
+        eval_args = ScriptArguments(**{**vars(script_args), "dataset_split": args.eval_split})
+        held = load_train_dataset(eval_args, args.task_seed)
+    elif script_args.dataset_name == "arithmetic":
+        from .data import arithmetic_problems
+
+        held = arithmetic_problems(args.eval_examples, args.task_seed, split="test")
+    else:
+        def is_held_out(row):
+            return zlib.crc32(json.dumps(row["prompt"], sort_keys=True).encode()) % 1000 < 1000 * args.eval_fraction
+
+        held = train.filter(is_held_out)
+        train = train.filter(lambda row: not is_held_out(row))
+    if len(held) == 0:
+        raise ValueError("the held-out set is empty: raise --eval_fraction or give --eval_split.")
+    return train, held.select(range(min(args.eval_examples, len(held))))
+
+
+class HeldOutScore:
+    """Each held-out question's score: the recipe's weighted reward of its answers (greedy, or k samples at T=1)."""
+
+    def __init__(self, tokenizer, dataset, reward_funcs, reward_weights, max_new_tokens, seed):
+        self.tokenizer, self.dataset, self.reward_funcs = tokenizer, dataset, reward_funcs
+        self.weights = reward_weights or [1.0] * len(reward_funcs)
+        self.max_new_tokens, self.seed, self.seconds = max_new_tokens, seed, 0.0
+
+    def __call__(self, model, k: int = 1, temperature: float = 0.0) -> list[float]:
+        from .evaluate import _generate_transformers, evaluation_noise
+
+        start = time.time()
+        prompts = list(self.dataset["prompt"])
+        with evaluation_noise(model, self.seed):
+            texts = _generate_transformers(model, self.tokenizer, prompts, k, self.max_new_tokens, temperature, 1.0, 64)
+        columns = {c: [v for v in self.dataset[c] for _ in range(k)]
+                   for c in self.dataset.column_names if c != "prompt"}
+        completions = [[{"role": "assistant", "content": t}] for t in texts]  # as TRL hands conversational rewards
+        total = [0.0] * len(texts)
+        for func, weight in zip(self.reward_funcs, self.weights):
+            values = func(prompts=[p for p in prompts for _ in range(k)], completions=completions, **columns)
+            total = [t + weight * (v if v is not None else 0.0) for t, v in zip(total, values)]
+        self.seconds += time.time() - start
+        return [sum(total[i * k : (i + 1) * k]) / k for i in range(len(prompts))]
+
+
+class Progress(TrainerCallback):
+    """Completions generated per step and the training clock (evaluation excluded); the held-out score before
+    training, every `every` steps and at the end."""
+
+    def __init__(self, counter, score: HeldOutScore, every: int, eval_k: int, label: str):
+        self.counter, self.score, self.every, self.eval_k, self.label = counter, score, every, eval_k, label
+        self.curve: list[dict] = []
+        self.started = 0.0
+
+    def _point(self, step, model, final=False):
+        point = {"step": step, "samples": self.counter["samples"], "tokens": self.counter["tokens"],
+                 "seconds": time.time() - self.started - self.score.seconds, "items": self.score(model)}
+        point["greedy"] = sum(point["items"]) / len(point["items"])
+        if final and self.eval_k > 0:
+            point["avg_items"] = self.score(model, k=self.eval_k, temperature=1.0)
+            point["avg@k"] = sum(point["avg_items"]) / len(point["avg_items"])
+        self.curve.append(point)
+        print(f"[compare] {self.label} step {step:3d}  {point['samples']} completions generated  "
+              f"held-out greedy {point['greedy']:.3f}" + (f"  avg@{self.eval_k} {point['avg@k']:.3f}"
+                                                           if "avg@k" in point else ""), flush=True)
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.started = time.time()
+        self._point(0, model, final=True)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        final = state.global_step >= state.max_steps
+        if final or state.global_step % self.every == 0:
+            self._point(state.global_step, model, final=final)
+
+
+def run_one(args, arm: Arm, seed: int) -> dict:
+    """Train one (arm, seed) and return its record (also written to results/<arm>-seed<seed>.json)."""
+    from transformers import AutoTokenizer, PrinterCallback
+    from trl import ModelConfig, TrlParser, get_peft_config
+
+    from .config import AdaGRPOConfig
+    from .train import ScriptArguments, load_object, load_reward_funcs, load_train_dataset, resolve_model
+    from .trainer import AdaGRPOTrainer
+
+    run_dir = os.path.join(args.output_dir, "runs", f"{arm.name}-seed{seed}")
+    argv = ["--config", arm.recipe or args.config, *args.set_argv, *arm.argv(), *BASE_FIELDS,
+            "--seed", str(seed), "--output_dir", run_dir, "--max_steps", str(args.max_steps)]
+    parser = TrlParser((ScriptArguments, AdaGRPOConfig, ModelConfig))
+    script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
+    model = resolve_model(model_args.model_name_or_path, training_args, script_args.warm_start_steps)
+    if model_args.dtype not in (None, "auto"):
+        training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype}
+    train, held = held_out_split(args, script_args, load_train_dataset(script_args, args.task_seed))
+    reward_funcs = load_reward_funcs(script_args.reward_funcs)
+    counter = {"samples": 0, "tokens": 0}
+    score = HeldOutScore(AutoTokenizer.from_pretrained(model), held, reward_funcs, training_args.reward_weights,
+                         training_args.max_completion_length, args.eval_seed)
+    progress = Progress(counter, score, args.eval_every, args.eval_k, f"{arm.name} seed {seed}")
+
+    class Counting(AdaGRPOTrainer):
+        def _generate_single_turn(self, prompt_ids, *pos, **kwargs):
+            completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *pos, **kwargs)
+            counter["samples"] += len(completion_ids)
+            counter["tokens"] += sum(len(ids) for ids in completion_ids)
+            return completion_ids, logprobs
+
+    trainer = Counting(
+        model=model, reward_funcs=reward_funcs, args=training_args, train_dataset=train,
+        peft_config=get_peft_config(model_args), callbacks=[progress],
+        tools=[load_object(path, "tools") for path in script_args.tools] or None,
+        environment_factory=(load_object(script_args.environment_factory, "environment_factory")
+                             if script_args.environment_factory else None),
+    )
+    trainer.remove_callback(PrinterCallback)  # one line per evaluation instead (runs in parallel share a terminal)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    record = {"arm": arm.name, "seed": seed, "recipe": arm.recipe or args.config, "overrides": arm.overrides,
+              "set": args.set, "steps": trainer.state.global_step, "generated_completions": counter["samples"],
+              "generated_tokens": counter["tokens"], "train_seconds": progress.curve[-1]["seconds"],
+              "held_out_questions": len(held), "curve": progress.curve,
+              "reward": [h.get("sampling/iid_reward", h.get("reward")) for h in logs]}
+    write_json(result_path(args.output_dir, arm.name, seed), record)
+    return record
+
+
+def result_path(output_dir: str, arm: str, seed: int) -> str:
+    return os.path.join(output_dir, "results", f"{arm}-seed{seed}.json")
+
+
+def write_json(path: str, data) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f)
+    os.replace(path + ".tmp", path)  # a cut run leaves no half-written result
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The report.
+
+def load_results(output_dir: str) -> dict[str, dict[int, dict]]:
+    results: dict[str, dict[int, dict]] = {}
+    for path in sorted(glob.glob(os.path.join(output_dir, "results", "*.json"))):
+        with open(path) as f:
+            record = json.load(f)
+        results.setdefault(record["arm"], {})[record["seed"]] = record
+    return results
+
+
+def compare(results: dict[str, dict[int, dict]], arms: list[str]) -> dict:
+    """Every arm against the first: paired differences at each common evaluation step and at equal completions."""
+    baseline = arms[0]
+    report = {"baseline": baseline, "arms": {}}
+    for arm in arms[1:]:
+        seeds = sorted(set(results.get(arm, {})) & set(results.get(baseline, {})))
+        if not seeds:
+            continue
+        runs, bases = [results[arm][s]["curve"] for s in seeds], [results[baseline][s]["curve"] for s in seeds]
+        steps = sorted(set.intersection(*({p["step"] for p in c} for c in runs + bases)))
+        by_step = []
+        for step in steps:
+            diffs = [_at(run, "step", step) - _at(base, "step", step) for run, base in zip(runs, bases)]
+            by_step.append({"step": step, **paired.paired_difference(diffs)})
+        diffs, at = [], []
+        for run, base in zip(runs, bases):
+            x = min(run[-1]["samples"], base[-1]["samples"])
+            at.append(x)
+            diffs.append(paired.interpolate_items(run, "samples", "items", x)
+                         - paired.interpolate_items(base, "samples", "items", x))
+        cost = {name: [results[name][s]["generated_completions"] / max(results[name][s]["steps"], 1) for s in seeds]
+                for name in (arm, baseline)}
+        report["arms"][arm] = {
+            "seeds": seeds, "equal_steps": by_step,
+            "equal_completions": {"completions": at, **paired.paired_difference(diffs)},
+            "completions_per_step": sum(cost[arm]) / len(seeds),
+            "baseline_completions_per_step": sum(cost[baseline]) / len(seeds),
+        }
+    return report
+
+
+def _at(curve, axis, x):
+    import numpy as np
+
+    return np.asarray(next(p["items"] for p in curve if p[axis] == x), dtype=float)
+
+
+def print_report(report: dict) -> None:
+    baseline = report["baseline"]
+    print(f"\nPaired difference to {baseline} in held-out score (points, 95% bootstrap interval over seeds and "
+          "questions; an interval containing 0 reads 'no difference measured').")
+    print(f"\n| arm | seeds | completions per step (vs {baseline}) | equal generated completions | equal optimizer "
+          "steps (last common evaluation) |\n|---|---:|---|---|---|")
+    for arm, r in report["arms"].items():
+        last, at = r["equal_steps"][-1], r["equal_completions"]["completions"]
+        print(f"| {arm} | {len(r['seeds'])} | {r['completions_per_step']:.1f} "
+              f"({r['baseline_completions_per_step']:.1f}) | {paired.describe(r['equal_completions'])} at "
+              f"{min(at)}-{max(at)} | {paired.describe(last)} at step {last['step']} |")
+    for arm, r in report["arms"].items():
+        print(f"\n{arm} against {baseline} at equal optimizer steps, along the run:\n")
+        print("| step | difference |\n|---:|---|")
+        for row in r["equal_steps"]:
+            print(f"| {row['step']} | {paired.describe(row)} |")
+
+
+def plot(results: dict[str, dict[int, dict]], arms: list[str], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for arm in arms:
+        for axis, ax in zip(("step", "samples"), axes):
+            for i, record in enumerate(results.get(arm, {}).values()):
+                curve = record["curve"]
+                ax.plot([p[axis] for p in curve], [p["greedy"] for p in curve], color=f"C{arms.index(arm)}",
+                        alpha=0.6, label=arm if i == 0 else None)
+    axes[0].set_xlabel("optimizer steps")
+    axes[1].set_xlabel("generated completions")
+    axes[0].set_ylabel("held-out score (greedy)")
+    axes[0].legend()
+    fig.suptitle("trl-ada-compare: one line per run (seed)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The command.
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trl-ada-compare", description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="the shared recipe (a trl_ada.train YAML)")
+    parser.add_argument("--arm", nargs="+", action="append", required=True, metavar="NAME [RECIPE] [FIELD=VALUE]",
+                        help="an arm: its name, optionally its own recipe, then overrides; the first is the baseline")
+    parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="overrides for every arm")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--max_steps", type=int, required=True, help="optimizer steps per run (every arm the same)")
+    parser.add_argument("--eval_every", type=int, default=5, help="optimizer steps between held-out evaluations")
+    parser.add_argument("--eval_examples", type=int, default=64, help="held-out questions at most")
+    parser.add_argument("--eval_split", default=None, help="the recipe dataset's split to evaluate on (e.g. test)")
+    parser.add_argument("--eval_fraction", type=float, default=0.1,
+                        help="without --eval_split: the share of training rows held out (by a hash of the prompt)")
+    parser.add_argument("--eval_k", type=int, default=4, help="avg@k samples per question before and after (0: none)")
+    parser.add_argument("--eval_seed", type=int, default=1234, help="the sampling noise of every evaluation")
+    parser.add_argument("--task_seed", type=int, default=0, help="seed of the built-in tasks' data (not the runs')")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (separate processes)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--output_dir", default="runs/compare")
+    parser.add_argument("--report_only", action="store_true", help="recompute the report from results/, train nothing")
+    parser.add_argument("--only", nargs=2, metavar=("ARM", "SEED"), help=argparse.SUPPRESS)  # one run (for --jobs)
+    return parser
+
+
+def main(argv=None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    arms = [Arm.parse(tokens) for tokens in args.arm]
+    names = [arm.name for arm in arms]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--arm: names must differ, got {names}")
+    args.set_argv = Arm("set", None, args.set).argv()
+    torch.set_num_threads(args.threads)
+    if args.only is not None:
+        run_one(args, next(arm for arm in arms if arm.name == args.only[0]), int(args.only[1]))
+        return {}
+    if not args.report_only:
+        pending = [(arm, seed) for seed in args.seeds for arm in arms
+                   if not os.path.exists(result_path(args.output_dir, arm.name, seed))]
+        print(f"[compare] {len(pending)} runs to train ({len(arms) * len(args.seeds) - len(pending)} already in "
+              f"{args.output_dir}/results)", flush=True)
+        if args.jobs <= 1:
+            for arm, seed in pending:
+                run_one(args, arm, seed)
+        else:
+            run_parallel(argv, pending, args)
+    results = load_results(args.output_dir)
+    report = compare(results, names)
+    print_report(report)
+    write_json(os.path.join(args.output_dir, "report.json"), report)
+    plot(results, names, os.path.join(args.output_dir, "compare.png"))
+    print(f"\n[compare] report: {args.output_dir}/report.json, plot: {args.output_dir}/compare.png")
+    return report
+
+
+def run_parallel(argv, pending, args) -> None:
+    """`--jobs` runs at once, each its own process with `--threads` torch threads; a failed run is reported, the others
+    go on (its result is missing, so a rerun trains it again)."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    running: list[tuple[subprocess.Popen, str]] = []
+    failed = []
+    queue = list(pending)
+    while queue or running:
+        while queue and len(running) < args.jobs:
+            arm, seed = queue.pop(0)
+            command = [sys.executable, "-m", "trl_ada.compare", *argv, "--only", arm.name, str(seed)]
+            running.append((subprocess.Popen(command, env=env), f"{arm.name} seed {seed}"))
+        time.sleep(1.0)
+        for process, label in list(running):
+            if process.poll() is not None:
+                running.remove((process, label))
+                if process.returncode != 0:
+                    failed.append(label)
+    if failed:
+        raise RuntimeError(f"trl-ada-compare: these runs failed (rerun to retry them): {failed}")
+
+
+__all__ = ["Arm", "compare", "load_results", "main", "run_one"]
+
+if __name__ == "__main__":
+    main()
