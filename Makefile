@@ -168,7 +168,7 @@ test-sets: test test-newest test-oldest
 # held-out questions; benchmarks/real_model_ci.json holds what has run (benchmarks/README.md section 8 gives the time
 # a run takes). Never run by CI; resumes where it stopped, from runs/bench-real-model-ci or from the committed JSON;
 # `touch runs/bench-real-model-ci/STOP` lets the jobs finish the runs in hand and start no other.
-# The issue-21 run (7 arms x 3 seeds, 48 questions): python benchmarks/real_model.py --help.
+# The issue-21 run (7 arms x 3 seeds, 48 questions; its script is retired): benchmarks/real_model.json.
 REAL_MODEL_SEEDS ?= 0 1 2 3 4
 REAL_MODEL_JOBS ?= 2
 bench-real-model: smollm2

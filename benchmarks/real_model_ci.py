@@ -4,8 +4,8 @@
     python benchmarks/real_model_ci.py --from_json benchmarks/real_model_ci.json   # every table and the plot again
 
 SmolLM2-135M-Instruct learns chat arithmetic with the settings of `recipes/SmolLM2-135M-Instruct/arith_*.yaml`
-(benchmarks/real_model.py's task: fp32 full fine-tuning, lr 3e-5 constant, beta 0, the dapo loss, 4 prompts x n=4
-per step, temperature 1.0, `last_number_reward`), except the completion cap: 96 tokens instead of 48
+(the task of the retired benchmarks/real_model.py: fp32 full fine-tuning, lr 3e-5 constant, beta 0, the dapo loss,
+4 prompts x n=4 per step, temperature 1.0, `last_number_reward`), except the completion cap: 96 tokens instead of 48
 (`--max_completion_length`). Measured on the base model (greedy, cap 200, 16 held-out questions of each trained kind
 and 16 three-digit sums): the one-digit products and two-digit sums all ended within 86 and 79 tokens, and of the 15
 right answers on the trained kinds that ended, 5 were longer than 48 tokens (51 to 102: prose such as "To calculate 7
@@ -65,7 +65,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, T
 import equal_budget  # noqa: E402  (counting trainers, configs, parallel runs)
 import learning  # noqa: E402  (recipe split, undisturbed evaluation, rounding, plot band)
 from trl_ada import paired  # noqa: E402  (bootstrap paired differences)
-import real_model  # noqa: E402  (the arms and the recipe)
 from trl_ada.data import ARITHMETIC_KINDS, arithmetic_problems, arithmetic_split_of  # noqa: E402
 from trl_ada.evaluate import _generate_transformers, evaluation_noise  # noqa: E402
 from trl_ada.models import KNOWN_MODELS, materialize  # noqa: E402
@@ -78,6 +77,9 @@ POOL = ("grpo_n4_pool", "ada_budget_pool", "ada_pos_pool")
 ORDER = ("grpo_n4", "ada_pos", "ada_budget", "grpo_n4_pool", "ada_budget_pool", "dapo", "ada_balance", "ada_pos_pool")
 BASELINE = {"independent draws": "grpo_n4", "prompts return": "grpo_n4_pool"}
 REGIMES = {"independent draws": MAIN, "prompts return": POOL}
+DEFAULT_RECIPE = os.path.join(os.path.dirname(HERE), "recipes", "SmolLM2-135M-Instruct", "arith_ada_balance.yaml")
+# The arms: those of benchmarks/equal_budget.py (GRPO n=4, the reference rounds, DAPO, the budgeted mode).
+ARMS = equal_budget.METHODS
 # The arms of the "Which sampling should I use?" table (docs/benchmarks.md; the README shows four), in its order.
 README_ARMS = ("ada_pos", "ada_balance", "dapo", "ada_budget", "ada_budget_pool", "ada_pos_pool")
 TRAINED_KINDS = tuple(kind for kind, *_ in ARITHMETIC_KINDS)
@@ -97,7 +99,7 @@ def base_arm(arm: str) -> str:
 def config_fields(arm: str) -> str:
     """The AdaGRPOConfig fields an arm sets, as a user writes them: `sampling_budget=4.0, prompt_memory=True`."""
     fields = ", ".join(f"{name}={json.dumps(value) if isinstance(value, str) else repr(value)}"
-                       for name, value in real_model.ARMS[base_arm(arm)][1].items())
+                       for name, value in ARMS[base_arm(arm)][1].items())
     return f"`{fields}`" + (", prompts return" if arm in POOL else "")
 
 
@@ -285,7 +287,7 @@ def train_one(arm, seed, model_dir, args, before):
     output_dir = os.path.join(args.output_dir, f"{arm}-seed{seed}")
     max_steps = math.ceil(budget / (prompts_per_step * 4)) + 5  # every arm makes >= 4 per prompt a step
     config = equal_budget.make_config(base_arm(arm), seed, max_steps, output_dir, shared, ada, prompts_per_step,
-                                      methods=real_model.ARMS)
+                                      methods=ARMS)
     trainer_class = equal_budget._CountingGRPO if base_arm(arm) == "grpo_n4" else equal_budget._CountingAda
     counted = equal_budget._Counted()
     held = HeldOut(AutoTokenizer.from_pretrained(model_dir), greedy_set, avg_set, args.eval_k,
@@ -328,7 +330,7 @@ def measures(point: dict) -> dict:
 
 def kind_weights(kinds) -> np.ndarray:
     """Per question: 1 / (questions of its kind), 0 for the transfer probe: the three trained kinds count equally in
-    the headline measure, as in benchmarks/real_model.py's equal shares, however many questions each has."""
+    the headline measure, as in the retired benchmarks/real_model.py's equal shares, however many questions each has."""
     return np.array([0.0 if kind == TRANSFER else 1.0 / kinds.count(kind) for kind in kinds])
 
 
@@ -640,7 +642,7 @@ def main(argv=None):
     parser.add_argument("--output_dir", default="runs/bench-real-model-ci")
     parser.add_argument("--model", default=KNOWN_MODELS["smollm2"].default_dir,
                         help="the materialised model folder (created when missing)")
-    parser.add_argument("--config", default=real_model.DEFAULT_RECIPE, help="the shared recipe (YAML)")
+    parser.add_argument("--config", default=DEFAULT_RECIPE, help="the shared recipe (YAML)")
     parser.add_argument("--budget", type=int, default=320, help="generated completions per run (independent draws)")
     parser.add_argument("--eval_every", type=int, default=64,
                         help="greedy on the core questions every this many completions (GRPO: every 4 steps), so "

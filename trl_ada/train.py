@@ -9,7 +9,7 @@ offline arithmetic task, so every recipe can be smoke-tested on a CPU without a 
 starts from the tiny demo's warm-started model instead (built once, cached in <output_dir>/warm-model), so that the
 tiny recipe learns when run directly. `--dataset_name arithmetic` (chat arithmetic graded by `last_number_reward`) is
 the offline task of the SmolLM2 recipes; `--dataset_name word_problems` (easy arithmetic word problems, \\boxed{}
-answers) that of `benchmarks/smollm2.py`, which a 135M model does not learn.
+answers) that of the retired word-problem benchmark, which a 135M model does not learn.
 
 Agents: `--tools pkg.module:f1 pkg.module:f2` (several after one flag; `pkg.module.f1` works too) hands tools to the
 trainer and `--environment_factory pkg.module:Class` an environment, as TRL's GRPOTrainer takes them. `--dataset_name
