@@ -431,3 +431,20 @@ def test_real_model_ci_trains_both_regimes_and_resumes_from_its_json(tmp_path, t
     stopped = capsys.readouterr().out
     assert "STOP exists: no new run started" in stopped and "until" not in stopped
     assert not json.loads((tmp_path / "fresh.json").read_text())["runs"]
+
+
+def test_loops_parses_ci_logs_and_reports_against_the_budgets(tmp_path, capsys):
+    loops = load("loops")
+    log = "noise\n[ci] lock: 900 s\n...\n[ci] newest: 600 s\n[ci] oldest: 400 s; all: 1900 s\n"
+    assert loops.parse_ci_log(log) == {"lock": 900, "newest": 600, "oldest": 400, "all": 1900}
+    with pytest.raises(ValueError, match="no complete"):
+        loops.parse_ci_log("[ci] lock: 900 s\n")  # a cut run is not a measurement
+    records = [{"kind": "ci", "date": "2026-11-26 17:00", "commit": "abc", "busy": False,
+                "seconds": {"lock": 900, "newest": 600, "oldest": 400, "all": 1900}},
+               {"kind": "demo", "date": "2026-11-26 18:00", "commit": "abc", "busy": True,
+                "seconds": {"install": 120, "all": 700}}]
+    loops.report(records, str(tmp_path / "loops.png"))
+    out = capsys.readouterr().out
+    assert "| ci | 2026-11-26 17:00 | abc | no | lock 900, newest 600, oldest 400 | 31.7 | within (35 min) |" in out
+    assert "| demo | 2026-11-26 18:00 | abc | yes | install 120 | 11.7 | OVER (10 min) |" in out
+    assert (tmp_path / "loops.png").stat().st_size > 0
