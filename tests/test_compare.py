@@ -87,3 +87,19 @@ def test_paired_difference_resamples_seeds_and_questions():
     curve = [{"samples": 0, "items": [0.0, 1.0]}, {"samples": 10}, {"samples": 20, "items": [1.0, 1.0]}]
     assert list(paired.interpolate_items(curve, "samples", "items", 5)) == [0.25, 1.0]
     assert paired.interpolate_items(curve, "samples", "items", 30) is None
+
+
+def test_the_deadline_starts_no_run_that_would_end_after_it():
+    import time
+
+    from trl_ada.compare import Deadline
+
+    assert all(Deadline(None, 1).may_start() for _ in range(5))
+    clock = Deadline(100.0, jobs=2)
+    assert clock.may_start() and clock.may_start()  # the first wave starts: nothing is known of a run's length yet
+    clock.finished(60.0)
+    clock.start = time.time() - 30  # 30 s in, runs take 60 s: one more fits
+    assert clock.may_start()
+    clock.start = time.time() - 50  # 50 s in: it would end at 110 s
+    assert not clock.may_start() and clock.refused == 1
+    assert not Deadline(0.0, 4).may_start()  # past the deadline, even the first wave waits

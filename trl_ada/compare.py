@@ -25,7 +25,8 @@ its own recipe: `--arm mine path/to/recipe.yaml field=value`); the first arm is 
   between evaluations). An interval that contains 0 reads **no difference measured**.
 - **Resumable.** Each run writes `<output_dir>/results/<arm>-seed<seed>.json` when it ends; a rerun skips what is
   there and recomputes the report (`report.json`, `compare.png`) from all of them. `--jobs K` runs K runs at once
-  (`--threads` torch threads each): on a CPU give each its own core.
+  (`--threads` torch threads each): on a CPU give each its own core. `--deadline_s` starts no run that would end
+  after it, so a session with a time limit keeps every run that finished.
 """
 
 from __future__ import annotations
@@ -325,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--eval_seed", type=int, default=1234, help="the sampling noise of every evaluation")
     parser.add_argument("--task_seed", type=int, default=0, help="seed of the built-in tasks' data (not the runs')")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (separate processes)")
+    parser.add_argument("--deadline_s", type=float, default=None,
+                        help="start no run that would end after this many seconds (estimated from the runs finished "
+                             "so far; the first runs always start): a cut session keeps what finished")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--output_dir", default="runs/compare")
     parser.add_argument("--report_only", action="store_true", help="recompute the report from results/, train nothing")
@@ -349,11 +353,18 @@ def main(argv=None) -> dict:
                    if not os.path.exists(result_path(args.output_dir, arm.name, seed))]
         print(f"[compare] {len(pending)} runs to train ({len(arms) * len(args.seeds) - len(pending)} already in "
               f"{args.output_dir}/results)", flush=True)
+        clock = Deadline(args.deadline_s, args.jobs)
         if args.jobs <= 1:
             for arm, seed in pending:
+                if not clock.may_start():
+                    break
+                started = time.time()
                 run_one(args, arm, seed)
+                clock.finished(time.time() - started)
         else:
-            run_parallel(argv, pending, args)
+            run_parallel(argv, pending, args, clock)
+        if clock.refused:
+            print(f"[compare] deadline: {clock.refused} runs not started (a rerun trains them)", flush=True)
     results = load_results(args.output_dir)
     report = compare(results, names)
     print_report(report)
@@ -363,22 +374,50 @@ def main(argv=None) -> dict:
     return report
 
 
-def run_parallel(argv, pending, args) -> None:
+class Deadline:
+    """Whether another run may start: it must be expected to end before `seconds` (the mean duration of the runs
+    finished so far; until one has finished, the first wave of `jobs` runs starts)."""
+
+    def __init__(self, seconds: float | None, jobs: int):
+        self.seconds, self.jobs, self.start = seconds, max(jobs, 1), time.time()
+        self.durations: list[float] = []
+        self.started = self.refused = 0
+
+    def may_start(self) -> bool:
+        if self.seconds is not None:
+            elapsed = time.time() - self.start
+            expected = sum(self.durations) / len(self.durations) if self.durations else 0.0
+            first_wave = not self.durations and self.started < self.jobs
+            if elapsed >= self.seconds or (not first_wave and elapsed + expected > self.seconds):
+                self.refused += 1
+                return False
+        self.started += 1
+        return True
+
+    def finished(self, seconds: float) -> None:
+        self.durations.append(seconds)
+
+
+def run_parallel(argv, pending, args, clock: Deadline) -> None:
     """`--jobs` runs at once, each its own process with `--threads` torch threads; a failed run is reported, the others
     go on (its result is missing, so a rerun trains it again)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    running: list[tuple[subprocess.Popen, str]] = []
+    running: list[tuple[subprocess.Popen, str, float]] = []
     failed = []
     queue = list(pending)
     while queue or running:
         while queue and len(running) < args.jobs:
             arm, seed = queue.pop(0)
+            if not clock.may_start():
+                continue
             command = [sys.executable, "-m", "trl_ada.compare", *argv, "--only", arm.name, str(seed)]
-            running.append((subprocess.Popen(command, env=env), f"{arm.name} seed {seed}"))
+            running.append((subprocess.Popen(command, env=env), f"{arm.name} seed {seed}", time.time()))
         time.sleep(1.0)
-        for process, label in list(running):
+        for entry in list(running):
+            process, label, started = entry
             if process.poll() is not None:
-                running.remove((process, label))
+                running.remove(entry)
+                clock.finished(time.time() - started)
                 if process.returncode != 0:
                     failed.append(label)
     if failed:
