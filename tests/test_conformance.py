@@ -223,7 +223,8 @@ class Cell:
     samplers: tuple[str, ...] = ("balanced",)  # the samplers whose training rows are replayed through GRPOTrainer
     replay: bool = True  # False: generation GRPOTrainer cannot be handed (tool loop, rollout_func): trains only
     policy: bool = False  # the scripted tool-calling policy answers for the model (tests/agents.py)
-    needs: str | None = None  # a reason to skip where the installed stack lacks it
+    requires: str | None = None  # what the stack must have (shown in the table whatever is installed)
+    needs: str | None = None  # set where the installed stack lacks it: the reason to skip
 
 
 CELLS = [
@@ -285,7 +286,7 @@ CELLS = [
     Cell("environment", "`environment_factory` (one environment per rollout)", model="tools",
          dataset=lambda: calculator_dataset(8), rewards=lambda models: product_reward,
          kwargs=lambda models: {"environment_factory": ProductEnv}, policy=True, replay=False,
-         config=dict(max_completion_length=96), samplers=("positive_focused",),
+         config=dict(max_completion_length=96), samplers=("positive_focused",), requires="transformers >= 5.2",
          needs=None if ENVIRONMENTS else "environment_factory needs transformers >= 5.2"),
     Cell("rollout-func", "`rollout_func` with an extra column for rewards", rewards=lambda models: guess_reward,
          kwargs=lambda models: {"rollout_func": rollout_func}, replay=False, samplers=("balanced", "budget")),
@@ -631,7 +632,7 @@ def compatibility_table() -> str:
                 marks.append("·")
             else:
                 marks.append("rows = GRPO's" if cell.replay else "trains †")
-        note = f" ({cell.needs.split(' needs ')[-1]})" if cell.needs else ""
+        note = f" ({cell.requires})" if cell.requires else ""
         lines.append(f"| {cell.feature}{note} | same batch and logs | " + " | ".join(marks) + " |")
     lines.append("| `report_to=\"wandb\"` (offline run files) | TRL's metrics | `sampling/*` reach the run file | · | · | · |")
     for bad in BAD_INPUTS:

@@ -14,7 +14,9 @@ import sys
 import pytest
 
 # One xdist worker runs the module: its fixture launches 2-process runs, once (per worker it ran twice, 110 s).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fsdp")]
+# lock_only: 55 s of launches; the newest and oldest sets keep one 2-process run (tests/test_multiprocess.py), and
+# would add FSDP2 under other accelerate releases.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fsdp"), pytest.mark.lock_only]
 HERE = os.path.dirname(__file__)
 WORKER = os.path.join(HERE, "fsdp_worker.py")
 FSDP_CONFIG = os.path.join(HERE, os.pardir, "recipes", "accelerate_configs", "fsdp_cpu.yaml")

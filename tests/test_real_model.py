@@ -162,7 +162,8 @@ def test_one_adaptive_step_on_the_real_model(smollm2, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("smollm2")
+@pytest.mark.lock_only  # the recipe path runs in every set on the tiny model (tests/test_product.py); the real model
+@pytest.mark.xdist_group("smollm2")  # loads, generates and trains in every set (the tests above)
 def test_smollm2_recipe_one_step_and_eval_entry_point(smollm2, tmp_path, capsys):
     from trl_ada.evaluate import main as eval_main
     from trl_ada.train import main as train_main
