@@ -44,7 +44,8 @@ def parse_ci_log(text: str) -> dict[str, int]:
 
 
 def _commit() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip()
 
 
 def record(kind: str, parts: dict, busy: bool, note: str = "") -> dict:

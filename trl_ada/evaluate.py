@@ -83,7 +83,8 @@ def held_out_accuracy(model, tokenizer, dataset, k=4, max_new_tokens=48, reward_
     """
     groups = list(dataset[group_column]) if group_column in dataset.column_names else []
     result = {}
-    for measure, samples, temperature in (("greedy", 1, 0.0), ("avg@k", k, 1.0)):
+    measures = (("greedy", 1, 0.0), ("avg@k", k, 1.0)) if k > 0 else (("greedy", 1, 0.0),)  # k=0: greedy only
+    for measure, samples, temperature in measures:
         rewards = sample_rewards(model, tokenizer, dataset, k=samples, max_new_tokens=max_new_tokens,
                                  temperature=temperature, batch_size=batch_size, reward_func=reward_func)
         per_problem = [statistics.mean(rewards[i * samples : (i + 1) * samples]) for i in range(len(dataset))]
