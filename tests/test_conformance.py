@@ -22,6 +22,7 @@ import asyncio
 import math
 import os
 import sys
+import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -615,6 +616,10 @@ def test_sampling_metrics_reach_wandb_offline_run_files(models, tmp_path, monkey
     [run_file] = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
     logged = [h for h in trainer.state.log_history if "loss" in h]
     for key in ("sampling/total_samples", "sampling/rounds_max", "sampling/iid_reward", "loss"):
+        # wandb's service process may still be writing the file when finish() returns (wandb 0.22): wait for it
+        deadline = time.time() + 60
+        while len(_wandb_history(run_file, f"train/{key}")) < 2 * len(logged) and time.time() < deadline:
+            time.sleep(0.5)
         values = [float(v) for v in _wandb_history(run_file, f"train/{key}")]
         # each step's history record, then the summary record that repeats its values
         assert values[0::2] == values[1::2] == pytest.approx([h[key] for h in logged]), key
