@@ -1,5 +1,6 @@
 # Two commands for a newcomer (README): `make demo` runs the offline Reinforce-Ada training of a real model (SmolLM2,
-# about 10 min on 2 cores), `make test` the tests. `make demo-tiny` is the 90-second version on the tiny offline model.
+# about 6 min on 2 cores after the installs), `make test` the tests. `make demo-tiny` is the 90-second version on the
+# tiny offline model.
 # Both create .venv on first use: torch==2.13.0 (CPU wheel) first, then this package pinned by .ci/constraints.txt.
 PYTHON ?= python3
 VENV := .venv
