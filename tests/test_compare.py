@@ -103,3 +103,44 @@ def test_the_deadline_starts_no_run_that_would_end_after_it():
     clock.start = time.time() - 50  # 50 s in: it would end at 110 s
     assert not clock.may_start() and clock.refused == 1
     assert not Deadline(0.0, 4).may_start()  # past the deadline, even the first wave waits
+
+
+@pytest.mark.slow
+def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_trains_it_again(tmp_path, capsys):
+    """A run still training at the deadline stops after the step in hand, evaluated there and kept as cut (its
+    evaluations count at the steps it reached); a rerun trains it again. --max_completions stops every arm at the same
+    generation budget."""
+    import time
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE)
+    out = tmp_path / "compare"
+    argv = ["--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false",
+            "--arm", "balanced", "reinforce_ada_choice=balanced", "--seeds", "0", "1", "--max_steps", "3",
+            "--eval_every", "1", "--eval_examples", "6", "--eval_fraction", "0.2", "--eval_k", "0",
+            "--output_dir", str(out)]
+    compare_main(argv + ["--only", "grpo", "1", "--stop_at", repr(time.time())])  # the deadline has passed
+    cut = json.loads((out / "results" / "grpo-seed1.json").read_text())
+    assert cut["cut"] and cut["stopped"] == "deadline" and cut["steps"] == 1 and cut["max_steps"] == 3
+    assert [p["step"] for p in cut["curve"]] == [0, 1]  # evaluated where it stopped
+    for arm in ("grpo", "balanced"):
+        compare_main(argv + ["--only", arm, "0"])
+    compare_main(argv + ["--only", "balanced", "1"])
+    report = compare_main(argv + ["--report_only"])
+    rows = {row["step"]: row["seeds"] for row in report["arms"]["balanced"]["equal_steps"]}
+    assert rows == {0: 2, 1: 2, 2: 1, 3: 1}  # seed 1's baseline was cut at step 1
+    assert report["cost"]["grpo"]["cut"] == 1 and report["cost"]["grpo"]["trained_per_step"] == 8
+    assert report["cost"]["balanced"]["generated_per_step"] >= 16  # M=4 for each of 2 prompts, at least one round
+    assert "| grpo | 2 (1) |" in capsys.readouterr().out
+
+    report = compare_main(argv)  # the rerun trains the cut run again, and only it
+    assert "1 runs to train (3 already" in capsys.readouterr().out
+    again = json.loads((out / "results" / "grpo-seed1.json").read_text())
+    assert not again["cut"] and again["steps"] == 3 and again["curve"][1]["items"] == cut["curve"][1]["items"]
+    assert [row["seeds"] for row in report["arms"]["balanced"]["equal_steps"]] == [2, 2, 2, 2]
+
+    budget = tmp_path / "budget"
+    compare_main(argv[:-1] + [str(budget), "--only", "grpo", "0", "--max_completions", "16"])
+    stopped = json.loads((budget / "results" / "grpo-seed0.json").read_text())
+    assert stopped["stopped"] == "max_completions" and not stopped["cut"]
+    assert stopped["steps"] == 2 and stopped["generated_completions"] == 16  # 8 a step: the budget is met at step 2

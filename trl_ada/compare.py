@@ -25,8 +25,11 @@ its own recipe: `--arm mine path/to/recipe.yaml field=value`); the first arm is 
   between evaluations). An interval that contains 0 reads **no difference measured**.
 - **Resumable.** Each run writes `<output_dir>/results/<arm>-seed<seed>.json` when it ends; a rerun skips what is
   there and recomputes the report (`report.json`, `compare.png`) from all of them. `--jobs K` runs K runs at once
-  (`--threads` torch threads each): on a CPU give each its own core. `--deadline_s` starts no run that would end
-  after it, so a session with a time limit keeps every run that finished.
+  (`--threads` torch threads each): on a CPU give each its own core.
+- **A time limit loses nothing.** `--deadline_s` starts no run that would end after it, and stops a run still
+  training when it comes (after an evaluation at the step it reached): the run is kept as cut, its evaluations count
+  at the steps it reached, and a rerun trains it again in full. `--max_completions` stops each run at the first
+  step at which it has generated that many completions (every arm the same generation budget).
 """
 
 from __future__ import annotations
@@ -125,12 +128,16 @@ class HeldOutScore:
 
 class Progress(TrainerCallback):
     """Completions generated per step and the training clock (evaluation excluded); the held-out score before
-    training, every `every` steps and at the end."""
+    training, every `every` steps and at the end. Training stops early, evaluated where it stopped, at `stop_at`
+    (a wall-clock time: the comparison's deadline; the run is then `cut`) or once `max_completions` are generated."""
 
-    def __init__(self, counter, score: HeldOutScore, every: int, eval_k: int, label: str):
+    def __init__(self, counter, score: HeldOutScore, every: int, eval_k: int, label: str,
+                 stop_at: float | None = None, max_completions: int | None = None):
         self.counter, self.score, self.every, self.eval_k, self.label = counter, score, every, eval_k, label
+        self.stop_at, self.max_completions = stop_at, max_completions
         self.curve: list[dict] = []
         self.started = 0.0
+        self.stopped = None  # None: ran its max_steps; "deadline" or "max_completions"
 
     def _point(self, step, model, final=False):
         point = {"step": step, "samples": self.counter["samples"], "tokens": self.counter["tokens"],
@@ -149,9 +156,15 @@ class Progress(TrainerCallback):
         self._point(0, model, final=True)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        final = state.global_step >= state.max_steps
+        if self.max_completions is not None and self.counter["samples"] >= self.max_completions:
+            self.stopped = "max_completions"
+        elif self.stop_at is not None and time.time() >= self.stop_at and state.global_step < state.max_steps:
+            self.stopped = "deadline"
+        final = state.global_step >= state.max_steps or self.stopped is not None
         if final or state.global_step % self.every == 0:
             self._point(state.global_step, model, final=final)
+        if self.stopped is not None:
+            control.should_training_stop = True
 
 
 def run_one(args, arm: Arm, seed: int) -> dict:
@@ -176,7 +189,8 @@ def run_one(args, arm: Arm, seed: int) -> dict:
     counter = {"samples": 0, "tokens": 0}
     score = HeldOutScore(AutoTokenizer.from_pretrained(model), held, reward_funcs, training_args.reward_weights,
                          training_args.max_completion_length, args.eval_seed)
-    progress = Progress(counter, score, args.eval_every, args.eval_k, f"{arm.name} seed {seed}")
+    progress = Progress(counter, score, args.eval_every, args.eval_k, f"{arm.name} seed {seed}",
+                        stop_at=args.stop_at, max_completions=args.max_completions)
 
     class Counting(AdaGRPOTrainer):
         def _generate_single_turn(self, prompt_ids, *pos, **kwargs):
@@ -195,9 +209,13 @@ def run_one(args, arm: Arm, seed: int) -> dict:
     trainer.remove_callback(PrinterCallback)  # one line per evaluation instead (runs in parallel share a terminal)
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
+    per_step = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
     record = {"arm": arm.name, "seed": seed, "recipe": arm.recipe or args.config, "overrides": arm.overrides,
-              "set": args.set, "steps": trainer.state.global_step, "generated_completions": counter["samples"],
-              "generated_tokens": counter["tokens"], "train_seconds": progress.curve[-1]["seconds"],
+              "set": args.set, "steps": trainer.state.global_step, "max_steps": args.max_steps,
+              "cut": progress.stopped == "deadline", "stopped": progress.stopped,
+              "generated_completions": counter["samples"], "generated_tokens": counter["tokens"],
+              "trained_completions": per_step * trainer.state.global_step * trainer.accelerator.num_processes,
+              "train_seconds": progress.curve[-1]["seconds"],
               "held_out_questions": len(held), "curve": progress.curve,
               "reward": [h.get("sampling/iid_reward", h.get("reward")) for h in logs]}
     write_json(result_path(args.output_dir, arm.name, seed), record)
@@ -236,11 +254,13 @@ def compare(results: dict[str, dict[int, dict]], arms: list[str]) -> dict:
         if not seeds:
             continue
         runs, bases = [results[arm][s]["curve"] for s in seeds], [results[baseline][s]["curve"] for s in seeds]
-        steps = sorted(set.intersection(*({p["step"] for p in c} for c in runs + bases)))
-        by_step = []
-        for step in steps:
-            diffs = [_at(run, "step", step) - _at(base, "step", step) for run, base in zip(runs, bases)]
-            by_step.append({"step": step, **paired.paired_difference(diffs)})
+        by_step = []  # at each evaluated step, the seeds whose two runs both reached it (a cut run stops early)
+        for step in sorted({p["step"] for c in runs + bases for p in c}):
+            pairs = [(run, base) for run, base in zip(runs, bases)
+                     if any(p["step"] == step for p in run) and any(p["step"] == step for p in base)]
+            if pairs:
+                diffs = [_at(run, "step", step) - _at(base, "step", step) for run, base in pairs]
+                by_step.append({"step": step, **paired.paired_difference(diffs)})
         diffs, at = [], []
         for run, base in zip(runs, bases):
             x = min(run[-1]["samples"], base[-1]["samples"])
@@ -255,7 +275,22 @@ def compare(results: dict[str, dict[int, dict]], arms: list[str]) -> dict:
             "completions_per_step": sum(cost[arm]) / len(seeds),
             "baseline_completions_per_step": sum(cost[baseline]) / len(seeds),
         }
+    report["cost"] = {name: arm_cost(results.get(name, {})) for name in arms if results.get(name)}
     return report
+
+
+def arm_cost(runs: dict[int, dict]) -> dict:
+    """What an arm spent per optimizer step, averaged over its runs: generated and trained completions, seconds."""
+    records = list(runs.values())
+    steps = [max(r["steps"], 1) for r in records]
+
+    def mean(key):
+        return sum(r.get(key, 0) / n for r, n in zip(records, steps)) / len(records)
+
+    return {"runs": len(records), "cut": sum(bool(r.get("cut")) for r in records),
+            "mean_steps": sum(steps) / len(steps),
+            "generated_per_step": mean("generated_completions"), "trained_per_step": mean("trained_completions"),
+            "seconds_per_step": mean("train_seconds")}
 
 
 def _at(curve, axis, x):
@@ -269,17 +304,24 @@ def print_report(report: dict) -> None:
     print(f"\nPaired difference to {baseline} in held-out score (points, 95% bootstrap interval over seeds and "
           "questions; an interval containing 0 reads 'no difference measured').")
     print(f"\n| arm | seeds | completions per step (vs {baseline}) | equal generated completions | equal optimizer "
-          "steps (last common evaluation) |\n|---|---:|---|---|---|")
+          "steps (last evaluation every seed reached) |\n|---|---:|---|---|---|")
     for arm, r in report["arms"].items():
-        last, at = r["equal_steps"][-1], r["equal_completions"]["completions"]
+        every_seed = [row for row in r["equal_steps"] if row["seeds"] == len(r["seeds"])]  # not only uncut pairs
+        last, at = (every_seed or r["equal_steps"])[-1], r["equal_completions"]["completions"]
         print(f"| {arm} | {len(r['seeds'])} | {r['completions_per_step']:.1f} "
               f"({r['baseline_completions_per_step']:.1f}) | {paired.describe(r['equal_completions'])} at "
               f"{min(at)}-{max(at)} | {paired.describe(last)} at step {last['step']} |")
+    print("\nCost per optimizer step (mean over runs; training seconds exclude evaluation):\n")
+    print("| arm | runs (cut) | steps | generated completions | trained completions | seconds |\n"
+          "|---|---|---:|---:|---:|---:|")
+    for arm, c in report.get("cost", {}).items():
+        print(f"| {arm} | {c['runs']} ({c['cut']}) | {c['mean_steps']:.0f} | {c['generated_per_step']:.1f} | "
+              f"{c['trained_per_step']:.1f} | {c['seconds_per_step']:.2f} |")
     for arm, r in report["arms"].items():
         print(f"\n{arm} against {baseline} at equal optimizer steps, along the run:\n")
-        print("| step | difference |\n|---:|---|")
+        print("| step | seeds | difference |\n|---:|---:|---|")
         for row in r["equal_steps"]:
-            print(f"| {row['step']} | {paired.describe(row)} |")
+            print(f"| {row['step']} | {row['seeds']} | {paired.describe(row)} |")
 
 
 def plot(results: dict[str, dict[int, dict]], arms: list[str], path: str) -> None:
@@ -328,11 +370,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (separate processes)")
     parser.add_argument("--deadline_s", type=float, default=None,
                         help="start no run that would end after this many seconds (estimated from the runs finished "
-                             "so far; the first runs always start): a cut session keeps what finished")
+                             "so far; the first runs always start), and stop the runs still training when they come "
+                             "(evaluated where they stopped, kept as cut; a rerun trains them again)")
+    parser.add_argument("--max_completions", type=int, default=None,
+                        help="stop each run at the first step at which it has generated this many completions")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--output_dir", default="runs/compare")
     parser.add_argument("--report_only", action="store_true", help="recompute the report from results/, train nothing")
     parser.add_argument("--only", nargs=2, metavar=("ARM", "SEED"), help=argparse.SUPPRESS)  # one run (for --jobs)
+    parser.add_argument("--stop_at", type=float, default=None, help=argparse.SUPPRESS)  # the deadline, wall clock
     return parser
 
 
@@ -348,9 +394,13 @@ def main(argv=None) -> dict:
     if args.only is not None:
         run_one(args, next(arm for arm in arms if arm.name == args.only[0]), int(args.only[1]))
         return {}
+    if args.deadline_s is not None and args.stop_at is None:
+        args.stop_at = time.time() + args.deadline_s
     if not args.report_only:
+        done = load_results(args.output_dir)
+        # seed by seed, so that a cut session leaves whole pairs; a run cut by a deadline is trained again
         pending = [(arm, seed) for seed in args.seeds for arm in arms
-                   if not os.path.exists(result_path(args.output_dir, arm.name, seed))]
+                   if seed not in done.get(arm.name, {}) or done[arm.name][seed].get("cut")]
         print(f"[compare] {len(pending)} runs to train ({len(arms) * len(args.seeds) - len(pending)} already in "
               f"{args.output_dir}/results)", flush=True)
         clock = Deadline(args.deadline_s, args.jobs)
@@ -411,6 +461,8 @@ def run_parallel(argv, pending, args, clock: Deadline) -> None:
             if not clock.may_start():
                 continue
             command = [sys.executable, "-m", "trl_ada.compare", *argv, "--only", arm.name, str(seed)]
+            if args.stop_at is not None:
+                command += ["--stop_at", repr(args.stop_at)]
             running.append((subprocess.Popen(command, env=env), f"{arm.name} seed {seed}", time.time()))
         time.sleep(1.0)
         for entry in list(running):
