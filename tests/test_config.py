@@ -21,6 +21,14 @@ def test_defaults_reproduce_the_reference():
     assert (args.pool_baseline, args.pool_selection) == ("threshold_fraction", "earliest")
 
 
+def test_sampling_off_takes_any_group_size_like_grpoconfig():
+    """round_repeat (default 8) is read only by the rounds: GRPO at n=16 with sampling off is GRPOConfig's n=16."""
+    args = make(multiround_adaptive_downsampling=False, num_generations=16, per_device_train_batch_size=16)
+    assert (args.num_generations, args.round_repeat, args.advantage_estimator) == (16, 8, "grpo")
+    with pytest.raises(ValueError, match="round_repeat >= 16"):  # with the rounds on, one round must fill a group
+        make(num_generations=16, per_device_train_batch_size=16)
+
+
 def test_readme_spelling_is_normalised():
     assert make(reinforce_ada_choice="positive-focused").reinforce_ada_choice == "positive_focused"
 

@@ -241,7 +241,9 @@ class AdaGRPOConfig(GRPOConfig):
             )
         if not isinstance(self.max_rounds, int) or self.max_rounds < 1:
             raise ValueError(f"max_rounds={self.max_rounds!r} must be an integer >= 1 (the reference uses 4).")
-        if not isinstance(self.round_repeat, int) or self.round_repeat < self.num_generations:
+        # Only the rounds read round_repeat: GRPO at num_generations=16 with sampling off must not need it raised.
+        if self.multiround_adaptive_downsampling and (
+                not isinstance(self.round_repeat, int) or self.round_repeat < self.num_generations):
             raise ValueError(
                 f"round_repeat={self.round_repeat!r} must be an integer >= num_generations ({self.num_generations}): "
                 f"one round must be able to fill a group. Set round_repeat >= {self.num_generations} (the reference "
