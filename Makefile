@@ -184,8 +184,8 @@ clean:
 # The GPU kit (benchmarks/gpu/README.md, issue 31). gpu-prepare: fetch the locked wheels, check that they resolve
 # offline for the device's Python 3.12 against its image, pack each device call's payload under .device/ (ignored),
 # print the calls (network, about 1 GiB). gpu-dry-run: every call of the plan through run.sh here, against a scratch
-# folder, with this venv's Python (the transformers path measured on the tiny model; vLLM's CUDA build installed, not
-# imported). gpu-simulate: a stand-in for the device (Python 3.12, torch 2.11.0+cu130 and the image's packages, about
+# folder, with this venv's Python (the transformers path measured on the tiny model; the real-model comparison on
+# SmolLM2 at toy size: every arm, one seed, one step; vLLM's CUDA build installed, not imported). gpu-simulate: a stand-in for the device (Python 3.12, torch 2.11.0+cu130 and the image's packages, about
 # 6 GB under .device/), vLLM's core installed there and every module of its CUDA path imported.
 .PHONY: gpu-prepare gpu-dry-run gpu-simulate
 GPU_DRY := /tmp/trl-ada-gpu-dry-run
@@ -197,7 +197,6 @@ gpu-dry-run: $(STAMP)
 	rm -rf $(GPU_DRY)
 	for n in $$(python3 -c "import json; print(*range(1, 1 + len(json.load(open('benchmarks/gpu/plan.json'))['calls'])))"); do \
 		OMP_NUM_THREADS=1 GPUKIT_LOCAL=1 GPUKIT_PYTHON=$(CURDIR)/$(PY) GPUKIT_DIR=$(GPU_DRY) OUT=$(GPU_DRY)/out/c$$n \
-		GPUKIT_MEASURE_ARGS="--arms trl_grpo_n4 ada_grpo_path_n4 ada_balanced ada_positive_focused ada_balanced_continuous_batching" \
 		bash benchmarks/gpu/run.sh $$n || exit 1; \
 	done
 

