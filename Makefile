@@ -165,16 +165,16 @@ test-oldest:
 # What .ci/run runs: the lock (the newcomer's `make test`), then the newest and the oldest sets.
 test-sets: test test-newest test-oldest
 
-# The real-model comparison with intervals (issue 32): SmolLM2-135M-Instruct on chat arithmetic, 5 arms at 320 generated
-# completions and the prompts-return regime (3 arms, a pool of 32 questions, 640 completions), paired seeds, 293
-# held-out questions; benchmarks/real_model_ci.json holds what has run (benchmarks/README.md section 8 gives the time
-# a run takes). Never run by CI; resumes where it stopped, from runs/bench-real-model-ci or from the committed JSON;
-# `touch runs/bench-real-model-ci/STOP` lets the jobs finish the runs in hand and start no other.
-# The issue-21 run (7 arms x 3 seeds, 48 questions; its script is retired): benchmarks/real_model.json.
+# The real-model comparison on a CPU (issues 32, 43): SmolLM2-135M-Instruct on chat arithmetic, two calls of
+# trl-ada-compare (benchmarks/real_model_compare.py): 5 arms at 320 generated completions, and the prompts-return
+# regime (3 arms, 32 training rows, 640 completions), paired seeds, the task's held-out split (72 questions). Never run
+# by CI; resumes from runs/bench-real-model or from the committed benchmarks/real_model_compare.json. The issue-32
+# runs of the earlier design (293 held-out questions; its script is retired): benchmarks/real_model_ci.json. The
+# issue-21 run (7 arms x 3 seeds, 48 questions; its script is retired): benchmarks/real_model.json.
 REAL_MODEL_SEEDS ?= 0 1 2 3 4
 REAL_MODEL_JOBS ?= 2
 bench-real-model: smollm2
-	OMP_NUM_THREADS=1 $(PY) benchmarks/real_model_ci.py --model $(SMOLLM2) --jobs $(REAL_MODEL_JOBS) \
+	OMP_NUM_THREADS=1 $(PY) benchmarks/real_model_compare.py --model $(SMOLLM2) --jobs $(REAL_MODEL_JOBS) \
 		--seeds $(REAL_MODEL_SEEDS)
 
 clean:

@@ -456,7 +456,7 @@ def plot(saved, path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Running many (method, seed) runs: resumable, optionally in parallel processes (also used by real_model_ci.py).
+# Running many (method, seed) runs: resumable, optionally in parallel processes (also used by the retired real_model_ci.py).
 
 
 def add_parallel_run_arguments(parser):

@@ -3,7 +3,6 @@
 import importlib.util
 import json
 import os
-import shutil
 
 import pytest
 
@@ -296,141 +295,37 @@ def test_rollout_real_runs_on_the_real_engine(tmp_path):
     assert saved["runs"]["balanced pipelined"][0]["engine_steps"] > 0 and (tmp_path / "r.png").stat().st_size > 0
 
 
-def _synthetic_run(method, seed, regime, greedy, avg, final_step, seconds, budget=32):
-    kinds = ["1-digit +", "1-digit +", "2-digit +", "2-digit +", "3-digit +", "3-digit +"]
-    before = {"greedy": 0.5, "greedy core": 0.5, "greedy clipped": 0.0, "avg@k": 0.5,
-              **{f"greedy {k}": 0.5 for k in ("1-digit +", "1-digit x", "2-digit +", "3-digit +")},
-              **{f"avg@k {k}": 0.5 for k in ("1-digit +", "1-digit x", "2-digit +")}}
-    after = dict(before, greedy=sum(greedy[:4]) / 4, **{"greedy core": sum(greedy[:4]) / 4,
-                                                        "avg@k": sum(avg) / len(avg)})
-    curve = [{"step": 0, "samples": 0, "tokens": 0, "seconds": 0.0, **before, "greedy_items": [0.5] * len(kinds),
-              "core_items": [0.5] * len(kinds), "avg_items": [0.5] * len(avg)},  # every question is a core one
-             {"step": final_step, "samples": budget, "tokens": 10 * budget, "seconds": seconds, **after,
-              "greedy_items": greedy, "core_items": greedy, "avg_items": avg}]
-    return {"method": method, "seed": seed, "regime": regime, "held_out_before": before, "held_out_after": after,
-            "steps": final_step, "generated_samples": budget, "generated_tokens": 10 * budget,
-            "train_seconds": seconds, "curve": curve, "per_step": [], "round1_reward": [0.5], "signal": [0.5],
-            "mean_length": [40.0], "clipped_ratio": [0.1], "prompts_drawn": [4.0] * final_step,
-            "prompts_skipped": [1.0] * final_step if "budget" in method else [0.0] * final_step,
-            "skipped": [{"step": 1, "prompt_hash": "0", "pass_rate": 0.9, "visits": 3}] if "budget" in method else [],
-            "memory_export": [{"pass_rate": 0.9}, {"pass_rate": 0.5}] if "budget" in method else None}, kinds
-
-
-def test_real_model_ci_report_recomputes_paired_intervals_from_the_json(tmp_path, capsys):
-    """No training: a hand-made JSON where ada_pos beats GRPO on every question of every seed and dapo equals it;
-    the report must call the first ahead, the second "no difference measured" (an interval of [0, 0] contains 0),
-    and list what the budgeted mode skipped."""
-    bench = load("real_model_ci")
-    runs = []
-    for seed in range(3):
-        for method, greedy in (("grpo_n4", [0, 0, 0, 0]), ("ada_pos", [1, 1, 1, 1]), ("dapo", [0, 0, 0, 0])):
-            run, kinds = _synthetic_run(method, seed, "independent draws", greedy + [0, 0], [0.5, 0.5],
-                                        20 if method == "grpo_n4" else 6, 100.0)
-            runs.append(run)
-        for method in ("grpo_n4_pool", "ada_budget_pool"):
-            run, kinds = _synthetic_run(method, seed, "prompts return", [0, 1, 0, 1, 0, 0], [0.5, 0.5], 2, 50.0)
-            if method == "ada_budget_pool":  # every group with signal in the first half, none in the second
-                run.update(signal=[1.0, 0.0], round1_reward=[0.5, 1.0])
-                # and one skip of a remembered-unsolved pool question, named by its hash in the memory export
-                question = bench.training_pool(4, 0)[0]
-                run["skipped"].append({"step": 1, "prompt_hash": "ab", "pass_rate": 0.1, "visits": 2})
-                run["memory_export"].append({"prompt_hash": "ab", "prompt": question["problem"], "pass_rate": 0.1})
-                unsolved = " / ".join(str(int(kind == question["kind"])) for kind in bench.TRAINED_KINDS)
-            runs.append(run)
-    saved = {"model": "synthetic", "budget": 32, "pool_budget": 32, "pool_size": 4, "avg_per_kind": 1, "eval_k": 2,
-             "max_completion_length": 96, "question_kinds": kinds, "core_questions": list(range(len(kinds))),
-             "held_out_before": runs[0]["held_out_before"],
-             "runs": runs}
-    path = tmp_path / "ci.json"
-    path.write_text(json.dumps(saved))
-    assert bench.main(["--from_json", str(path), "--plot", str(tmp_path / "ci.png")]) == 0
-    printed = capsys.readouterr().out
-    row = {line.split(" | ")[0].strip("| "): line for line in tables(printed) if "(step " in line}  # paired table
-    per_kind = [line for line in tables(printed) if line.startswith("| ada_pos | +") and " / " not in line]
-    assert per_kind == ["| ada_pos | +100.0 [+100.0, +100.0] ahead | - | +100.0 [+100.0, +100.0] ahead |"]
-    assert "| +100.0 [+100.0, +100.0] ahead |" in row["ada_pos"]  # right where GRPO is wrong, every question
-    assert row["dapo"].count("no difference measured") == 4  # the same items at the stop: every difference 0,
-    # except at equal steps: at dapo's last step (6) GRPO's curve is interpolated 6/20 of the way from 0.5 to 0
-    assert "-35.0 [-35.0, -35.0] behind (step 6)" in row["dapo"]
-    assert "(step 6)" in row["ada_pos"] and "(100 s)" in row["ada_pos"]
-    # each seed's own difference, at the stop / at the equal-steps point of the paired table
-    per_seed = {line.split(" | ")[0].strip("| "): line for line in tables(printed) if " / +" in line or " / -" in line}
-    assert per_seed["ada_pos"] == "| ada_pos | +100.0 / +65.0 | +100.0 / +65.0 | +100.0 / +65.0 |"
-    assert per_seed["dapo"] == "| dapo | +0.0 / -35.0 | +0.0 / -35.0 | +0.0 / -35.0 |"
-    memory_rows = [line for line in tables(printed) if line.startswith("| ada_budget_pool | ")]
-    assert any("0.50 (1 / 0 / 1)" in line and "1 / 1 / 1" in line for line in memory_rows)
-    skip_rows = [line for line in memory_rows if "0.50 (1 / 0 / 1)" in line]  # the 0.9 skip and the 0.1 one
-    assert len(skip_rows) == 3 and all(line.endswith(f"| 100% / 0% | 50% / 100% | {unsolved} |") for line in skip_rows)
-    # the README's table: each arm as the AdaGRPOConfig fields it sets, its seeds, both equal-cost cells
-    readme = {line.split(" | ")[0]: line for line in tables(printed) if line.startswith("| `")}
-    assert readme['| `reinforce_ada_choice="positive_focused"`'] == (
-        '| `reinforce_ada_choice="positive_focused"` | 3 | +100.0 [+100.0, +100.0] ahead | '
-        '+65.0 [+65.0, +65.0] ahead, at step 6 |')  # GRPO interpolated to 0.35 at step 6
-    assert readme["| `multiround_adaptive_downsampling=False, dynamic_sampling=True`"].endswith(
-        "| 3 | +0.0 [+0.0, +0.0] no difference measured | -35.0 [-35.0, -35.0] behind, at step 6 |")
-    assert "| `sampling_budget=4.0, prompt_memory=True`, prompts return | 3 |" in printed
-    assert (tmp_path / "ci.png").stat().st_size > 0
-
-
-def test_real_model_ci_trains_both_regimes_and_resumes_from_its_json(tmp_path, tiny_model, capsys):
-    # The tiny model stands in for SmolLM2; toy sizes. A fresh output folder with only the aggregated JSON trains
-    # nothing: the JSON alone resumes the benchmark (runs/ is not committed).
-    bench = load("real_model_ci")
-    common = ["--model", tiny_model, "--budget", "32", "--eval_every", "16", "--pool_budget", "48",
-              "--pool_eval_every", "32", "--pool_size", "6", "--two_digit", "6", "--three_digit", "3",
-              "--avg_per_kind", "2", "--core_per_kind", "2", "--eval_k", "2", "--seeds", "0",
-              "--arms", "grpo_n4", "ada_budget", "grpo_n4_pool", "ada_budget_pool", "--max_completion_length", "16",
-              "--json", str(tmp_path / "a.json"), "--plot", str(tmp_path / "a.png")]
+@pytest.mark.slow
+def test_real_model_compare_runs_both_regimes_through_trl_ada_compare_and_resumes(tmp_path, capsys):
+    """`make bench-real-model` at toy size: the tiny model stands in for SmolLM2; every arm of both regimes runs through
+    trl-ada-compare on the same generation budget, the summary table compares each with GRPO n=4, and the committed
+    JSON alone resumes the benchmark in a fresh folder (nothing trained again)."""
+    bench = load("real_model_compare")
+    common = ["--model", "tiny", "--budget", "32", "--pool_budget", "32", "--pool_size", "6", "--eval_every", "1",
+              "--eval_examples", "6", "--eval_k", "0", "--max_completion_length", "8", "--seeds", "0", "--jobs", "1",
+              "--set", "round_repeat=4", "max_rounds=2", "use_cpu=true", "bf16=false",
+              "--json", str(tmp_path / "bench.json")]
     assert bench.main([*common, "--output_dir", str(tmp_path / "one")]) == 0
     printed = capsys.readouterr().out
-    saved = json.loads((tmp_path / "a.json").read_text())
-    runs = {r["method"]: r for r in saved["runs"]}
-    assert set(runs) == {"grpo_n4", "ada_budget", "grpo_n4_pool", "ada_budget_pool"} and saved["complete"]
-    kinds = saved["question_kinds"]
-    assert kinds.count("2-digit +") == 6 and kinds.count("3-digit +") == 3
-    assert kinds.count("1-digit x") == 24  # every held-out one-digit product
-    for run in runs.values():
-        assert len(run["clipped_ratio"]) == len(run["mean_length"]) == run["steps"]
-        assert len(run["curve"][-1]["greedy_items"]) == len(kinds) and "avg_items" in run["curve"][-1]
-        assert all(len(p["core_items"]) == len(saved["core_questions"]) for p in run["curve"])
-    assert runs["grpo_n4_pool"]["train_questions"] == 6 and runs["grpo_n4_pool"]["generated_samples"] == 48
-    assert runs["ada_budget_pool"]["memory_export"]  # the prompt memory's export, row per remembered question
-    assert "## prompts return" in printed and "How often the prompts returned" in printed
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    arms = {regime: sorted(r["arm"] for r in runs) for regime, runs in saved["runs"].items()}
+    assert arms == {"independent draws": ["ada_balance", "ada_budget", "ada_pos", "dapo", "grpo_n4"],
+                    "prompts return": ["ada_budget_pool", "ada_pos_pool", "grpo_n4_pool"]}
+    for runs in saved["runs"].values():
+        for record in runs:  # every arm stopped at the first step past the same generation budget
+            assert record["stopped"] == "max_completions" and 32 <= record["generated_completions"]
+            assert record["generated_completions"] - 32 < record["generated_completions"] / record["steps"]
+    grpo = next(r for r in saved["runs"]["independent draws"] if r["arm"] == "grpo_n4")
+    assert grpo["steps"] == 2 and grpo["trained_completions"] == 32  # 16 completions a step (4 prompts x n=4)
+    table = [line for line in tables(printed) if line.startswith("| `") or "prompts return |" in line]
+    assert len(table) == 6 and any(line.startswith('| `reinforce_ada_choice="balanced"` | 1 |') for line in table)
+    assert any(line.startswith("| `sampling_budget=4.0, prompt_memory=True`, prompts return | 1 |") for line in table)
 
     assert bench.main([*common, "--output_dir", str(tmp_path / "two")]) == 0  # a fresh folder, the same JSON
     again = capsys.readouterr().out
-    assert "4 finished runs restored" in again and "until" not in again
-    assert tables(again) == tables(printed)
-
-    # A rerun of one arm and one seed trains nothing new and keeps every other finished run in the JSON.
-    arms = common.index("--arms")
-    one_arm = [*common[:arms], "--arms", "grpo_n4", *common[arms + 5:]]
-    assert bench.main([*one_arm, "--output_dir", str(tmp_path / "two")]) == 0
-    assert "until" not in capsys.readouterr().out
-    kept = json.loads((tmp_path / "a.json").read_text())
-    assert [(r["method"], r["seed"]) for r in kept["runs"]] == [(r["method"], r["seed"]) for r in saved["runs"]]
-
-    # --evaluate: a model trained elsewhere (the demo's), on the same held-out set, beside the base model's measures
-    trained = tmp_path / "trained"
-    shutil.copytree(tiny_model, trained)
-    assert bench.main([*common, "--evaluate", str(trained)]) == 0
-    table = tables(capsys.readouterr().out)
-    written = json.loads((trained / "held_out_ci.json").read_text())
-    assert written["before"] == saved["held_out_before"]
-    # the untrained copy measured again gives the base model's measures: same questions, same seeded noise
-    assert written["after"] == pytest.approx(written["before"], abs=1e-5)
-    before_2digit = f"{100 * written['before']['greedy 2-digit +']:.1f}%"
-    assert f"| greedy, 2-digit + (6) | {before_2digit} | {before_2digit} |" in table
-    with pytest.raises(SystemExit, match="other held-out settings"):
-        bench.main([*common, "--two_digit", "7", "--evaluate", str(trained)])
-
-    # A STOP file in the output folder: no run is started (the ones in hand would finish), and the message says so.
-    (tmp_path / "three").mkdir()
-    (tmp_path / "three" / "STOP").touch()
-    assert bench.main([*common, "--json", str(tmp_path / "fresh.json"), "--output_dir", str(tmp_path / "three")]) == 0
-    stopped = capsys.readouterr().out
-    assert "STOP exists: no new run started" in stopped and "until" not in stopped
-    assert not json.loads((tmp_path / "fresh.json").read_text())["runs"]
+    assert "8 finished runs restored" in again and "0 runs to train (5 already" in again
+    assert [line for line in tables(again) if line.startswith("| `")] == [
+        line for line in tables(printed) if line.startswith("| `")]
 
 
 def test_loops_parses_ci_logs_and_reports_against_the_budgets(tmp_path, capsys):
