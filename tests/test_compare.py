@@ -144,3 +144,20 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_trains_it_again(tmp_path,
     stopped = json.loads((budget / "results" / "grpo-seed0.json").read_text())
     assert stopped["stopped"] == "max_completions" and not stopped["cut"]
     assert stopped["steps"] == 2 and stopped["generated_completions"] == 16  # 8 a step: the budget is met at step 2
+
+
+@pytest.mark.slow
+def test_a_failed_run_in_parallel_still_leaves_the_report_of_the_others(tmp_path, monkeypatch):
+    """--jobs 2: one arm's run fails (a batch its group size does not divide); the other's result and the report are
+    written before the command fails, naming the run to retry."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE)
+    out = tmp_path / "compare"
+    with pytest.raises(RuntimeError, match=r"failed \(rerun to retry them\): \['bad seed 0'\]"):
+        compare_main(["--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false",
+                      "--arm", "bad", "per_device_train_batch_size=6", "--seeds", "0", "--max_steps", "1",
+                      "--eval_every", "1", "--eval_examples", "4", "--eval_fraction", "0.2", "--eval_k", "0",
+                      "--jobs", "2", "--output_dir", str(out)])
+    assert (out / "results" / "grpo-seed0.json").exists() and not (out / "results" / "bad-seed0.json").exists()
+    assert json.loads((out / "report.json").read_text())["cost"]["grpo"]["runs"] == 1

@@ -396,6 +396,7 @@ def main(argv=None) -> dict:
         return {}
     if args.deadline_s is not None and args.stop_at is None:
         args.stop_at = time.time() + args.deadline_s
+    failed: list[str] = []
     if not args.report_only:
         done = load_results(args.output_dir)
         # seed by seed, so that a cut session leaves whole pairs; a run cut by a deadline is trained again
@@ -412,7 +413,7 @@ def main(argv=None) -> dict:
                 run_one(args, arm, seed)
                 clock.finished(time.time() - started)
         else:
-            run_parallel(argv, pending, args, clock)
+            failed = run_parallel(argv, pending, args, clock)
         if clock.refused:
             print(f"[compare] deadline: {clock.refused} runs not started (a rerun trains them)", flush=True)
     results = load_results(args.output_dir)
@@ -421,6 +422,8 @@ def main(argv=None) -> dict:
     write_json(os.path.join(args.output_dir, "report.json"), report)
     plot(results, names, os.path.join(args.output_dir, "compare.png"))
     print(f"\n[compare] report: {args.output_dir}/report.json, plot: {args.output_dir}/compare.png")
+    if failed:  # after the report: the runs that finished are not lost with the others
+        raise RuntimeError(f"trl-ada-compare: these runs failed (rerun to retry them): {failed}")
     return report
 
 
@@ -448,9 +451,9 @@ class Deadline:
         self.durations.append(seconds)
 
 
-def run_parallel(argv, pending, args, clock: Deadline) -> None:
-    """`--jobs` runs at once, each its own process with `--threads` torch threads; a failed run is reported, the others
-    go on (its result is missing, so a rerun trains it again)."""
+def run_parallel(argv, pending, args, clock: Deadline) -> list[str]:
+    """`--jobs` runs at once, each its own process with `--threads` torch threads; returns the runs that failed (the
+    others go on; a failed run's result is missing, so a rerun trains it again)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     running: list[tuple[subprocess.Popen, str, float]] = []
     failed = []
@@ -472,8 +475,7 @@ def run_parallel(argv, pending, args, clock: Deadline) -> None:
                 clock.finished(time.time() - started)
                 if process.returncode != 0:
                     failed.append(label)
-    if failed:
-        raise RuntimeError(f"trl-ada-compare: these runs failed (rerun to retry them): {failed}")
+    return failed
 
 
 __all__ = ["Arm", "compare", "load_results", "main", "run_one"]
