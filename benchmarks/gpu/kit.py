@@ -480,7 +480,7 @@ COMPARISON = {
              ["ada_pos", f"{RECIPES}/arith_ada_pos.yaml"],
              ["ada_balanced", f"{RECIPES}/arith_ada_balance.yaml"]],
     "set": ["use_cpu=false"],
-    "seeds": list(range(20)), "max_steps": 100, "eval_every": 10, "eval_examples": 72, "eval_k": 4, "jobs": 15,
+    "seeds": list(range(20)), "max_steps": 100, "eval_every": 10, "eval_examples": 72, "eval_k": 4, "jobs": 10,
     "threads": 1, "results": "benchmarks/gpu/results/compare",
 }
 
