@@ -72,6 +72,14 @@ def test_plan_carries_exactly_the_locked_wheels_within_the_limit(kit):
     assert plan["tars"]["extras"]["members"] == sorted(w["file"] for w in extras)
     assert set().union(*(set(t["members"]) for t in plan["tars"].values())) == set(wheels)
     assert "vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl" in plan["tars"]["core"]["members"]
+    # vLLM travels slimmed (what its CUDA path never loads for a dense model on Hopper: benchmarks/gpu/
+    # vllm-core-notes.md): its own sha256, recorded beside the locked wheel's, and 3 core pieces instead of 6
+    (slim,) = plan["tars"]["core"]["slimmed"].items()
+    assert slim[0] == "vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl" and slim[1]["dropped"] == kit.SLIM_VLLM_DROP
+    assert slim[1]["from_sha256"] == wheels[slim[0]]["sha256"] != slim[1]["sha256"]
+    assert "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so" in kit.SLIM_VLLM_DROP
+    assert not any("fa3" in path or path.startswith("vllm/_C") or "cumem" in path for path in kit.SLIM_VLLM_DROP)
+    assert plan["tars"]["core"]["bytes"] <= 3 * plan["piece_bytes"]
 
     numbers = [c["call"] for c in plan["calls"]]
     assert numbers == list(range(1, len(numbers) + 1))
@@ -235,3 +243,27 @@ def test_vllm_path_measures_at_toy_size(tmp_path, capfd):
     # The results of several calls read back as one table (what run.sh prints after each vLLM group).
     assert measure.main(["--report", str(out)]) == 0
     assert "| ada_balanced | ok |" in capfd.readouterr().out
+
+
+def test_slim_wheel_drops_members_and_their_record_lines_and_keeps_the_rest_byte_for_byte(kit, tmp_path):
+    import zipfile
+
+    source, out = tmp_path / "pkg-1.0-py3-none-any.whl", tmp_path / "slim" / "pkg-1.0-py3-none-any.whl"
+    members = {"pkg/__init__.py": b"x = 1\n", "pkg/_big_C.so": b"\0" * 4096, "pkg/third/a.py": b"a\n",
+               "pkg/third/b.py": b"b\n", "pkg/tool": b"#!/bin/sh\n"}
+    record = "".join(f"{name},sha256=x,{len(data)}\n" for name, data in members.items())
+    record += "pkg-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(source, "w") as wheel:
+        for name, data in members.items():
+            wheel.writestr(name, data)
+        wheel.writestr("pkg-1.0.dist-info/RECORD", record)
+    out.parent.mkdir()
+    done = kit.slim_vllm_wheel(str(source), ["pkg/_big_C.so", "pkg/third/"], str(out))
+    assert sorted(d["file"] for d in done["dropped"]) == ["pkg/_big_C.so", "pkg/third/a.py", "pkg/third/b.py"]
+    with zipfile.ZipFile(out) as wheel:
+        assert sorted(wheel.namelist()) == ["pkg-1.0.dist-info/RECORD", "pkg/__init__.py", "pkg/tool"]
+        assert wheel.read("pkg/__init__.py") == members["pkg/__init__.py"] and wheel.read("pkg/tool") == b"#!/bin/sh\n"
+        assert wheel.read("pkg-1.0.dist-info/RECORD").decode().splitlines() == [
+            "pkg/__init__.py,sha256=x,6", "pkg/tool,sha256=x,10", "pkg-1.0.dist-info/RECORD,,"]
+    with pytest.raises(SystemExit, match="has no member"):  # a drop list that no longer matches the wheel fails loudly
+        kit.slim_vllm_wheel(str(source), ["pkg/gone.so"], str(tmp_path / "slim" / "again.whl"))

@@ -78,6 +78,13 @@ CARRY_OVER_IMAGE = {"transformers": ["fsspec==2026.9.0"], "vllm": ["typing-exten
 # mistral-common) while the image has 2.5.2, which the core keeps.
 EXTRAS_ROOTS = ["tokenspeed-mla", "humming-kernels", "nvidia-cutlass-dsl", "quack-kernels", "tilelang",
                 "pynvvideocodec", "torchcodec", "fastsafetensors", "numba", "nvidia-cudnn-frontend", "nvtx", "numpy"]
+# The vllm wheel travels slimmed (issue 44): without what vLLM's CUDA path never loads for a dense model on a Hopper
+# GPU, measured on the stand-in image with the platform forced to CUDA sm_90 (benchmarks/gpu/vllm-core-notes.md):
+# FlashAttention 2 (FA3 is Hopper's default; FA2 serves older GPUs and ALiBi), the MoE kernels (MoE models), the Rust
+# frontend (`vllm serve` only), DeepGEMM (FP8 block-quantized models) and the SM100 attention kernels (Blackwell).
+# The core tar: 355.5 MiB in 6 pieces with the whole wheel, 167.9 MiB in 3 slimmed.
+SLIM_VLLM_DROP = ["vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", "vllm/_moe_C_stable_libtorch.abi3.so", "vllm/vllm-rs",
+                  "vllm/third_party/deep_gemm/", "vllm/third_party/fmha_sm100/"]
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(17, 36)] + ["manylinux2014_x86_64", "manylinux1_x86_64"]
 TARGET = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312"] + [
     a for p in PLATFORMS for a in ("--platform", p)]
@@ -379,6 +386,27 @@ def deterministic_tar(files: list[str]) -> bytes:
     return buffer.getvalue()
 
 
+def slimmed_vllm(wheel: dict) -> dict:
+    """The locked vllm wheel without SLIM_VLLM_DROP, built once under .device/wheels/slim/ (same file name)."""
+    source = os.path.join(WHEELS, wheel["stage"], wheel["file"])
+    out = os.path.join(WHEELS, "slim", wheel["file"])
+    marker = out + ".json"
+    want = {"from_sha256": wheel["sha256"], "dropped": SLIM_VLLM_DROP}
+    if not (os.path.exists(out) and os.path.exists(marker) and {k: v for k, v in json.load(open(marker)).items()
+                                                                if k in want} == want):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        done = slim_vllm_wheel(source, SLIM_VLLM_DROP, out)
+        print(f"slim: {wheel['file']} {done['bytes_before'] / MiB:.1f} -> {done['bytes_after'] / MiB:.1f} MiB "
+              f"({len(done['dropped'])} files dropped)", flush=True)
+        json.dump({**want, "sha256": sha256(out)}, open(marker, "w"))
+    return {"file": wheel["file"], "path": out, **json.load(open(marker))}
+
+
+def expected_sha256(tar: dict, by_file: dict, name: str) -> str:
+    """A tar member's sha256: the lock's, or the slimmed wheel's as pack recorded it."""
+    return tar.get("slimmed", {}).get(name, {}).get("sha256") or by_file[name]["sha256"]
+
+
 def cmd_pack(args) -> None:
     lock = load_lock()
     calls_dir = os.path.join(DEVICE, "calls")
@@ -400,16 +428,20 @@ def cmd_pack(args) -> None:
     # so that no call depends on call 1's /tmp, plus vLLM's core), then the extras, carried only if the core alone
     # cannot import or generate.
     compare = [w for w in lock["wheels"] if w["stage"] == "compare"]
+    slim = slimmed_vllm(next(w for w in core if w["name"] == "vllm"))
     for part, wheels in (("compare", first_wheels + compare), ("core", first_wheels + core), ("extras", extras)):
-        blob = deterministic_tar([path(w) for w in wheels])
-        tars[part] = {"name": f"{'real-model' if part == 'compare' else 'vllm'}-{part}.tar", "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
-                      "members": sorted(w["file"] for w in wheels)}
+        files = [slim["path"] if w["name"] == "vllm" else path(w) for w in wheels]
+        blob = deterministic_tar(files)
+        tars[part] = {"name": f"{'real-model' if part == 'compare' else 'vllm'}-{part}.tar", "bytes": len(blob),
+                      "sha256": hashlib.sha256(blob).hexdigest(), "members": sorted(w["file"] for w in wheels)}
+        if part == "core":
+            tars[part]["slimmed"] = {slim["file"]: {k: slim[k] for k in ("sha256", "from_sha256", "dropped")}}
         pieces = [blob[i: i + PIECE] for i in range(0, len(blob), PIECE)]
         for k, piece in enumerate(pieces):
             number = len(calls) + 1
             folder = os.path.join(calls_dir, f"c{number:02d}")
             os.makedirs(folder)
-            name = f"vllm-{part}.tar.part{k:02d}"
+            name = f"{tars[part]['name']}.part{k:02d}"
             with open(os.path.join(folder, name), "wb") as f:
                 f.write(piece)
             calls.append({"call": number, "stage": f"{part}-{'last' if k == len(pieces) - 1 else 'piece'}",
@@ -571,7 +603,8 @@ def cmd_verify(args) -> None:
         with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
             names = []
             for m in tar.getmembers():
-                assert hashlib.sha256(tar.extractfile(m).read()).hexdigest() == by_file[m.name]["sha256"], m.name
+                got = hashlib.sha256(tar.extractfile(m).read()).hexdigest()
+                assert got == expected_sha256(tar_info, by_file, m.name), m.name
                 names.append(m.name)
         assert sorted(names) == tar_info["members"], part
         members += len(names)
@@ -659,8 +692,8 @@ def cmd_device(args) -> None:
             tar.extract(member, wheels_dir)
     files = sorted(os.listdir(wheels_dir))
     for f in files:
-        if sha256(os.path.join(wheels_dir, f)) != by_file[f]["sha256"]:
-            raise SystemExit(f"kit: {f} has another sha256 than the lock's")
+        if sha256(os.path.join(wheels_dir, f)) != expected_sha256(plan["tars"][part], by_file, f):
+            raise SystemExit(f"kit: {f} has another sha256 than the lock's (or the slimmed wheel's, plan.json)")
     os.remove(tar_path)
     shutil.rmtree(pieces, ignore_errors=True) if part == "extras" else None
     pip_install([os.path.join(wheels_dir, f) for f in files])
@@ -794,6 +827,47 @@ def cmd_simulate(args) -> None:
           f"vLLM's core alone; {len(missing)} fail for another reason than the missing driver")
     if missing:
         raise SystemExit(1)
+
+
+def slim_vllm_wheel(path: str, drop: list[str], out: str) -> dict:
+    """Rewrite the wheel at `path` into `out` without the members named in `drop` (a member's path inside the wheel,
+    or a folder ending in "/": everything under it), and without their lines in the wheel's RECORD; every other
+    member keeps its bytes, date and mode (the executable bit of vllm/vllm-rs included) and is deflated again.
+    Returns what was dropped, with sizes. The result has another sha256 than the lock's: pack records it in
+    plan.json (the tar's `slimmed`), which verify and the device check against (issue 44,
+    benchmarks/gpu/vllm-core-notes.md)."""
+    import csv
+    import zipfile
+
+    def dropped(name: str) -> bool:
+        return any(name == d or (d.endswith("/") and name.startswith(d)) for d in drop)
+
+    removed, matched = [], set()
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as target:
+        infos = source.infolist()
+        records = [i for i in infos if i.filename.endswith(".dist-info/RECORD")]
+        assert len(records) == 1, f"{path}: expected one RECORD, found {len(records)}"
+        for info in infos:
+            if dropped(info.filename):
+                removed.append({"file": info.filename, "bytes": info.file_size, "compressed": info.compress_size})
+                matched |= {d for d in drop if info.filename == d or (d.endswith("/") and info.filename.startswith(d))}
+                continue
+            data = source.read(info)
+            if info is records[0]:
+                rows = list(csv.reader(io.StringIO(data.decode())))
+                buffer = io.StringIO()
+                csv.writer(buffer, lineterminator="\n").writerows(r for r in rows if r and not dropped(r[0]))
+                data = buffer.getvalue().encode()
+            copy = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+            copy.external_attr, copy.create_system, copy.compress_type = (info.external_attr, info.create_system,
+                                                                          zipfile.ZIP_DEFLATED)
+            target.writestr(copy, data)
+    unmatched = sorted(set(drop) - matched)
+    if unmatched:
+        os.remove(out)
+        raise SystemExit(f"kit: {path} has no member {unmatched}")
+    return {"wheel": out, "dropped": removed, "bytes_before": os.path.getsize(path),
+            "bytes_after": os.path.getsize(out)}
 
 
 def main(argv=None) -> int:
