@@ -133,6 +133,8 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_trains_it_again(tmp_path,
     assert report["cost"]["balanced"]["generated_per_step"] >= 16  # M=4 for each of 2 prompts, at least one round
     assert "| grpo | 2 (1) |" in capsys.readouterr().out
 
+    compare_main(argv + ["--keep_cut"])  # sessions of a fixed length keep the cut run: nothing to train
+    assert "0 runs to train (4 already" in capsys.readouterr().out
     report = compare_main(argv)  # the rerun trains the cut run again, and only it
     assert "1 runs to train (3 already" in capsys.readouterr().out
     again = json.loads((out / "results" / "grpo-seed1.json").read_text())

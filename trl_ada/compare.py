@@ -372,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="start no run that would end after this many seconds (estimated from the runs finished "
                              "so far; the first runs always start), and stop the runs still training when they come "
                              "(evaluated where they stopped, kept as cut; a rerun trains them again)")
+    parser.add_argument("--keep_cut", action="store_true",
+                        help="a rerun trains only the missing runs and keeps those a deadline cut (sessions of a fixed "
+                             "length add seeds instead of cutting the same runs again)")
     parser.add_argument("--max_completions", type=int, default=None,
                         help="stop each run at the first step at which it has generated this many completions")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
@@ -399,9 +402,10 @@ def main(argv=None) -> dict:
     failed: list[str] = []
     if not args.report_only:
         done = load_results(args.output_dir)
-        # seed by seed, so that a cut session leaves whole pairs; a run cut by a deadline is trained again
-        pending = [(arm, seed) for seed in args.seeds for arm in arms
-                   if seed not in done.get(arm.name, {}) or done[arm.name][seed].get("cut")]
+        # seed by seed, so that a cut session leaves whole pairs; a run cut by a deadline is trained again, unless
+        # --keep_cut (sessions of a fixed length: retrained, it would be cut at the same step again)
+        pending = [(arm, seed) for seed in args.seeds for arm in arms if seed not in done.get(arm.name, {})
+                   or (done[arm.name][seed].get("cut") and not args.keep_cut)]
         print(f"[compare] {len(pending)} runs to train ({len(arms) * len(args.seeds) - len(pending)} already in "
               f"{args.output_dir}/results)", flush=True)
         clock = Deadline(args.deadline_s, args.jobs)

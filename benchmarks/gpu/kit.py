@@ -720,6 +720,7 @@ def cmd_device_compare(args) -> None:
     argv = ["--config", c["config"]] + [a for arm in c["arms"] for a in ("--arm", *arm)] + ["--set", *c["set"], *model]
     argv += ["--seeds", *map(str, c["seeds"])] + [a for key in ("max_steps", "eval_every", "eval_examples", "eval_k",
                                                                   "jobs", "threads") for a in (f"--{key}", str(c[key]))]
+    argv += ["--keep_cut"]  # a later session adds seeds; it would cut the same runs at the same step again
     print("\n".join(argv))
 
 
