@@ -69,6 +69,19 @@ def main():
                        "aborted": sum(len(s.aborted) for s in llm.streams),
                        "logs": [h for h in trainer.state.log_history if "loss" in h]}, f)
         return
+    if mode == "est":  # Reinforce-Ada-Est: each rank allocates its own generation batch over its own prompts
+        args = AdaGRPOConfig(per_device_train_batch_size=8, max_steps=4, learning_rate=1e-2, reinforce_ada_est=True,
+                             **common)
+        trainer = Recorder(model=model_path, reward_funcs=reward, args=args,
+                           train_dataset=pass_rate_dataset([0.0, 1.0, 1.0, 0.5], repeat=2))
+        trainer.train()
+        rank = trainer.accelerator.process_index
+        with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:
+            json.dump({"reward_calls": len(reward.log), "groups": trainer.groups, "inputs": trainer.inputs_seen,
+                       "memory": trainer.prompt_memory.table(), "advantages": trainer.advantages,
+                       "logs": [h for h in trainer.state.log_history if "loss" in h],
+                       "params": float(sum(p.detach().double().sum() for p in trainer.model.parameters()))}, f)
+        return
     if mode in ("dynamic", "budget"):  # refills (and, for the budget, screening): the same on both ranks
         if mode == "dynamic":  # DAPO: plain sampling, uniform groups dropped and refilled
             extra = dict(dynamic_sampling=True, multiround_adaptive_downsampling=False, max_steps=2)
@@ -92,11 +105,15 @@ def main():
     # round_repeat=5: an odd number of active prompts gives an odd round, which must be padded to split evenly.
     args = AdaGRPOConfig(per_device_train_batch_size=8, max_steps=2, learning_rate=1e-2, round_repeat=5, **common)
     trainer = Recorder(model=model_path, reward_funcs=reward, args=args, train_dataset=dataset)
+    from test_generation_count import GenerateCounter  # this rank's rows and tokens, counted below trl-ada
+
+    counter = GenerateCounter(trainer)
     trainer.train()
     rank = trainer.accelerator.process_index
     logs = [h for h in trainer.state.log_history if "loss" in h]
     with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:
         json.dump({"reward_calls": len(reward.log), "logs": logs, "groups": trainer.groups,
+                   "generated": [counter.rows, counter.tokens],
                    "inputs": trainer.inputs_seen, "advantages": trainer.advantages,
                    "table_rows": len(trainer._logs["completion"]), "extra_mismatches": extra_column_mismatches(trainer),
                    "params": float(sum(p.detach().double().sum() for p in trainer.model.parameters()))}, f)

@@ -196,6 +196,9 @@ SAMPLERS = {  # adaptive sampling on, the four ways a user turns it on
     "positive_focused": dict(reinforce_ada_choice="positive_focused", round_repeat=4, max_rounds=2),
     "dynamic": dict(multiround_adaptive_downsampling=False, dynamic_sampling=True, max_refill_batches=1),
     "budget": dict(sampling_budget=6.0, prompt_memory=True),
+    # Three steps on 4 prompts: a prompt comes back, so groups get unequal sizes; learning rate 0 so that every batch
+    # is built from the initial weights, as GRPOTrainer's replay builds it.
+    "est": dict(reinforce_ada_est=True, max_steps=3, learning_rate=0.0),
 }
 OFF = dict(multiround_adaptive_downsampling=False)
 
@@ -219,7 +222,7 @@ class Cell:
 CELLS = [
     # Dataset formats (TRL docs: "Dataset format", prompt-only, standard and conversational)
     Cell("standard", "standard prompt-only (`prompt` is text)", dataset=standard,
-         samplers=("balanced", "positive_focused")),
+         samplers=("balanced", "positive_focused", "est")),
     Cell("conversational", "conversational prompt-only", samplers=tuple(SAMPLERS)),
     Cell("system", "conversational with a system message", dataset=lambda: conversational(extra_system=True),
          samplers=("positive_focused",)),
@@ -239,12 +242,12 @@ CELLS = [
     # Reward functions (TRL docs: "Using a custom reward function")
     Cell("reward-weights", "several reward functions with `reward_weights`",
          rewards=lambda models: [rate_reward, length_reward], config=dict(reward_weights=[1.0, 0.5]),
-         samplers=("balanced", "dynamic")),
+         samplers=("balanced", "dynamic", "est")),
     Cell("reward-async", "an `async def` reward function", rewards=lambda models: async_rate_reward),
     Cell("reward-model", "a reward model (a sequence classifier's path) beside a function",
          rewards=lambda models: [rate_reward, models("reward_model")], samplers=("positive_focused",)),
     Cell("reward-none", "a reward returning `None` for some samples, beside one that scores all",
-         rewards=lambda models: [partial_reward, length_reward], samplers=("balanced", "budget")),
+         rewards=lambda models: [partial_reward, length_reward], samplers=("balanced", "budget", "est")),
     Cell("reward-logging", "a reward calling `log_extra` and `log_metric`", rewards=lambda models: logging_reward,
          samplers=("balanced", "dynamic")),
     # Loss and advantage settings (GRPOConfig)
@@ -256,7 +259,7 @@ CELLS = [
     Cell("num-iterations", "`num_iterations=2` (old log-probs, clipping)", config=dict(num_iterations=2),
          samplers=("balanced", "dynamic")),
     Cell("steps-per-generation", "`steps_per_generation=2`", config=dict(steps_per_generation=2),
-         samplers=("balanced", "budget")),
+         samplers=("balanced", "budget", "est")),
     Cell("grad-accumulation", "`gradient_accumulation_steps=2`", config=dict(gradient_accumulation_steps=2)),
     Cell("mask-truncated", "`mask_truncated_completions=True`", config=dict(mask_truncated_completions=True)),
     Cell("top-entropy", "`top_entropy_quantile=0.5`", config=dict(top_entropy_quantile=0.5)),
@@ -264,21 +267,21 @@ CELLS = [
          config=dict(importance_sampling_level="sequence", loss_type="grpo", num_iterations=2)),
     Cell("lora", "peft LoRA (`peft_config`)",
          kwargs=lambda models: {"peft_config": __import__("peft").LoraConfig(r=4, target_modules=["q_proj", "v_proj"])},
-         samplers=("balanced", "budget")),
+         samplers=("balanced", "budget", "est")),
     Cell("eval", "an `eval_dataset` evaluated during training",
          config=dict(eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=8),
          kwargs=lambda models: {"eval_dataset": conversational(repeat=1)}),
     # Agents (TRL docs: tools, environments, rollout_func)
     Cell("tools", "`tools=[...]` (the tool-calling loop)", model="tools", dataset=lambda: calculator_dataset(8),
          rewards=lambda models: product_reward, kwargs=lambda models: {"tools": [multiply]}, policy=True,
-         replay=False, config=dict(max_completion_length=96), samplers=("balanced", "dynamic")),
+         replay=False, config=dict(max_completion_length=96), samplers=("balanced", "dynamic", "est")),
     Cell("environment", "`environment_factory` (one environment per rollout)", model="tools",
          dataset=lambda: calculator_dataset(8), rewards=lambda models: product_reward,
          kwargs=lambda models: {"environment_factory": ProductEnv}, policy=True, replay=False,
          config=dict(max_completion_length=96), samplers=("positive_focused",), requires="transformers >= 5.2",
          needs=None if ENVIRONMENTS else "environment_factory needs transformers >= 5.2"),
     Cell("rollout-func", "`rollout_func` with an extra column for rewards", rewards=lambda models: guess_reward,
-         kwargs=lambda models: {"rollout_func": rollout_func}, replay=False, samplers=("balanced", "budget")),
+         kwargs=lambda models: {"rollout_func": rollout_func}, replay=False, samplers=("balanced", "budget", "est")),
 ]
 
 BASE = dict(num_generations=4, per_device_train_batch_size=8, max_completion_length=8, max_steps=1,
@@ -326,6 +329,7 @@ class TrappedAda(Trap, AdaGRPOTrainer):
     def _collect_selected(self, state, local):
         samples = super()._collect_selected(state, local)
         self.chosen_rows = getattr(self, "chosen_rows", []) + [[dict(state.rows[p]) for p in local]]
+        self.group_sizes = getattr(self, "group_sizes", []) + [[len(state.results[p].selected) for p in local]]
         self.kept = getattr(self, "kept", []) + [samples]
         return samples
 
@@ -381,8 +385,13 @@ def assert_same_batch(ours: dict, theirs: dict, skip=()) -> None:
 VOLATILE = ("step_time", "runtime", "per_second", "seconds")
 
 
+# What AdaGRPOTrainer adds to GRPOTrainer's logs with sampling off: the cost it generated (issue 50), logged on
+# every sampling path so that a GRPO run and an adaptive one share the axis.
+GENERATED = ("sampling/generated_completions_total", "sampling/generated_tokens_total")
+
+
 def comparable_logs(trainer) -> list[dict]:
-    return [{k: v for k, v in entry.items() if not any(word in k for word in VOLATILE)}
+    return [{k: v for k, v in entry.items() if not any(word in k for word in VOLATILE) and k not in GENERATED}
             for entry in trainer.state.log_history]
 
 
@@ -405,6 +414,7 @@ def test_sampling_off_is_grpo(cell, models, tmp_path):
     for mine, theirs in zip(ada.batch_rewards, grpo.batch_rewards):
         assert torch.equal(mine, theirs) or torch.allclose(mine, theirs, equal_nan=True)
     assert comparable_logs(ada) == comparable_logs(grpo)
+    assert all(entry[GENERATED[0]] > 0 for entry in ada.state.log_history if "loss" in entry)
 
 
 def sampler_params():
@@ -419,13 +429,16 @@ def test_sampling_on_rows_are_grpo_rows(cell, sampler, models, tmp_path):
     ada = run(TrappedAda, cell, models, tmp_path / "ada", AdaGRPOConfig, **SAMPLERS[sampler])
     losses = [h["loss"] for h in ada.state.log_history if "loss" in h]
     assert losses and all(math.isfinite(x) for x in losses)
-    assert all("sampling/total_samples" in h for h in ada.state.log_history if "loss" in h)
+    # One sampling record per generation batch (steps_per_generation=2: every other optimizer step).
+    assert sum("sampling/total_samples" in h for h in ada.state.log_history if "loss" in h) == len(ada.batches)
     if not cell.replay:
         return
     rows = [row for batch in ada.chosen_rows for row in batch]
     kept = [sample for batch in ada.kept for sample in batch]
     n = BASE["num_generations"]
     assert len(kept) == n * len(rows)
+    if sampler == "est":
+        return replay_est(ada, cell, models, tmp_path, kept)
     kwargs = cell.kwargs(models)
     pc = processing_class(cell, models)
     if pc is not None:
@@ -443,6 +456,41 @@ def test_sampling_on_rows_are_grpo_rows(cell, sampler, models, tmp_path):
         assert_same_batch(mine, theirs, skip=("advantages",))
     for mine, theirs in zip(ada.batch_rewards, replay.batch_rewards):
         assert torch.allclose(mine, theirs, equal_nan=True), "a kept completion's rewards are not its own"
+
+
+def replay_est(ada, cell, models, tmp_path, kept):
+    """Est hands TRL N_x rows per prompt, not num_generations: GRPOTrainer's own batch builder
+    (`_generate_and_score_completions`) is called on exactly those rows, its generation replaced by Ada's kept
+    completions; every row must be GRPOTrainer's, and every advantage Est's formula on the prompt's rewards."""
+    kwargs = cell.kwargs(models)
+    pc = processing_class(cell, models)
+    if pc is not None:
+        kwargs["processing_class"] = pc
+    config = {k: v for k, v in cell.config.items() if k not in ("eval_strategy", "eval_steps")}
+    replay = ReplayGRPO(model=models(cell.model), reward_funcs=cell.rewards(models),
+                        args=GRPOConfig(**{**BASE, **config, "output_dir": str(tmp_path / "replay")}),
+                        train_dataset=cell.dataset(), script=[s.completion_ids for s in kept], **kwargs)
+    replay.model.train()
+    sizes = [size for batch in ada.group_sizes for size in batch]
+    assert len(set(sizes)) > 1, "a returning prompt should have been allocated a different number of samples"
+    weights = torch.tensor(ada.args.reward_weights or [1.0] * len(ada.reward_funcs))
+    for rows, batch_sizes, mine, rewards_per_func in zip(ada.chosen_rows, ada.group_sizes, ada.batches,
+                                                         ada.batch_rewards):
+        theirs = replay._generate_and_score_completions(
+            [dict(row) for row, size in zip(rows, batch_sizes) for _ in range(size)])
+        assert_same_batch(mine, theirs, skip=("advantages",))
+        assert torch.allclose(rewards_per_func, replay.trapped_rewards, equal_nan=True)
+        rewards = (rewards_per_func * weights).nansum(dim=1)
+        rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        expected = []
+        for group in torch.split(rewards, batch_sizes):  # (r - mean) / sqrt(mean), unscorable out of the mean, 0
+            finite = group[~torch.isnan(group)]
+            mean = finite.mean() if finite.numel() else torch.tensor(0.0)
+            mixed = finite.numel() > 1 and finite.max() - finite.min() > 1e-6
+            expected += [0.0 if not mixed or torch.isnan(r) else ((r - mean) / torch.sqrt(mean + 1e-6)).item()
+                         for r in group]
+        assert torch.allclose(mine["advantages"], torch.tensor(expected), atol=1e-5)
+    assert replay.script == [], "GRPOTrainer did not ask for every kept completion"
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -629,8 +677,8 @@ def compatibility_table() -> str:
                 marks.append("rows = GRPO's" if cell.replay else "trains †")
         note = f" ({cell.requires})" if cell.requires else ""
         lines.append(f"| {cell.feature}{note} | same batch and logs | " + " | ".join(marks) + " |")
-    lines.append("| `report_to=\"wandb\"` (offline run files) | TRL's metrics | `sampling/*` reach the run file "
-                 "| · | · | · |")
+    lines.append("| `report_to=\"wandb\"` (offline run files) | TRL's metrics | `sampling/*` reach the run file |"
+                 + " · |" * (len(samplers) - 1))
     for bad in BAD_INPUTS:
         lines.append(f"| bad input: {bad.what} | GRPOTrainer's error | " + " | ".join(["its error, no weight moved"
                      if s in ("balanced", "budget") else "·" for s in samplers]) + " |")

@@ -1,5 +1,6 @@
 """Two CPU processes (torchrun, gloo): same rounds on every rank, equal collectives, groups intact."""
 
+import itertools
 import json
 import os
 import subprocess
@@ -34,6 +35,11 @@ def test_two_processes_agree_and_share_the_work(tiny_model, tmp_path):
     assert sum(h["sampling/padding_samples"] for h in logs0) > 0  # odd rounds were padded, not split unevenly
     generated = sum(h["sampling/total_samples"] + h["sampling/padding_samples"] for h in logs0)
     assert ranks[0]["reward_calls"] == ranks[1]["reward_calls"] == generated / 2  # each scored once, evenly split
+    # The generated totals: both ranks' rows and tokens (padding included), the same on both ranks' logs.
+    totals = [(r["logs"][-1]["sampling/generated_completions_total"], r["logs"][-1]["sampling/generated_tokens_total"])
+              for r in ranks]
+    assert totals[0] == totals[1] == tuple(map(sum, zip(*(r["generated"] for r in ranks))))
+    assert totals[0][0] == generated
 
     # Groups intact: each rank trains on its own prompts, num_generations rows each, whole.
     for rank in ranks:
@@ -75,6 +81,30 @@ def test_two_processes_draw_the_same_refills(tiny_model, tmp_path):
 
 @pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
 # bookkeeping across ranks, which depends on our code, not on the release (accelerate's gather_object aside)
+def test_two_processes_allocate_est_over_their_own_prompts(tiny_model, tmp_path):
+    ranks = launch(tmp_path, tiny_model, "est")
+    logs0, logs1 = ranks[0]["logs"], ranks[1]["logs"]
+    assert len(logs0) == 4 and all(a[k] == b[k] for a, b in zip(logs0, logs1) for k in a
+                                   if k.startswith("sampling/") and "seconds" not in k)
+    assert ranks[0]["memory"] == ranks[1]["memory"] and ranks[0]["params"] == ranks[1]["params"]
+    assert all(h["sampling/total_samples"] == 16 and h["sampling/padding_samples"] == 0 for h in logs0)
+    # Each rank generated and scored exactly its own generation batch: 8 rows a step, no sample crossed ranks.
+    assert ranks[0]["reward_calls"] == ranks[1]["reward_calls"] == 4 * 8
+    unequal = False
+    for rank in ranks:
+        for groups, inputs in zip(rank["groups"], rank["inputs"]):
+            # TRL handed this rank its 2 prompts (4 rows each); it trains on the same 2 prompts, N_x rows each.
+            distinct = [tag for tag, _ in itertools.groupby(groups)]
+            assert len(groups) == 8 and distinct == [tag for tag, _ in itertools.groupby(inputs)]
+            sizes = [len(list(run)) for _, run in itertools.groupby(groups)]
+            assert len(sizes) == 2 and min(sizes) >= 2  # its own 2 prompts, N_x each, summing to 8
+            unequal |= sizes[0] != sizes[1]
+    assert unequal  # revisited prompts were allocated by their remembered pass rates
+    assert max(h["sampling/est/samples_max"] for h in logs0) > 4
+
+
+@pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
+# bookkeeping across ranks, which depends on our code, not on the release (accelerate's gather_object aside)
 def test_two_processes_share_one_budget(tiny_model, tmp_path):
     ranks = launch(tmp_path, tiny_model, "budget")
     logs0, logs1 = ranks[0]["logs"], ranks[1]["logs"]
@@ -106,6 +136,9 @@ def test_two_processes_pipeline_their_own_prompts(tiny_model, tmp_path, mode):
     aborted = ranks[0]["aborted"] + ranks[1]["aborted"]  # never finished, so never scored
     # every finished sample scored once, on one rank
     assert ranks[0]["reward_calls"] + ranks[1]["reward_calls"] == total - aborted
+    # the generated completions: every sample either rank's engine finished, summed over ranks, on both ranks' logs
+    completions = [rank["logs"][-1]["sampling/generated_completions_total"] for rank in ranks]
+    assert completions[0] == completions[1] == total - aborted
     wasted = sum(h["sampling/pipelined/wasted_samples"] for h in logs)
     assert (wasted > 0) == (mode == "pipelined_speculative") and aborted <= wasted
     assert ranks[0]["reward_calls"] > 0 and ranks[1]["reward_calls"] > 0 and sum(h["sampling/padding_samples"]

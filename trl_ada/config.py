@@ -10,7 +10,7 @@ from trl import GRPOConfig
 from .advantages import BASELINES
 from .sampling import CHOICES, SELECTIONS, normalize_choice
 
-ADVANTAGE_ESTIMATORS = ("reinforce_ada", "grpo", "reinforce_rej", "raft")
+ADVANTAGE_ESTIMATORS = ("reinforce_ada", "grpo", "reinforce_rej", "raft", "est")
 
 
 @dataclass
@@ -87,8 +87,9 @@ class AdaGRPOConfig(GRPOConfig):
         metadata={
             "help": "'reinforce_ada' (pooled statistics), 'grpo' (TRL's group statistics over the kept samples, "
             "following `scale_rewards`), 'reinforce_rej' (raw reward for mixed groups, 0 for uniform ones) or 'raft' "
-            "(max(r, 0)). Default: 'reinforce_ada' with adaptive sampling, 'grpo' without, so that "
-            "multiround_adaptive_downsampling=False is exactly GRPOTrainer.",
+            "(max(r, 0)) or 'est' (Reinforce-Ada-Est's residual-weighted advantage over all of a prompt's samples; "
+            "only with reinforce_ada_est). Default: 'est' with reinforce_ada_est, else 'reinforce_ada' with adaptive "
+            "sampling, 'grpo' without, so that multiround_adaptive_downsampling=False is exactly GRPOTrainer.",
             "choices": list(ADVANTAGE_ESTIMATORS),
         },
     )
@@ -130,6 +131,48 @@ class AdaGRPOConfig(GRPOConfig):
         },
     )
 
+    reinforce_ada_est: bool = field(
+        default=False,
+        metadata={
+            "help": "Reinforce-Ada-Est (the paper's v3, Algorithm 1) instead of the rounds: each prompt's number of "
+            "samples N_x is allocated up front from its remembered pass rate p_x (the prompt memory, turned on), "
+            "proportional to (p_x + est_epsilon) ** -est_exponent within [est_min_samples, est_max_samples], "
+            "num_generations per prompt on average (the generation batch GRPO makes); one generation call; every "
+            "sample is trained on with advantage (r - mean_x) * (mean_x + est_epsilon) ** -(1 - est_exponent), "
+            "mean_x the mean reward of the prompt's N_x samples (trl_ada/est.py)."
+        },
+    )
+    est_exponent: float = field(
+        default=0.5,
+        metadata={
+            "help": "With reinforce_ada_est: N_x is proportional to (p_x + est_epsilon) ** -est_exponent and the "
+            "advantage carries the residual weight (mean_x + est_epsilon) ** -(1 - est_exponent), so each prompt's "
+            "total weight is 1/p. 0.5: the paper's hybrid (its Est); 1.0: the paper's implicit arm and the authors' "
+            "code (no residual weight); 0.0: uniform allocation, explicit weight only."
+        },
+    )
+    est_min_samples: int = field(
+        default=2,
+        metadata={
+            "help": "With reinforce_ada_est: fewest samples a prompt gets (>= 2: one sample has no baseline, so no "
+            "advantage)."
+        },
+    )
+    est_max_samples: int | None = field(
+        default=None,
+        metadata={
+            "help": "With reinforce_ada_est: most samples a prompt gets (>= num_generations). None (the default): no "
+            "cap, as in the authors' code."
+        },
+    )
+    est_epsilon: float = field(
+        default=1e-6,
+        metadata={
+            "help": "With reinforce_ada_est: added to p_x in the allocation and to mean_x in the residual weight "
+            "(the authors clamp p at 1e-6)."
+        },
+    )
+
     dynamic_sampling: bool = field(
         default=False,
         metadata={
@@ -158,20 +201,27 @@ class AdaGRPOConfig(GRPOConfig):
             "exported to <output_dir>/prompt_memory.parquet at the end of training."
         },
     )
-    prompt_memory_decay: float = field(
-        default=0.5,
+    prompt_memory_decay: float | None = field(
+        default=None,
         metadata={
             "help": "Each visit multiplies a prompt's old counts by this factor in (0, 1] before adding the new "
-            "samples: 0.5 gives the last visit about half of the weight; 1.0 never forgets."
+            "samples: 0.5 gives the last visit about half of the weight; 1.0 never forgets. None (the default): 0.5, "
+            "or 0.9 with reinforce_ada_est (the authors' Ada-EMA)."
         },
     )
-    prompt_memory_prior_alpha: float = field(
-        default=1.0,
-        metadata={"help": "Beta prior pseudo-count of successes (1, 1 is the uniform prior)."},
+    prompt_memory_prior_alpha: float | None = field(
+        default=None,
+        metadata={
+            "help": "Beta prior pseudo-count of successes. None (the default): 1.0 (with beta 1.0: the uniform "
+            "prior; with reinforce_ada_est, beta 16.0: the authors' Ada-EMA prior)."
+        },
     )
-    prompt_memory_prior_beta: float = field(
-        default=1.0,
-        metadata={"help": "Beta prior pseudo-count of failures."},
+    prompt_memory_prior_beta: float | None = field(
+        default=None,
+        metadata={
+            "help": "Beta prior pseudo-count of failures. None (the default): 1.0, or 16.0 with reinforce_ada_est "
+            "(the authors' Ada-EMA prior: an unseen prompt is presumed hard, pass rate 1/17)."
+        },
     )
 
     sampling_budget: float | None = field(
@@ -228,8 +278,19 @@ class AdaGRPOConfig(GRPOConfig):
         super().__post_init__()
 
         self.reinforce_ada_choice = _normalize_field_choice(self.reinforce_ada_choice)
+        if self.reinforce_ada_est:
+            self._check_est()
+        # The estimator's defaults: the authors' Ada-EMA for Est (docs/knobs.md says why), a flat prior otherwise.
+        est = self.reinforce_ada_est
+        for name, plain, ada_ema in (("prompt_memory_decay", 0.5, 0.9), ("prompt_memory_prior_alpha", 1.0, 1.0),
+                                     ("prompt_memory_prior_beta", 1.0, 16.0)):
+            if getattr(self, name) is None:
+                setattr(self, name, ada_ema if est else plain)
         if self.advantage_estimator is None:
-            self.advantage_estimator = "reinforce_ada" if self.multiround_adaptive_downsampling else "grpo"
+            if est:
+                self.advantage_estimator = "est"
+            else:
+                self.advantage_estimator = "reinforce_ada" if self.multiround_adaptive_downsampling else "grpo"
         _check_one_of("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
         _check_one_of("pool_baseline", self.pool_baseline, BASELINES)
         _check_one_of("pool_selection", self.pool_selection, SELECTIONS)
@@ -242,7 +303,7 @@ class AdaGRPOConfig(GRPOConfig):
         if not isinstance(self.max_rounds, int) or self.max_rounds < 1:
             raise ValueError(f"max_rounds={self.max_rounds!r} must be an integer >= 1 (the reference uses 4).")
         # Only the rounds read round_repeat: GRPO at num_generations=16 with sampling off must not need it raised.
-        if self.multiround_adaptive_downsampling and (
+        if self.multiround_adaptive_downsampling and not self.reinforce_ada_est and (
                 not isinstance(self.round_repeat, int) or self.round_repeat < self.num_generations):
             raise ValueError(
                 f"round_repeat={self.round_repeat!r} must be an integer >= num_generations ({self.num_generations}): "
@@ -250,6 +311,12 @@ class AdaGRPOConfig(GRPOConfig):
                 "uses 8 with num_generations=4)."
             )
 
+        if (self.advantage_estimator == "est") != bool(self.reinforce_ada_est):
+            raise ValueError(
+                f"advantage_estimator={self.advantage_estimator!r} with reinforce_ada_est={self.reinforce_ada_est}: "
+                "Est's samples come in groups of unequal size, which only the 'est' estimator reads, and the 'est' "
+                "estimator needs Est's allocation. Leave advantage_estimator unset (None) to get the matching one."
+            )
         if self.advantage_estimator == "reinforce_ada" and not self.multiround_adaptive_downsampling:
             raise ValueError(
                 "advantage_estimator='reinforce_ada' needs multiround_adaptive_downsampling=True (it reads the "
@@ -342,12 +409,13 @@ class AdaGRPOConfig(GRPOConfig):
                     f"prompt_memory_group_column={self.prompt_memory_group_column!r} must be the name of a dataset "
                     "column (a string), or None."
                 )
-            if self.sampling_budget is None:
+            if self.sampling_budget is None and not self.reinforce_ada_est:
                 raise ValueError(
                     f"prompt_memory_group_column={self.prompt_memory_group_column!r} only informs budgeted sampling's "
-                    "screening: set sampling_budget (e.g. sampling_budget=4.0 for GRPO parity), or drop it."
+                    "screening and Est's allocation: set sampling_budget (e.g. sampling_budget=4.0 for GRPO parity) "
+                    "or reinforce_ada_est=True, or drop it."
                 )
-        if self.dynamic_sampling or self.multiround_adaptive_downsampling:
+        if self.dynamic_sampling or self.multiround_adaptive_downsampling or self.reinforce_ada_est:
             if self.multi_objective_aggregation != "sum_then_normalize":
                 raise ValueError(
                     f"multi_objective_aggregation={self.multi_objective_aggregation!r} is not supported with adaptive "
@@ -367,10 +435,46 @@ class AdaGRPOConfig(GRPOConfig):
                     f"{self.num_generations}."
                 )
 
+    def _check_est(self) -> None:
+        """Reinforce-Ada-Est's own settings, and what cannot hold with it (each error names the fix)."""
+        for name, other in (("sampling_budget", self.sampling_budget is not None),
+                            ("dynamic_sampling", self.dynamic_sampling), ("pipelined_rounds", self.pipelined_rounds)):
+            if other:
+                raise ValueError(
+                    f"reinforce_ada_est=True and {name} cannot be combined: Est allocates every prompt's samples up "
+                    "front and trains on all of them (no rounds, no refills, no skipping). Unset "
+                    f"{name}, or set reinforce_ada_est=False."
+                )
+        if not _is_number(self.est_exponent) or not 0 <= self.est_exponent <= 1:
+            raise ValueError(
+                f"est_exponent={self.est_exponent!r} must be in [0, 1]: 0.5 is the paper's Est, 1.0 its implicit arm "
+                "(the exponent splits the weight 1/p between allocation and advantage)."
+            )
+        if not _is_number(self.est_epsilon) or self.est_epsilon <= 0:
+            raise ValueError(f"est_epsilon={self.est_epsilon!r} must be a finite number > 0 (default 1e-6).")
+        n = self.num_generations
+        if isinstance(self.est_min_samples, bool) or not isinstance(self.est_min_samples, int) or not (
+                2 <= self.est_min_samples <= n):
+            raise ValueError(
+                f"est_min_samples={self.est_min_samples!r} must be an integer in [2, num_generations={n}]: one sample "
+                "has no baseline, and every prompt must be able to get it out of an average of num_generations. "
+                "Set est_min_samples=2."
+            )
+        if self.est_max_samples is not None and (
+                isinstance(self.est_max_samples, bool) or not isinstance(self.est_max_samples, int)
+                or self.est_max_samples < n):
+            raise ValueError(
+                f"est_max_samples={self.est_max_samples!r} must be None (no cap) or an integer >= num_generations "
+                f"({n}): the prompts get num_generations each on average."
+            )
+        self.prompt_memory = True  # Est's estimator of p_x is the prompt memory
+
     @property
     def sampling_active(self) -> bool:
-        """Whether AdaGRPOTrainer takes over sampling (adaptive rounds or budget, dynamic sampling, prompt memory)."""
-        return self.multiround_adaptive_downsampling or self.dynamic_sampling or self.prompt_memory
+        """Whether AdaGRPOTrainer takes over sampling (adaptive rounds or budget, Est, dynamic sampling, prompt
+        memory)."""
+        return (self.multiround_adaptive_downsampling or self.reinforce_ada_est or self.dynamic_sampling
+                or self.prompt_memory)
 
 
 def _normalize_field_choice(value: str) -> str:

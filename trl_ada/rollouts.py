@@ -153,6 +153,7 @@ class StepSampling:
     padding_samples: int = 0
     rollout_sizes: list[int] = field(default_factory=list)  # samples per `_generate` call, all ranks (metric weights)
     pipelined: dict[str, float] = field(default_factory=dict)  # pipelined_rounds: engine statistics, all batches
+    est_metrics: dict[str, float] = field(default_factory=dict)  # reinforce_ada_est: the allocation's metrics
 
 
 def step_metrics(step: StepSampling, advantages: torch.Tensor, num_generations: int, budget: bool, dynamic: bool,
@@ -163,12 +164,13 @@ def step_metrics(step: StepSampling, advantages: torch.Tensor, num_generations: 
     sampled, chosen = len(results), len(step.chosen)
     rounds = [r.rounds for r in results]
     round_one = [x for r in results for x in r.pool_rewards[: len(r.pool_rewards) // max(r.rounds, 1)]]
-    signal = advantages.view(chosen, -1).abs().amax(dim=1) > 1e-8
+    sizes = [len(step.results[p].selected) for p in step.chosen]  # num_generations each; N_x under Est
+    signal = torch.stack([group.abs().amax() > 1e-8 for group in torch.split(advantages, sizes)])
     # Every sample generated: the pools, and the speculative samples whose round did not happen (pipelined).
     wasted = step.pipelined.get("wasted_samples", 0.0)
     m = {
         "sampling/total_samples": float(sum(len(r.pool_rewards) for r in results)) + wasted,
-        "sampling/kept_samples": float(chosen * num_generations),
+        "sampling/kept_samples": float(sum(sizes)),
         "sampling/padding_samples": float(step.padding_samples),
         "sampling/rounds_mean": sum(rounds) / sampled,
         "sampling/rounds_max": float(max(rounds)),

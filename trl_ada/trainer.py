@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import itertools
 import json
 import math
 import os
@@ -67,13 +68,14 @@ except ImportError as error:
 from .advantages import pooled_advantages, raft_advantages, reinforce_rej_advantages
 from .config import AdaGRPOConfig
 from .dynamic import fill_with_signal
+from .est import allocate, allocation_metrics, est_advantages
 from .memory import GroupPrior, PromptMemory, image_slots, observe_step, prompt_key, prompt_text, text_only
 from .budget import remembered_posterior, run_budgeted_sampling, step_coin
 from .pipelined_rank import check_reward_models_unsharded, sample_pipelined
 from .refill import EpochSeededSampler, PromptStream
 from .resume import GROUP_EXPORT_FILE, MEMORY_EXPORT_FILE, export_memory, load_sampling_state, save_sampling_state
-from .rollouts import (Sample, StepSampling, join_rollout, merge_round_metrics, split_rollout, step_metrics,
-                       weighted_sum)
+from .rollouts import (Sample, StepSampling, _nanmean, join_rollout, merge_round_metrics, split_rollout,
+                       step_metrics, weighted_sum)
 from .sampling import PromptResult, is_positive, run_adaptive_sampling
 from .support import check_trainer_arguments
 from .vllm_backend import ReloadingVLLMGeneration, vllm_generation_for
@@ -178,7 +180,9 @@ class AdaGRPOTrainer(GRPOTrainer):
         metrics_before = {key: len(values) for key, values in self._metrics["train"].items()}
         try:
             with self._vllm_awake_for_rounds():
-                if self.args.sampling_budget is not None:
+                if self.args.reinforce_ada_est:
+                    self._sample_est(step, target)
+                elif self.args.sampling_budget is not None:
                     self._sample_within_budget(step, target)
                 else:
                     filled = fill_with_signal(
@@ -201,8 +205,13 @@ class AdaGRPOTrainer(GRPOTrainer):
                 [step.pool_rewards_per_func[p][i] for p in step.chosen for i in step.results[p].selected]
             )
             step.local_samples = self._collect_selected(step, local)
-            output = super()._generate_and_score_completions([dict(step.rows[p]) for p in local for _ in range(n)])
+            # One row per kept sample: num_generations per prompt, except under Est (N_x per prompt).
+            output = super()._generate_and_score_completions(
+                [dict(step.rows[p]) for p in local for _ in step.results[p].selected]
+            )
             self._replace_advantages(output, results=[step.results[p] for p in step.chosen])
+            if self.args.reinforce_ada_est:
+                self._fix_group_metrics([len(step.results[p].selected) for p in step.chosen])
             self._log_sampling_metrics(output, memory_metrics)
         finally:
             self._step_sampling = None
@@ -311,10 +320,47 @@ class AdaGRPOTrainer(GRPOTrainer):
         step.skipped, step.refill_batches = len(budgeted.skipped), budgeted.candidate_batches
         step.top_up_rounds = budgeted.top_up_rounds
 
-    def _sample_round(self, state: StepSampling, active: list[int], k: int) -> list[list[float]]:
-        """Draw k samples for each active prompt, split evenly over the ranks; return every reward (all ranks)."""
+    def _sample_est(self, step: StepSampling, target: int) -> None:
+        """Reinforce-Ada-Est (trl_ada.est): allocate N_x per prompt from the remembered pass rates, then sample them
+        all in one round and keep every sample.
+
+        Each rank's prompts share its generation batch (num_generations each on average), so every rank hands TRL
+        exactly the rows GRPOTrainer would; the one round then splits over the ranks along the same boundaries.
+        """
+        args, n, world = self.args, self.num_generations, self.accelerator.num_processes
+        column = args.prompt_memory_group_column
+        posterior = remembered_posterior(args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta,
+                                         self.prompt_memory, self.group_prior)
+        pass_rates = []
+        for prompt in range(target):  # from before this step: the memory takes this step's samples afterwards
+            a, b, _ = posterior(self._prompt_key(step, prompt), step.rows[prompt][column] if column else None)
+            pass_rates.append(a / (a + b))
+        per_rank = target // world
+        counts = [
+            count
+            for rank in range(world)
+            for count in allocate(pass_rates[rank * per_rank : (rank + 1) * per_rank], n * per_rank,
+                                  exponent=args.est_exponent, eps=args.est_epsilon, min_samples=args.est_min_samples,
+                                  max_samples=args.est_max_samples)
+        ]
+        step.batches, step.round_index = 1, 0
+        pools = self._sample_round(step, list(range(target)), counts)
+        step.results = {
+            prompt: PromptResult(pool_rewards=pool, selected=list(range(len(pool))), rounds=1, finished=True)
+            for prompt, pool in enumerate(pools)
+        }
+        step.chosen = list(range(target))
+        means = [_nanmean(pool) for pool in pools]
+        step.est_metrics = allocation_metrics(pass_rates, counts, means)
+        # Round one is every sample here, N_x per prompt: weigh prompts equally, as GRPO's n per prompt does.
+        step.est_metrics["sampling/iid_reward"] = _nanmean(means)
+
+    def _sample_round(self, state: StepSampling, active: list[int], k: int | list[int]) -> list[list[float]]:
+        """Draw k samples for each active prompt (or k[i] for the i-th: Est), split evenly over the ranks; return
+        every reward (all ranks)."""
         world, rank = self.accelerator.num_processes, self.accelerator.process_index
-        items = [(p, len(state.pool_rewards_per_func[p]) + j) for p in active for j in range(k)]
+        counts = k if isinstance(k, list) else [k] * len(active)
+        items = [(p, len(state.pool_rewards_per_func[p]) + j) for p, count in zip(active, counts) for j in range(count)]
         per_rank = math.ceil(len(items) / world)
         # Collectives need equal sizes: pad with extra samples of the last prompt, generated, scored and discarded.
         padded = items + [items[-1]] * (per_rank * world - len(items))
@@ -334,7 +380,8 @@ class AdaGRPOTrainer(GRPOTrainer):
         rewards = weighted_sum(rewards_per_func, self.reward_weights)[: len(items)].tolist()
         for (p, _), row in zip(items, rewards_per_func[: len(items)]):
             state.pool_rewards_per_func[p].append(row)
-        return [rewards[i * k : (i + 1) * k] for i in range(len(active))]
+        ends = list(itertools.accumulate(counts))
+        return [rewards[end - count : end] for end, count in zip(ends, counts)]
 
     def _rollout(self, rows: list[dict[str, Any]]) -> tuple[list[Sample], torch.Tensor]:
         """One sample per row through GRPOTrainer's own rollout path; returns the samples and every rank's rewards.
@@ -477,7 +524,10 @@ class AdaGRPOTrainer(GRPOTrainer):
         n = self.num_generations
         rewards = weighted_sum(self._last_rewards_per_func, self.reward_weights).tolist()
         groups = [rewards[i : i + n] for i in range(0, len(rewards), n)]
-        if estimator == "reinforce_ada":
+        if estimator == "est":  # every sample of the prompt, N_x of them: the kept group is the whole pool
+            residual = 1.0 - args.est_exponent
+            values = [est_advantages(r.pool_rewards, args.est_epsilon, residual) for r in results]
+        elif estimator == "reinforce_ada":
             self._warn_once_if_not_binary(results)
             values = [
                 pooled_advantages(
@@ -502,6 +552,18 @@ class AdaGRPOTrainer(GRPOTrainer):
         logged.extend(advantages.tolist())
         self._last_advantages = advantages
 
+    def _fix_group_metrics(self, sizes: list[int]) -> None:
+        """TRL's `frac_reward_zero_std` reads groups of num_generations rows; Est's groups have N_x rows. Recompute
+        it over the real groups, as TRL defines it: the share of the batch's samples whose group has zero std."""
+        rewards = weighted_sum(self._last_rewards_per_func, self.reward_weights)
+        zero = 0
+        for group in torch.split(rewards, sizes):
+            finite = group[~torch.isnan(group)]
+            # TRL's test: its nan-aware std close to 0 (one finite reward, or none: std NaN, not zero).
+            if finite.numel() > 1 and torch.isclose(finite.std(), torch.zeros(())):
+                zero += group.numel()
+        self._metrics["train"]["frac_reward_zero_std"][-1] = zero / rewards.numel()
+
     def _warn_once_if_not_binary(self, results: list[PromptResult]) -> None:
         if self._warned_non_binary or self.args.pool_baseline != "threshold_fraction":
             return
@@ -523,6 +585,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             dynamic=self.args.dynamic_sampling,
             epochs_drawn=self._prompts_drawn / len(self.train_dataset) if refilling else None,
         )
+        metrics |= self._step_sampling.est_metrics
         for name, value in {**metrics, **memory_metrics}.items():
             self._metrics["train"][name].append(value)
 
