@@ -55,8 +55,12 @@ def test_compare_pairs_seeds_counts_every_completion_and_resumes(tmp_path, capsy
     assert arm["seeds"] == [0, 1] and [row["step"] for row in arm["equal_steps"]] == [0, 1, 2]
     assert arm["equal_steps"][0]["mean"] == 0.0  # step 0: the same model on both sides of every pair
     assert arm["equal_completions"]["completions"] == [16, 16]  # where both runs of a seed have generated as many
+    # the trainer's own count, tokens too: the report's equal-tokens axis stops where the thriftier run of a seed did
+    assert arm["equal_tokens"]["tokens"] == [min(results[(a, s)]["generated_tokens"] for a in ("grpo", "balanced"))
+                                             for s in (0, 1)]
+    assert all(r["curve"][-1]["tokens"] == r["generated_tokens"] > r["generated_completions"] for r in results.values())
     printed = capsys.readouterr().out
-    assert "| balanced | 2 |" in printed and "no difference measured" in printed
+    assert "| balanced | 2 |" in printed and "no difference measured" in printed and "equal generated tokens" in printed
     assert (out / "compare.png").stat().st_size > 0 and (out / "report.json").exists()
 
     # Resumable: a rerun trains nothing and recomputes the same report from the results.
@@ -65,6 +69,36 @@ def test_compare_pairs_seeds_counts_every_completion_and_resumes(tmp_path, capsy
     assert {p: p.stat().st_mtime_ns for p in (out / "results").glob("*.json")} == stamp
     assert "0 runs to train (4 already" in capsys.readouterr().out
     assert again == json.loads((out / "report.json").read_text()) or again["arms"].keys() == report["arms"].keys()
+
+
+def test_the_report_compares_at_equal_generated_completions_and_tokens(capsys, tmp_path):
+    """Each seed is compared where both its runs have generated as much, on each cost axis: here the arm is a point
+    ahead at every evaluation per completion, but spends 4 times the tokens per completion, so at equal tokens it
+    is compared with the baseline's later, better scores and falls behind."""
+    from trl_ada.compare import compare, plot, print_report
+
+    def run(arm, seed, tokens_per_completion, offset):
+        curve = [{"step": step, "samples": 8 * step, "tokens": 8 * step * tokens_per_completion,
+                  "items": [min(1.0, 0.1 * step + offset + 0.01 * q) for q in range(5)]} for step in range(6)]
+        for point in curve:
+            point["greedy"] = sum(point["items"]) / 5
+        return {"arm": arm, "seed": seed, "steps": 5, "curve": curve, "generated_completions": 40,
+                "generated_tokens": 40 * tokens_per_completion, "trained_completions": 40, "train_seconds": 1.0}
+
+    results = {"grpo": {s: run("grpo", s, 10, 0.0) for s in (0, 1)},
+               "long": {s: run("long", s, 40, 0.01 * (s + 1)) for s in (0, 1)}}
+    report = compare(results, ["grpo", "long"])
+    arm = report["arms"]["long"]
+    assert arm["equal_completions"]["completions"] == [40, 40] and arm["equal_completions"]["verdict"] == "ahead"
+    assert arm["equal_tokens"]["tokens"] == [400, 400]  # the baseline's whole run; the arm's first 10 completions
+    assert arm["equal_tokens"]["verdict"] == "behind" and arm["equal_tokens"]["mean"] < 0
+    assert (arm["tokens_per_step"], arm["baseline_tokens_per_step"]) == (320.0, 80.0)
+    assert report["cost"]["long"]["generated_tokens_per_step"] == 320.0
+    print_report(report)
+    printed = capsys.readouterr().out
+    assert "equal generated tokens" in printed and "behind at 400-400" in printed
+    plot(results, ["grpo", "long"], str(tmp_path / "compare.png"))
+    assert (tmp_path / "compare.png").stat().st_size > 0
 
 
 def test_arm_specs_are_checked():

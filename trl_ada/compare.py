@@ -17,12 +17,15 @@ its own recipe: `--arm mine path/to/recipe.yaml field=value`); the first arm is 
   rewards) of a greedy answer, before training, every `--eval_every` optimizer steps and at the end; avg@k
   (`--eval_k` samples at temperature 1) at the end too. Evaluation runs under fixed sampling noise and does not
   touch the run's random state.
-- **Every generated completion counted**: each row the generation backend returns (rounds, refills, budget
-  top-ups, multi-process padding, dropped groups); with tools, every model turn.
-- **Two comparisons**, both as the mean paired difference to the baseline with a 95% bootstrap interval over seeds
-  and questions (`trl_ada.paired`): at equal optimizer steps, at every evaluation step of the run; and at equal
-  generated completions, each seed compared where both its runs have generated as many (scores interpolated
-  between evaluations). An interval that contains 0 reads **no difference measured**.
+- **Every generated completion counted**, and its tokens: the trainer's own count (`trl_ada.generation_count`, logged
+  as `sampling/generated_completions_total` and `sampling/generated_tokens_total`), made where samples are made on
+  every path: each row the generation backend returns (rounds, refills, budget top-ups, multi-process padding,
+  dropped groups, plain GRPO sampling, `rollout_func`, pipelined rounds and their wasted speculative samples); with
+  tools, one per sample, its tokens those of all its model turns (tool results left out).
+- **Three comparisons**, each as the mean paired difference to the baseline with a 95% bootstrap interval over seeds
+  and questions (`trl_ada.paired`): at equal optimizer steps, at every evaluation step of the run; at equal
+  generated completions and at equal generated tokens, each seed compared where both its runs have generated as many
+  (scores interpolated between evaluations). An interval that contains 0 reads **no difference measured**.
 - **Resumable.** Each run writes `<output_dir>/results/<arm>-seed<seed>.json` when it ends; a rerun skips what is
   there and recomputes the report (`report.json`, `compare.png`) from all of them. `--jobs K` runs K runs at once
   (`--threads` torch threads each): on a CPU give each its own core.
@@ -127,20 +130,22 @@ class HeldOutScore:
 
 
 class Progress(TrainerCallback):
-    """Completions generated per step and the training clock (evaluation excluded); the held-out score before
-    training, every `every` steps and at the end. Training stops early, evaluated where it stopped, at `stop_at`
-    (a wall-clock time: the comparison's deadline; the run is then `cut`) or once `max_completions` are generated."""
+    """Completions and tokens generated so far and the training clock (evaluation excluded); the held-out score
+    before training, every `every` steps and at the end. Training stops early, evaluated where it stopped, at
+    `stop_at` (a wall-clock time: the comparison's deadline; the run is then `cut`) or once `max_completions` are
+    generated. `count` is the trainer's `generation_count`, set once the trainer exists."""
 
-    def __init__(self, counter, score: HeldOutScore, every: int, eval_k: int, label: str,
+    def __init__(self, score: HeldOutScore, every: int, eval_k: int, label: str,
                  stop_at: float | None = None, max_completions: int | None = None):
-        self.counter, self.score, self.every, self.eval_k, self.label = counter, score, every, eval_k, label
+        self.count = None
+        self.score, self.every, self.eval_k, self.label = score, every, eval_k, label
         self.stop_at, self.max_completions = stop_at, max_completions
         self.curve: list[dict] = []
         self.started = 0.0
         self.stopped = None  # None: ran its max_steps; "deadline" or "max_completions"
 
     def _point(self, step, model, final=False):
-        point = {"step": step, "samples": self.counter["samples"], "tokens": self.counter["tokens"],
+        point = {"step": step, "samples": self.count.completions, "tokens": self.count.tokens,
                  "seconds": time.time() - self.started - self.score.seconds, "items": self.score(model)}
         point["greedy"] = sum(point["items"]) / len(point["items"])
         if final and self.eval_k > 0:
@@ -156,7 +161,7 @@ class Progress(TrainerCallback):
         self._point(0, model, final=True)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        if self.max_completions is not None and self.counter["samples"] >= self.max_completions:
+        if self.max_completions is not None and self.count.completions >= self.max_completions:
             self.stopped = "max_completions"
         elif self.stop_at is not None and time.time() >= self.stop_at and state.global_step < state.max_steps:
             self.stopped = "deadline"
@@ -186,20 +191,11 @@ def run_one(args, arm: Arm, seed: int) -> dict:
         training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype}
     train, held = held_out_split(args, script_args, load_train_dataset(script_args, args.task_seed))
     reward_funcs = load_reward_funcs(script_args.reward_funcs)
-    counter = {"samples": 0, "tokens": 0}
     score = HeldOutScore(AutoTokenizer.from_pretrained(model), held, reward_funcs, training_args.reward_weights,
                          training_args.max_completion_length, args.eval_seed)
-    progress = Progress(counter, score, args.eval_every, args.eval_k, f"{arm.name} seed {seed}",
+    progress = Progress(score, args.eval_every, args.eval_k, f"{arm.name} seed {seed}",
                         stop_at=args.stop_at, max_completions=args.max_completions)
-
-    class Counting(AdaGRPOTrainer):
-        def _generate_single_turn(self, prompt_ids, *pos, **kwargs):
-            completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *pos, **kwargs)
-            counter["samples"] += len(completion_ids)
-            counter["tokens"] += sum(len(ids) for ids in completion_ids)
-            return completion_ids, logprobs
-
-    trainer = Counting(
+    trainer = AdaGRPOTrainer(
         model=model, reward_funcs=reward_funcs, args=training_args, train_dataset=train,
         peft_config=get_peft_config(model_args), callbacks=[progress],
         tools=[load_object(path, "tools") for path in script_args.tools] or None,
@@ -207,13 +203,15 @@ def run_one(args, arm: Arm, seed: int) -> dict:
                              if script_args.environment_factory else None),
     )
     trainer.remove_callback(PrinterCallback)  # one line per evaluation instead (runs in parallel share a terminal)
+    progress.count = trainer.generation_count  # what the trainer generated, counted on every sampling path
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     per_step = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
     record = {"arm": arm.name, "seed": seed, "recipe": arm.recipe or args.config, "overrides": arm.overrides,
               "set": args.set, "steps": trainer.state.global_step, "max_steps": args.max_steps,
               "cut": progress.stopped == "deadline", "stopped": progress.stopped,
-              "generated_completions": counter["samples"], "generated_tokens": counter["tokens"],
+              "generated_completions": trainer.generation_count.completions,
+              "generated_tokens": trainer.generation_count.tokens,
               "trained_completions": per_step * trainer.state.global_step * trainer.accelerator.num_processes,
               "train_seconds": progress.curve[-1]["seconds"],
               "held_out_questions": len(held), "curve": progress.curve,
@@ -246,7 +244,8 @@ def load_results(output_dir: str) -> dict[str, dict[int, dict]]:
 
 
 def compare(results: dict[str, dict[int, dict]], arms: list[str]) -> dict:
-    """Every arm against the first: paired differences at each common evaluation step and at equal completions."""
+    """Every arm against the first: paired differences at each common evaluation step, at equal generated
+    completions and at equal generated tokens."""
     baseline = arms[0]
     report = {"baseline": baseline, "arms": {}}
     for arm in arms[1:]:
@@ -261,26 +260,37 @@ def compare(results: dict[str, dict[int, dict]], arms: list[str]) -> dict:
             if pairs:
                 diffs = [_at(run, "step", step) - _at(base, "step", step) for run, base in pairs]
                 by_step.append({"step": step, **paired.paired_difference(diffs)})
-        diffs, at = [], []
-        for run, base in zip(runs, bases):
-            x = min(run[-1]["samples"], base[-1]["samples"])
-            at.append(x)
-            diffs.append(paired.interpolate_items(run, "samples", "items", x)
-                         - paired.interpolate_items(base, "samples", "items", x))
-        cost = {name: [results[name][s]["generated_completions"] / max(results[name][s]["steps"], 1) for s in seeds]
-                for name in (arm, baseline)}
+
+        def per_step(name, key):
+            return sum(results[name][s][key] / max(results[name][s]["steps"], 1) for s in seeds) / len(seeds)
+
         report["arms"][arm] = {
             "seeds": seeds, "equal_steps": by_step,
-            "equal_completions": {"completions": at, **paired.paired_difference(diffs)},
-            "completions_per_step": sum(cost[arm]) / len(seeds),
-            "baseline_completions_per_step": sum(cost[baseline]) / len(seeds),
+            "equal_completions": _at_equal_cost(runs, bases, "samples", "completions"),
+            "equal_tokens": _at_equal_cost(runs, bases, "tokens", "tokens"),
+            "completions_per_step": per_step(arm, "generated_completions"),
+            "baseline_completions_per_step": per_step(baseline, "generated_completions"),
+            "tokens_per_step": per_step(arm, "generated_tokens"),
+            "baseline_tokens_per_step": per_step(baseline, "generated_tokens"),
         }
     report["cost"] = {name: arm_cost(results.get(name, {})) for name in arms if results.get(name)}
     return report
 
 
+def _at_equal_cost(runs, bases, axis: str, label: str) -> dict:
+    """The paired difference where each seed's two runs have both generated as much (`axis`: "samples" for
+    completions, "tokens"): the smaller of their final counts, each run's scores interpolated there."""
+    diffs, at = [], []
+    for run, base in zip(runs, bases):
+        x = min(run[-1][axis], base[-1][axis])
+        at.append(x)
+        diffs.append(paired.interpolate_items(run, axis, "items", x) - paired.interpolate_items(base, axis, "items", x))
+    return {label: at, **paired.paired_difference(diffs)}
+
+
 def arm_cost(runs: dict[int, dict]) -> dict:
-    """What an arm spent per optimizer step, averaged over its runs: generated and trained completions, seconds."""
+    """What an arm spent per optimizer step, averaged over its runs: generated completions and tokens, trained
+    completions, seconds."""
     records = list(runs.values())
     steps = [max(r["steps"], 1) for r in records]
 
@@ -289,7 +299,8 @@ def arm_cost(runs: dict[int, dict]) -> dict:
 
     return {"runs": len(records), "cut": sum(bool(r.get("cut")) for r in records),
             "mean_steps": sum(steps) / len(steps),
-            "generated_per_step": mean("generated_completions"), "trained_per_step": mean("trained_completions"),
+            "generated_per_step": mean("generated_completions"),
+            "generated_tokens_per_step": mean("generated_tokens"), "trained_per_step": mean("trained_completions"),
             "seconds_per_step": mean("train_seconds")}
 
 
@@ -303,20 +314,22 @@ def print_report(report: dict) -> None:
     baseline = report["baseline"]
     print(f"\nPaired difference to {baseline} in held-out score (points, 95% bootstrap interval over seeds and "
           "questions; an interval containing 0 reads 'no difference measured').")
-    print(f"\n| arm | seeds | completions per step (vs {baseline}) | equal generated completions | equal optimizer "
-          "steps (last evaluation every seed reached) |\n|---|---:|---|---|---|")
+    print(f"\n| arm | seeds | completions per step (vs {baseline}) | equal generated completions | equal generated "
+          "tokens | equal optimizer steps (last evaluation every seed reached) |\n|---|---:|---|---|---|---|")
     for arm, r in report["arms"].items():
         every_seed = [row for row in r["equal_steps"] if row["seeds"] == len(r["seeds"])]  # not only uncut pairs
-        last, at = (every_seed or r["equal_steps"])[-1], r["equal_completions"]["completions"]
+        last = (every_seed or r["equal_steps"])[-1]
+        at, tokens = r["equal_completions"]["completions"], r["equal_tokens"]["tokens"]
         print(f"| {arm} | {len(r['seeds'])} | {r['completions_per_step']:.1f} "
               f"({r['baseline_completions_per_step']:.1f}) | {paired.describe(r['equal_completions'])} at "
-              f"{min(at)}-{max(at)} | {paired.describe(last)} at step {last['step']} |")
+              f"{min(at)}-{max(at)} | {paired.describe(r['equal_tokens'])} at {min(tokens)}-{max(tokens)} | "
+              f"{paired.describe(last)} at step {last['step']} |")
     print("\nCost per optimizer step (mean over runs; training seconds exclude evaluation):\n")
-    print("| arm | runs (cut) | steps | generated completions | trained completions | seconds |\n"
-          "|---|---|---:|---:|---:|---:|")
+    print("| arm | runs (cut) | steps | generated completions | generated tokens | trained completions | seconds |\n"
+          "|---|---|---:|---:|---:|---:|---:|")
     for arm, c in report.get("cost", {}).items():
         print(f"| {arm} | {c['runs']} ({c['cut']}) | {c['mean_steps']:.0f} | {c['generated_per_step']:.1f} | "
-              f"{c['trained_per_step']:.1f} | {c['seconds_per_step']:.2f} |")
+              f"{c['generated_tokens_per_step']:.0f} | {c['trained_per_step']:.1f} | {c['seconds_per_step']:.2f} |")
     for arm, r in report["arms"].items():
         print(f"\n{arm} against {baseline} at equal optimizer steps, along the run:\n")
         print("| step | seeds | difference |\n|---:|---:|---|")
@@ -330,15 +343,16 @@ def plot(results: dict[str, dict[int, dict]], arms: list[str], path: str) -> Non
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=True)
     for arm in arms:
-        for axis, ax in zip(("step", "samples"), axes):
+        for axis, ax in zip(("step", "samples", "tokens"), axes):
             for i, record in enumerate(results.get(arm, {}).values()):
                 curve = record["curve"]
                 ax.plot([p[axis] for p in curve], [p["greedy"] for p in curve], color=f"C{arms.index(arm)}",
                         alpha=0.6, label=arm if i == 0 else None)
     axes[0].set_xlabel("optimizer steps")
     axes[1].set_xlabel("generated completions")
+    axes[2].set_xlabel("generated tokens")
     axes[0].set_ylabel("held-out score (greedy)")
     axes[0].legend()
     fig.suptitle("trl-ada-compare: one line per run (seed)")

@@ -4,7 +4,8 @@ one gather per batch.
 `trl_ada.pipelined` is the driver (pure Python: rounds, exit checks, speculation) and `trl_ada.vllm_stream` the
 engine it steps; this module wires them to `AdaGRPOTrainer`: it opens the trainer's stream (`trainer._open_stream`),
 decodes and scores finished samples as GRPOTrainer does, keeps them in the step's bookkeeping and gathers every
-rank's pools once per batch, so that the rest of the step sees exactly what the synchronous rounds leave.
+rank's pools once per batch, so that the rest of the step sees exactly what the synchronous rounds leave. It also
+counts what the engine generated (`trainer.generation_count`), since these rounds never pass through `_generate`.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def sample_pipelined(trainer, step: StepSampling, prompts: list[int], seed: int)
     def score(finished: list[tuple[int, int]]) -> list[float]:
         keys = [(mine[i], slot) for i, slot in finished]  # (prompt, slot): slot = position in the pool
         completion_ids, logprobs = stream.take(finished)
+        # every finished sample, kept or (speculative) discarded later
+        trainer.generation_count.add(completions=len(completion_ids), tokens=sum(map(len, completion_ids)))
         rows = [step.rows[p] for p, _ in keys]
         texts = [row["prompt"] for row in rows]
         completions = decode(trainer, texts, [step.prompt_ids[p] for p, _ in keys], completion_ids)
@@ -66,6 +69,7 @@ def sample_pipelined(trainer, step: StepSampling, prompts: list[int], seed: int)
             speculative=args.pipelined_speculation, prompt_numbers=positions,
         )
     stats = out.stats
+    trainer.generation_count.add(tokens=stream.aborted_tokens)  # aborted requests ran, though they returned no row
     # A discarded speculative sample was generated and scored, but its round never happened: it leaves no trace.
     wasted_tokens = stream.aborted_tokens
     for i, slot in out.discarded:

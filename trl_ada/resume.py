@@ -5,7 +5,9 @@ screening (the prompt memory and the group prior) and the same count of prompts 
 TRL checkpoints the model, optimizer, scheduler and RNG states; these files sit beside them in `checkpoint-<step>/`:
 
 - `ada_sampling_state.json`: the prompts drawn so far, the refill stream's state, the group prior;
-- `prompt_memory.npz`: the prompt memory (`trl_ada.memory.PromptMemory.save`).
+- `prompt_memory.npz`: the prompt memory (`trl_ada.memory.PromptMemory.save`);
+- `ada_generation_count.json`: the completions and tokens generated so far (`trl_ada.generation_count`), written with
+  any sampling settings, sampling off included (a checkpoint without it resumes with the totals counted from 0).
 
 The file names and their contents are a format: a checkpoint written by an earlier trl-ada resumes with a later one
 (`tests/test_memory_refill.py`). A checkpoint saved with other sampling settings is refused with the setting to use.
@@ -20,6 +22,7 @@ SAMPLING_STATE_FILE = "ada_sampling_state.json"  # refill cursor and counters, i
 MEMORY_STATE_FILE = "prompt_memory.npz"  # the prompt memory, in every checkpoint
 MEMORY_EXPORT_FILE = "prompt_memory.parquet"  # the readable export, in output_dir at the end of training
 GROUP_EXPORT_FILE = "prompt_groups.json"  # the group prior per group, in output_dir at the end of training
+GENERATION_COUNT_FILE = "ada_generation_count.json"  # generated completions and tokens so far, in every checkpoint
 
 
 def save_sampling_state(folder: str, prompts_drawn: int, refill=None, group_prior=None, memory=None) -> None:
@@ -67,6 +70,22 @@ def load_sampling_state(checkpoint: str, refill=None, group_prior=None, memory=N
     return state["prompts_drawn"]
 
 
+def save_generation_count(folder: str, count) -> None:
+    """Write the generated totals (a `GenerationCount`) into a checkpoint folder."""
+    with open(os.path.join(folder, GENERATION_COUNT_FILE), "w") as f:
+        json.dump(count.state_dict(), f)
+
+
+def load_generation_count(checkpoint: str, count) -> bool:
+    """Restore the generated totals into `count`; False when the checkpoint predates them (the totals stay)."""
+    path = os.path.join(checkpoint, GENERATION_COUNT_FILE)
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        count.load_state_dict(json.load(f))
+    return True
+
+
 def export_memory(memory, texts: dict[str, str], path: str):
     """Write the prompt memory as a table (parquet): one row per remembered prompt, its text where `texts` (prompt
     hash -> text) knows it. Columns: `prompt_hash`, `prompt`, `visits`, `samples` and `positives` (decayed counts),
@@ -81,5 +100,6 @@ def export_memory(memory, texts: dict[str, str], path: str):
     return dataset
 
 
-__all__ = ["GROUP_EXPORT_FILE", "MEMORY_EXPORT_FILE", "MEMORY_STATE_FILE", "SAMPLING_STATE_FILE", "export_memory",
-           "load_sampling_state", "save_sampling_state"]
+__all__ = ["GENERATION_COUNT_FILE", "GROUP_EXPORT_FILE", "MEMORY_EXPORT_FILE", "MEMORY_STATE_FILE",
+           "SAMPLING_STATE_FILE", "export_memory", "load_generation_count", "load_sampling_state",
+           "save_generation_count", "save_sampling_state"]

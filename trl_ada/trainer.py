@@ -25,7 +25,8 @@ are gathered by TRL, so all ranks take the same decisions; at the end, rank r tr
 prompts, and their selected completions travel to it.
 
 Next to their own modules: the budget's rule (`trl_ada.budget`), the pipelined rounds' wiring
-(`trl_ada.pipelined_rank`), the state a checkpoint carries and the memory export (`trl_ada.resume`).
+(`trl_ada.pipelined_rank`), the state a checkpoint carries and the memory export (`trl_ada.resume`), the count of
+what training generated (`trl_ada.generation_count`, counted in `_generate` and `_generate_single_turn`).
 """
 
 from __future__ import annotations
@@ -68,12 +69,14 @@ except ImportError as error:
 from .advantages import pooled_advantages, raft_advantages, reinforce_rej_advantages
 from .config import AdaGRPOConfig
 from .dynamic import fill_with_signal
+from .generation_count import GenerationCount, model_tokens
 from .est import allocate, allocation_metrics, est_advantages
 from .memory import GroupPrior, PromptMemory, image_slots, observe_step, prompt_key, prompt_text, text_only
 from .budget import remembered_posterior, run_budgeted_sampling, step_coin
 from .pipelined_rank import check_reward_models_unsharded, sample_pipelined
 from .refill import EpochSeededSampler, PromptStream
-from .resume import GROUP_EXPORT_FILE, MEMORY_EXPORT_FILE, export_memory, load_sampling_state, save_sampling_state
+from .resume import (GROUP_EXPORT_FILE, MEMORY_EXPORT_FILE, export_memory, load_generation_count, load_sampling_state,
+                     save_generation_count, save_sampling_state)
 from .rollouts import (Sample, StepSampling, _nanmean, join_rollout, merge_round_metrics, split_rollout,
                        step_metrics, weighted_sum)
 from .sampling import PromptResult, is_positive, run_adaptive_sampling
@@ -113,6 +116,7 @@ class AdaGRPOTrainer(GRPOTrainer):
     # __init__ (as TRL's own unit tests build one to call `_generate` on its own).
     _step_sampling: StepSampling | None = None
     _rollout_capture: list | tuple | None = None  # inside a round: where `_generate` leaves the round's output
+    generation_count: GenerationCount | None = None  # what training generated so far (trl_ada.generation_count)
 
     _tag_names = ["trl", "grpo", "reinforce-ada"]
     _name = "AdaGRPO"
@@ -161,6 +165,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             PromptStream(len(self.train_dataset), args.seed, shuffle=self.shuffle_dataset) if refills else None
         )
         self._prompts_drawn = 0  # every prompt drawn so far (TRL's, refills, skipped): the honest consumption count
+        self.generation_count = GenerationCount()
 
     # ---------------------------------------------------------------------------------------------------------------
     # Seam 1: the whole generation batch.
@@ -490,17 +495,53 @@ class AdaGRPOTrainer(GRPOTrainer):
                 raise RuntimeError(
                     f"AdaGRPOTrainer: TRL asked for {len(prompts)} completions, {len(samples)} were kept for this rank."
                 )
+            self.generation_count.flush(self.accelerator)  # the step's sampling is over, on every rank at once
             return join_rollout(samples)
-        generated = super()._generate(prompts)
+        counting = self._counting_generation()
+        with self._counting_rollout_func(counting):
+            generated = super()._generate(prompts)
+        if counting:  # the rows returned are the completions (with tools: one per sample, whatever its turns)
+            self.generation_count.add(completions=len(generated[1]))
         if self._rollout_capture is not None:  # a round (_rollout): keep it, skip the rest
             self._rollout_capture = (prompts, generated)
             raise _RolloutTaken
+        if counting:  # plain sampling: this generation batch is all there is, and every rank is here
+            self.generation_count.flush(self.accelerator)
         return generated
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         if self._rollout_capture is not None:
             num_generations = 1  # a round's rows are single samples, not groups of num_generations (vLLM server mode)
-        return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+        completion_ids, logprobs = super()._generate_single_turn(
+            prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+        )
+        if self._counting_generation():  # every turn as written, also one the tool loop then cuts to length
+            self.generation_count.add(tokens=model_tokens(completion_ids))
+        return completion_ids, logprobs
+
+    def _counting_generation(self) -> bool:
+        return self.generation_count is not None and self.model.training  # evaluation is no training cost
+
+    @contextlib.contextmanager
+    def _counting_rollout_func(self, counting: bool):
+        """A rollout_func generates without `_generate_single_turn`: count the tokens it returns (env_mask 1) there,
+        before TRL's tool loop (if any) appends turns of its own."""
+        rollout_func = self.rollout_func
+        if not counting or rollout_func is None:
+            yield
+            return
+
+        def counted(prompts, trainer):
+            output = rollout_func(prompts, trainer)
+            if isinstance(output, dict) and "completion_ids" in output:  # else TRL names what is missing
+                self.generation_count.add(tokens=model_tokens(output["completion_ids"], output.get("env_mask")))
+            return output
+
+        self.rollout_func = counted
+        try:
+            yield
+        finally:
+            self.rollout_func = rollout_func
 
     # ---------------------------------------------------------------------------------------------------------------
     # Seam 3: rewards and advantages.
@@ -589,6 +630,13 @@ class AdaGRPOTrainer(GRPOTrainer):
         for name, value in {**metrics, **memory_metrics}.items():
             self._metrics["train"][name].append(value)
 
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        # The generated totals are cumulative: added to every training log as they stand, not averaged over the
+        # logging window with TRL's per-step metrics (and present whichever sampling path made the step's samples).
+        if self.generation_count is not None and self.model.training:
+            logs.update(self.generation_count.metrics())  # in place, as TRL adds its own metrics
+        super().log(logs, start_time)
+
     def _get_train_sampler(self, dataset=None):
         return EpochSeededSampler(super()._get_train_sampler(dataset))
 
@@ -616,14 +664,19 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
-        if self.args.should_save and self.args.sampling_active:
-            folder = os.path.join(self._get_output_dir(trial=trial),
-                                  f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        if not self.args.should_save:
+            return
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        save_generation_count(folder, self.generation_count)  # sampling off too: a GRPO run's cost continues as well
+        if self.args.sampling_active:
             save_sampling_state(folder, self._prompts_drawn, self._refill, self.group_prior, self.prompt_memory)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         # TRL restores its own extra state (the adaptive entropy controller) here too: called once, on resume.
         super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None and not load_generation_count(checkpoint, self.generation_count):
+            logger.warning(f"{checkpoint} holds no generated totals (written by an earlier trl-ada): "
+                           "sampling/generated_*_total count from 0 in this run.")
         if checkpoint is not None and (self._refill is not None or self.prompt_memory is not None):
             self._prompts_drawn = load_sampling_state(checkpoint, self._refill, self.group_prior, self.prompt_memory)
 
