@@ -84,8 +84,9 @@ def test_recipe_parses(recipe):
         assert training_args.use_cpu and not training_args.use_vllm
         assert (training_args.epsilon, training_args.epsilon_high, training_args.beta) == (0.2, 0.28, 0.0)
         assert model_args.model_name_or_path == "runs/models/SmolLM2-135M-Instruct"
-    if "SmolLM2" in recipe and variant.startswith("arith_"):  # chat arithmetic, the settings of issue 21
-        assert script_args.dataset_name == "arithmetic" and script_args.reward_funcs == ["last_number_reward"]
+    if "SmolLM2" in recipe and variant.startswith(("arith_", "hard_")):  # chat arithmetic, the settings of issue 21
+        task = "hard_arithmetic" if variant.startswith("hard_") else "arithmetic"  # hard_: its hard set (issue 50)
+        assert script_args.dataset_name == task and script_args.reward_funcs == ["last_number_reward"]
         assert not model_args.use_peft and model_args.dtype == "float32" and not training_args.bf16
         assert (training_args.learning_rate, training_args.lr_scheduler_type.value) == (3e-5, "constant")
         assert training_args.loss_type == "dapo" and training_args.per_device_train_batch_size == 16
@@ -101,7 +102,7 @@ def test_recipe_parses(recipe):
     if variant.startswith("tools_"):  # the offline tool-use recipe: an environment whose tool computes the product
         assert script_args.environment_factory == "trl_ada.agents:CalculatorEnv"
         assert script_args.dataset_name == "products" and model_args.model_name_or_path == "tiny-tools-warm"
-    variant = variant.removeprefix("arith_").removeprefix("tools_")
+    variant = variant.removeprefix("arith_").removeprefix("tools_").removeprefix("hard_")
     expected = {"grpo.yaml": (False, "grpo"), "ada_pos.yaml": (True, "positive_focused"),
                 "ada_balance.yaml": (True, "balanced"), "ada_budget.yaml": (True, "balanced")}[variant]
     if variant == "ada_budget.yaml":  # GRPO parity, with the memory that makes the budget pay

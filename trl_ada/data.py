@@ -12,6 +12,7 @@ column holding the gold answer, which `trl_ada.rewards.boxed_math_reward` reads.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 
@@ -210,4 +211,110 @@ def arithmetic_problems(num_examples: int = 2048, seed: int = 0, split: str = "t
         "prompt": [[{"role": "user", "content": problem}] for problem, _, _ in rows],
         "answer": [answer for _, answer, _ in rows], "problem": [problem for problem, _, _ in rows],
         "kind": [kind for _, _, kind in rows],
+    })
+
+
+# --- Hard chat arithmetic (issue 50): harder kinds and the screened hard prompt set -----------------------------
+# ARITHMETIC_KINDS above stay as they are (the demo, tests and benchmarks depend on their questions). These kinds are
+# candidates for a hard prompt set built the Reinforce-Ada paper's way: benchmarks/hard_set.py samples the base model
+# 16 times per question at temperature 1.0 and keeps the questions it answers right once or twice. Same question form
+# ("What is 47 + 38?", a plain user message) and the same content-hash split as `arithmetic_problems`, so a hard
+# held-out question is never a training question of either set.
+
+HARD_ARITHMETIC_KINDS = (
+    "2-digit + carry",    # 47 + 38: the units carry
+    "2-digit -",          # 83 - 27: first operand larger
+    "2-digit - borrow",   # 83 - 27 where the units borrow (3 < 7)
+    "2-digit x 1-digit",  # 47 x 6
+    "3-term 1-digit +",   # 7 + 5 + 8
+    "3-term 2-digit +",   # 47 + 38 + 12
+    "3-digit +",          # 472 + 386
+    "2-digit + no carry", # 43 + 25: easier than a carry (the pilot: harder kinds are almost never right at T=1.0)
+    "2-digit + 1-digit",  # 47 + 8
+)
+_TERMS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "x": lambda a, b: a * b}
+
+
+def hard_arithmetic_problem(rng: random.Random, kind: str) -> tuple[str, str]:
+    """One question of a hard kind (see HARD_ARITHMETIC_KINDS) and its integer answer, drawn with `rng`."""
+    if kind == "2-digit + carry":
+        while True:
+            a, b = rng.randint(10, 99), rng.randint(10, 99)
+            if a % 10 + b % 10 >= 10:
+                return f"What is {a} + {b}?", str(a + b)
+    if kind in ("2-digit -", "2-digit - borrow"):
+        while True:
+            a, b = rng.randint(10, 99), rng.randint(10, 99)
+            if a > b and (kind == "2-digit -" or a % 10 < b % 10):
+                return f"What is {a} - {b}?", str(a - b)
+    if kind == "2-digit x 1-digit":
+        a, b = rng.randint(11, 99), rng.randint(2, 9)
+        return f"What is {a} x {b}?", str(a * b)
+    if kind in ("3-term 1-digit +", "3-term 2-digit +"):
+        low, high = (1, 9) if kind == "3-term 1-digit +" else (10, 99)
+        terms = [rng.randint(low, high) for _ in range(3)]
+        return "What is " + " + ".join(map(str, terms)) + "?", str(sum(terms))
+    if kind == "2-digit + no carry":
+        while True:
+            a, b = rng.randint(10, 99), rng.randint(10, 99)
+            if a % 10 + b % 10 < 10:
+                return f"What is {a} + {b}?", str(a + b)
+    if kind == "2-digit + 1-digit":
+        a, b = rng.randint(10, 99), rng.randint(1, 9)
+        return f"What is {a} + {b}?", str(a + b)
+    if kind == "3-digit +":
+        a, b = rng.randint(100, 999), rng.randint(100, 999)
+        return f"What is {a} + {b}?", str(a + b)
+    raise ValueError(f"unknown hard arithmetic kind {kind!r}; the kinds are {HARD_ARITHMETIC_KINDS}")
+
+
+def hard_arithmetic_candidates(seed: int = 0, split: str = "train", kinds=HARD_ARITHMETIC_KINDS, exclude=()):
+    """Endless, seeded stream of distinct candidate questions of `split` (by `arithmetic_split_of`), as dicts with
+    `problem`, `answer`, `kind`, `split`. `kinds` is a sequence of kind names, repeated to weight them ("3-digit +"
+    twice draws it twice as often); they take turns in that order. Questions in `exclude` are never drawn. A kind
+    whose questions of this split run out (50,000 draws without a new one) leaves the rotation; the stream ends when
+    all have."""
+    if split not in ARITHMETIC_SPLITS:
+        raise ValueError(f"split must be one of {ARITHMETIC_SPLITS}, got {split!r}")
+    for kind in kinds:
+        hard_arithmetic_problem(random.Random(0), kind)  # an unknown kind fails now, not mid-stream
+    rng, seen, order = random.Random(f"{seed}/{split}"), set(exclude), list(kinds)
+    while order:
+        for kind in list(order):
+            for _ in range(50_000):
+                problem, answer = hard_arithmetic_problem(rng, kind)
+                if problem not in seen and arithmetic_split_of(problem) == split:
+                    seen.add(problem)
+                    yield {"problem": problem, "answer": answer, "kind": kind, "split": split}
+                    break
+            else:
+                order = [k for k in order if k != kind]
+
+
+HARD_SET_SPLITS = ("train", "test_hard", "test_easy")
+HARD_SET_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "hard_set")
+
+
+def hard_arithmetic(split: str = "train", directory: str | None = None, num_examples: int | None = None) -> Dataset:
+    """The screened hard chat-arithmetic set (benchmarks/hard_set.py writes it): `train` (questions the base
+    SmolLM2-135M-Instruct answers right 1 or 2 times in 16 samples at temperature 1.0), `test_hard` (held-out
+    questions kept by the same rule) or `test_easy` (held-out questions of the easy kinds of `arithmetic_problems`,
+    unscreened: a run that forgets them shows it). Rows as `arithmetic_problems` gives them: `prompt` (a plain user
+    message), `answer`, `problem`, `kind`. `directory` defaults to benchmarks/hard_set of this repository
+    (the files are not in the wheel: run from a checkout, or pass the folder)."""
+    if split not in HARD_SET_SPLITS:
+        raise ValueError(f"hard_arithmetic: split must be one of {HARD_SET_SPLITS}, got {split!r}")
+    path = os.path.join(directory or HARD_SET_DIR, f"{split}.jsonl")
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"hard_arithmetic: {path} does not exist. It is committed in the repository's benchmarks/hard_set/ "
+            "(run from a checkout), or build it with: OMP_NUM_THREADS=1 python benchmarks/hard_set.py --deadline_s 3600")
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    if num_examples is not None:
+        rows = rows[:num_examples]
+    return Dataset.from_dict({
+        "prompt": [[{"role": "user", "content": row["problem"]}] for row in rows],
+        "answer": [row["answer"] for row in rows], "problem": [row["problem"] for row in rows],
+        "kind": [row["kind"] for row in rows],
     })

@@ -9,7 +9,8 @@ offline arithmetic task, so every recipe can be smoke-tested on a CPU without a 
 starts from the tiny demo's warm-started model instead (built once, cached in <output_dir>/warm-model), so that the
 tiny recipe learns when run directly. `--dataset_name arithmetic` (chat arithmetic graded by `last_number_reward`) is
 the offline task of the SmolLM2 recipes; `--dataset_name word_problems` (easy arithmetic word problems, \\boxed{}
-answers) that of the retired word-problem benchmark, which a 135M model does not learn.
+answers) that of the retired word-problem benchmark, which a 135M model does not learn; `--dataset_name
+hard_arithmetic` the questions of harder kinds SmolLM2 answers right 1 or 2 times in 16 (benchmarks/hard_set.py).
 
 Agents: `--tools pkg.module:f1 pkg.module:f2` (several after one flag; `pkg.module.f1` works too) hands tools to the
 trainer and `--environment_factory pkg.module:Class` an environment, as TRL's GRPOTrainer takes them. `--dataset_name
@@ -28,7 +29,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 
 from .config import AdaGRPOConfig
 from .agents import product_problems, tool_warm_start
-from .data import arithmetic_problems, load_math_dataset, synthetic_arithmetic, word_problems
+from .data import arithmetic_problems, hard_arithmetic, load_math_dataset, synthetic_arithmetic, word_problems
 from .models import missing_model_message
 from .rewards import boxed_math_reward, check_gold_answers, last_number_reward
 from .tiny import build_tiny_model
@@ -42,7 +43,8 @@ class ScriptArguments:
         default="synthetic",
         metadata={"help": "Hub id (e.g. RLHFlow/reinforce_ada_hard_prompt), local json/jsonl/parquet file, "
                   "'synthetic' for the offline arithmetic task, 'word_problems' for easy arithmetic word problems or "
-                  "'arithmetic' for chat arithmetic (offline, the real-model tasks)."},
+                  "'arithmetic' for chat arithmetic (offline, the real-model tasks) or 'hard_arithmetic' for its "
+                  "screened hard set (benchmarks/hard_set)."},
     )
     dataset_split: str = field(default="train", metadata={"help": "Split to train on."})
     dataset_problem_column: str = field(default="problem", metadata={"help": "Column with the problem text."})
@@ -109,6 +111,8 @@ def load_train_dataset(script_args: ScriptArguments, seed: int):
         return word_problems(script_args.synthetic_num_examples, script_args.synthetic_difficulty, seed)
     if script_args.dataset_name == "arithmetic":  # its mix of kinds is fixed: synthetic_difficulty does not apply
         return arithmetic_problems(script_args.synthetic_num_examples, seed, split="train")
+    if script_args.dataset_name == "hard_arithmetic":  # the screened hard set: dataset_split train/test_hard/test_easy
+        return hard_arithmetic(script_args.dataset_split, num_examples=script_args.dataset_num_examples)
     if script_args.dataset_name == "products":  # the tool-use task: synthetic_difficulty does not apply
         return product_problems(script_args.synthetic_num_examples, seed)
     dataset = load_math_dataset(
