@@ -47,8 +47,13 @@ def test_pipelined_rounds_train_exactly_like_the_synchronous_ones(tiny_model, tm
         assert a["completion_ids"].tolist() == b["completion_ids"].tolist()
         assert a["advantages"].tolist() == b["advantages"].tolist()
         assert a["sampling_per_token_logps"].tolist() == b["sampling_per_token_logps"].tolist()
-    history = [[{k: v for k, v in h.items() if k.startswith(("loss", "reward", "sampling/rounds", "sampling/total"))}
+    # TRL's generation metrics too (lengths, clipped ratio, tokens seen), which the pipelined rounds log per round as
+    # GRPOTrainer's `_generate` logs them per call.
+    history = [[{k: v for k, v in h.items() if k.startswith(("loss", "reward", "sampling/rounds", "sampling/total",
+                                                             "completions/", "num_tokens"))}
                 for h in t.state.log_history if "loss" in h] for t in (sync, piped)]
+    assert all("completions/mean_length" in h and h["num_tokens"] > 0 for h in history[1])
+    assert piped.state.num_input_tokens_seen == sync.state.num_input_tokens_seen > 0
     assert history[0] == history[1] and len(history[0]) == 3
     logs = [h for h in piped.state.log_history if "loss" in h]
     assert all(h["sampling/pipelined/engine_steps"] > 0 and h["sampling/pipelined/max_running"] <= 12 for h in logs)

@@ -82,8 +82,14 @@ def sample_pipelined(trainer, step: StepSampling, prompts: list[int], seed: int)
                   "wasted_samples": float(stats.wasted_samples), "wasted_tokens": float(wasted_tokens)}
     results: dict[int, PromptResult] = {}
     device = trainer.accelerator.device
-    parts = gather_object([(mine, out.results, reward_rows, mine_stats)])
-    for ranks_prompts, ranks_results, ranks_rows, _ in parts:
+    eos_and_pad = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
+    mine_set = set(mine)
+    shapes = [(slot // args.round_repeat, len(step.prompt_ids[p]), len(s.completion_ids),
+               bool(s.completion_ids) and s.completion_ids[-1] not in eos_and_pad)
+              for (p, slot), s in step.generated.items() if p in mine_set]
+    parts = gather_object([(mine, out.results, reward_rows, mine_stats, shapes)])
+    log_round_lengths(trainer, step, [shape for part in parts for shape in part[4]])
+    for ranks_prompts, ranks_results, ranks_rows, *_ in parts:
         for p, result in zip(ranks_prompts, ranks_results):
             results[p] = result
             step.pool_rewards_per_func[p] = [
@@ -99,6 +105,30 @@ def sample_pipelined(trainer, step: StepSampling, prompts: list[int], seed: int)
     step.pipelined["max_running"] = max([step.pipelined.get("max_running", 0.0)] +
                                         [part[3]["max_running"] for part in parts])
     return [results[p] for p in prompts]
+
+
+def log_round_lengths(trainer, step: StepSampling, shapes: list[tuple[int, int, int, bool]]) -> None:
+    """What GRPOTrainer's `_generate` logs for each call, once per round (every process's samples of it: the
+    synchronous rounds' calls), since the pipelined rounds never call it: tokens seen (`num_tokens`,
+    `num_input_tokens_seen`), completion lengths, clipped ratio, terminated lengths. The step then merges the rounds'
+    values as it merges the synchronous ones (`rollout_sizes`). `shapes`: (round, prompt length, completion length,
+    truncated) per pooled sample."""
+    metrics = trainer._metrics["train"]
+    for round_index in sorted({shape[0] for shape in shapes}):
+        rows = [shape[1:] for shape in shapes if shape[0] == round_index]
+        lengths = torch.tensor([completion for _, completion, _ in rows], dtype=torch.float32)
+        truncated = torch.tensor([cut for _, _, cut in rows])
+        trainer.state.num_input_tokens_seen += sum(prompt + completion for prompt, completion, _ in rows)
+        metrics["num_tokens"] = [trainer.state.num_input_tokens_seen]
+        metrics["completions/mean_length"].append(lengths.mean().item())
+        metrics["completions/min_length"].append(lengths.min().item())
+        metrics["completions/max_length"].append(lengths.max().item())
+        metrics["completions/clipped_ratio"].append(truncated.float().mean().item())
+        terminated = lengths[~truncated] if (~truncated).any() else torch.zeros(1)  # TRL's value when none ended
+        metrics["completions/mean_terminated_length"].append(terminated.mean().item())
+        metrics["completions/min_terminated_length"].append(terminated.min().item())
+        metrics["completions/max_terminated_length"].append(terminated.max().item())
+        step.rollout_sizes.append(len(rows))
 
 
 def check_reward_models_unsharded(trainer) -> None:
