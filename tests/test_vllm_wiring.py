@@ -131,3 +131,93 @@ def test_engine_is_sized_for_a_whole_round(tiny_model, tmp_path, monkeypatch, ad
     # Adaptive: round_repeat 8 / num_generations 4 = 2x GRPO's sizing; plain GRPO keeps TRL's.
     assert seen["max_num_seqs"] == expected
     assert vllm_backend._grpo_module.VLLMGeneration is original
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# vLLM server mode: NCCL keeps TRL's real client off a CPU, so a stand-in client answers what TRL's `VLLMGeneration`
+# asks of it. Everything above the client is real: TRL's server branch of `generate` (gather, dedupe by
+# num_generations, broadcast, slicing), its `sync_weights` (metadata walk, push, prefix-cache reset), GRPOTrainer's
+# `_generate_single_turn` and AdaGRPOTrainer's rounds.
+
+
+class RecordingClient:
+    """TRL's `VLLMClient` as GRPO's server mode uses it, recorded; completions random but kept, to check them later."""
+
+    def __init__(self, vocab_size, eos_token_id):
+        self.events, self.returned = [], []
+        self.vocab_size, self.eos = vocab_size, eos_token_id
+        self.rng = random.Random(0)
+
+    def update_named_params(self, metadata, params):
+        pushed = list(params)
+        assert len(pushed) == len(metadata) > 0, "every parameter announced is pushed"
+        self.events.append("push")
+
+    def reset_prefix_cache(self):
+        self.events.append("reset")
+
+    def generate(self, prompts, features=None, n=1, max_tokens=16, logprobs=0, **sampling):
+        assert features is None and logprobs == 0
+        self.events.append(("generate", len(prompts), n))
+        completion_ids, completion_logprobs = [], []
+        for _ in prompts:
+            for _ in range(n):
+                tokens = [self.rng.randrange(3, self.vocab_size) for _ in range(self.rng.randint(1, 6))] + [self.eos]
+                completion_ids.append(tokens)
+                completion_logprobs.append([[-0.25 * (i + 1)] for i in range(len(tokens))])  # top-1 only
+        self.returned += completion_ids
+        return {"prompt_ids": prompts, "completion_ids": completion_ids, "logprobs": completion_logprobs}
+
+
+def server_generation(trainer):
+    """The backend AdaGRPOTrainer builds in server mode (TRL's class and methods), its client recorded."""
+    generation = object.__new__(ReloadingVLLMGeneration)
+    tokenizer = trainer.processing_class
+    generation.__dict__.update(
+        model=trainer.model, accelerator=trainer.accelerator, processing_class=tokenizer, mode="server",
+        tensor_parallel_size=1, enable_sleep_mode=False, _llm_weights_sleeping=False, structured_outputs_regex=None,
+        temperature=1.0, top_p=1.0, top_k=0, min_p=None, repetition_penalty=1.0, max_completion_length=8, logprobs=0,
+        generation_kwargs={}, _dist=trainer._dist, _weight_metadata=None,
+        vllm_client=RecordingClient(len(tokenizer), tokenizer.eos_token_id),
+    )
+    return generation
+
+
+class ServerRecorder(AdaGRPOTrainer):
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        self.outputs = getattr(self, "outputs", []) + [output]
+        return output
+
+
+@pytest.mark.parametrize("extra", [{}, {"multiround_adaptive_downsampling": False}, {"reinforce_ada_est": True}],
+                         ids=["rounds", "grpo", "est"])
+def test_server_mode_one_push_per_step_one_sample_per_row(tiny_model, tmp_path, extra):
+    trainer = ServerRecorder(model=tiny_model, reward_funcs=make_recording_reward(),
+                             train_dataset=pass_rate_dataset([0.0, 0.5], repeat=1 if extra else 8),
+                             args=tiny_args(tmp_path, per_device_train_batch_size=8, max_steps=3, **extra))
+    generation = server_generation(trainer)
+    trainer.use_vllm, trainer.vllm_mode, trainer.vllm_generation, trainer._last_loaded_step = (
+        True, "server", generation, -1)
+    trainer.train()
+
+    client = generation.vllm_client
+    events = client.events
+    assert events.count("push") == 3 and events.count("reset") == 3  # one weight push per step, not per round
+    generates = [e for e in events if isinstance(e, tuple)]
+    if extra.get("multiround_adaptive_downsampling") is False:  # GRPO: one call, 2 prompts x n=4, as TRL asks
+        assert generates == [("generate", 2, 4)] * 3
+    elif extra.get("reinforce_ada_est"):  # one call per step: every row its own request (N_x per prompt)
+        assert generates == [("generate", 8, 1)] * 3
+    else:  # rounds: each row of a round is its own sample, asked once with n=1 (2 prompts x round_repeat 8 first)
+        assert all(n == 1 for _, _, n in generates) and generates[0] == ("generate", 16, 1)
+        assert len(generates) == 3 * 4  # the 0.0 prompt runs every round
+    # What the server returned is what was trained on, with the server's log-probs (TRL's importance sampling input).
+    returned = {tuple(ids) for ids in client.returned}
+    for output in trainer.outputs:
+        for ids, mask, logps in zip(output["completion_ids"], output["completion_mask"],
+                                    output["sampling_per_token_logps"]):
+            tokens = ids[mask.bool()].tolist()
+            assert tuple(tokens) in returned
+            assert logps[: len(tokens)].tolist() == pytest.approx([-0.25 * (i + 1) for i in range(len(tokens))])
+    assert events[0] == "push" and events[1] == "reset"  # weights before the first request of the run
