@@ -74,7 +74,7 @@ def test_split_then_join_gives_trl_its_rows_back(rollout, data):
 
 def test_split_refuses_a_rollout_of_the_wrong_size():
     generated = ([[1]], [[2], [3]], None, ["a", "b"], None, {}, None, [])
-    with pytest.raises(RuntimeError, match="one entry per prompt"):
+    with pytest.raises(RuntimeError, match="one completion per row"):
         split_rollout(["p", "q"], generated)
 
 

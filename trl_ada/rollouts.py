@@ -14,6 +14,7 @@ and the reward-function columns of a kept completion are exactly what GRPOTraine
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +50,9 @@ def split_rollout(prompts: list, generated: Rollout) -> list[Sample]:
     if not (len(prompts) == len(prompt_ids) == count == len(completions)):
         raise RuntimeError(
             f"AdaGRPOTrainer: a round asked for {len(prompts)} samples and got {count} completions, "
-            f"{len(prompt_ids)} prompt ids. A rollout_func must return one entry per prompt it is given."
+            f"{len(prompt_ids)} prompt ids. A rollout_func must return one completion per row it is given, in row "
+            "order: with adaptive sampling a call's rows are a round's samples (round_repeat consecutive copies of each "
+            "prompt, Est's N_x, budget top-ups), not groups of num_generations (docs/agents.md, rollout_func)."
         )
     for name, values in (("logprobs", logprobs), ("env_mask / tool_mask", tool_mask), ("images", images)):
         if values is not None and len(values) != count:
@@ -74,6 +77,28 @@ def split_rollout(prompts: list, generated: Rollout) -> list[Sample]:
         )
         for i in range(count)
     ]
+
+
+def check_rollout_rows(prompts: list, prompt_ids: list) -> None:
+    """A rollout_func returns each row's prompt ids: two different prompts must not come back with the same ids.
+
+    That is what a completion generated for one prompt and placed on another prompt's row looks like, e.g. from a
+    function written against GRPOTrainer's grouping (one request per `prompts[::num_generations]`, n each) when a call
+    holds runs of another length (Est's N_x, budget top-ups of 2, a round split over processes): counts can match
+    while completions land on the wrong prompts. Caught here, before any of them is scored or trained on.
+    """
+    owner: dict[tuple, tuple[str, int]] = {}
+    for row, (prompt, ids) in enumerate(zip(prompts, prompt_ids)):
+        key = json.dumps(prompt, sort_keys=True, default=str)
+        first_key, first_row = owner.setdefault(tuple(ids), (key, row))
+        if first_key != key:
+            raise ValueError(
+                f"rollout_func returned the same prompt_ids for row {first_row} and row {row}, whose prompts differ: "
+                "a completion was placed on another prompt's row. With adaptive sampling AdaGRPOTrainer hands "
+                "rollout_func one row per sample, and a prompt's rows need not come in groups of num_generations "
+                "(Est's N_x, budget top-ups, a round split over processes): generate one completion per row, for "
+                "that row's prompt (docs/agents.md, rollout_func)."
+            )
 
 
 def join_rollout(samples: list[Sample]) -> Rollout:
@@ -206,5 +231,5 @@ def _nanmean(values: list[float]) -> float:
     return sum(finite) / len(finite) if finite else float("nan")
 
 
-__all__ = ["Sample", "StepSampling", "join_rollout", "merge_round_metrics", "split_rollout", "step_metrics",
-           "weighted_sum"]
+__all__ = ["Sample", "StepSampling", "check_rollout_rows", "join_rollout", "merge_round_metrics", "split_rollout",
+           "step_metrics", "weighted_sum"]
