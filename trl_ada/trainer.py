@@ -77,8 +77,8 @@ from .pipelined_rank import check_reward_models_unsharded, sample_pipelined
 from .refill import EpochSeededSampler, PromptStream
 from .resume import (GROUP_EXPORT_FILE, MEMORY_EXPORT_FILE, export_memory, load_generation_count, load_sampling_state,
                      save_generation_count, save_sampling_state)
-from .rollouts import (Sample, StepSampling, _nanmean, join_rollout, merge_round_metrics, split_rollout,
-                       step_metrics, weighted_sum)
+from .rollouts import (Sample, StepSampling, _nanmean, check_rollout_rows, join_rollout, merge_round_metrics,
+                       split_rollout, step_metrics, weighted_sum)
 from .sampling import PromptResult, is_positive, run_adaptive_sampling
 from .support import check_trainer_arguments
 from .vllm_backend import ReloadingVLLMGeneration, vllm_generation_for
@@ -407,6 +407,8 @@ class AdaGRPOTrainer(GRPOTrainer):
         finally:
             self._rollout_capture = None
         samples = split_rollout(prompts, generated)
+        if self.rollout_func is not None:  # the user's function placed each completion on its own row
+            check_rollout_rows(prompts, generated[0])
         inputs = [{**row, **sample.extra} for row, sample in zip(rows, samples)]  # as TRL merges rollout_func's fields
         rewards_per_func = self._calculate_rewards(
             inputs, prompts, [s.completion for s in samples], [s.completion_ids for s in samples]
