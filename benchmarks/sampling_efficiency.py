@@ -43,9 +43,10 @@ import numpy as np  # noqa: E402
 from trl_ada.advantages import pooled_advantages  # noqa: E402
 from trl_ada.budget import run_budgeted_sampling  # noqa: E402
 from trl_ada.dynamic import fill_with_signal  # noqa: E402
+from trl_ada.est import allocate, est_advantages  # noqa: E402
 from trl_ada.memory import PromptMemory  # noqa: E402
 from trl_ada.refill import PromptStream  # noqa: E402
-from trl_ada.sampling import run_adaptive_sampling  # noqa: E402
+from trl_ada.sampling import PromptResult, run_adaptive_sampling  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -275,7 +276,7 @@ def print_main_table(name: str, rows: dict[str, dict]) -> None:
 
 SKIP_DECAY = 0.9  # AdaGRPOConfig.budget_skip_decay's default
 EPOCH_METHODS = ("GRPO n=4", "DAPO n=4", "Ada positive_focused", "Ada balanced", "budget 4, memory",
-                 "budget 4, no memory")
+                 "budget 4, no memory", "Est n=4")
 
 
 def multi_epoch(method: str, p0: np.ndarray, args, seed: int) -> list[dict]:
@@ -290,6 +291,7 @@ def multi_epoch(method: str, p0: np.ndarray, args, seed: int) -> list[dict]:
     p = p0.copy()
     drift = rng.normal(args.drift, args.drift, len(p))
     memory, stream = PromptMemory(), PromptStream(len(p), seed)
+    est_memory = PromptMemory(0.9, 1.0, 16.0)  # Est's estimator with AdaGRPOConfig(reinforce_ada_est=True)'s defaults
     g = args.step_prompts
     coin = np.random.default_rng([seed, 7])
 
@@ -313,6 +315,13 @@ def multi_epoch(method: str, p0: np.ndarray, args, seed: int) -> list[dict]:
                 filled = fill_with_signal(batch, stream.draw, plain, g, cap)
                 sampled = [(h, r) for h, r in filled.sampled]
                 chosen = [filled.sampled[i] for i in filled.chosen]
+            elif method.startswith("Est"):  # N_x from the remembered pass rates, all trained (trl_ada.est)
+                counts = allocate([est_memory.pass_rate(h) for h in batch], N * g)
+                pools = [sample_round([h], c)[0] for h, c in zip(batch, counts)]
+                est_memory.update(batch, counts, [sum(x > THRESHOLD for x in pool) for pool in pools], step=epoch)
+                results = [PromptResult(pool_rewards=pool, selected=list(range(len(pool))), rounds=1, finished=True)
+                           for pool in pools]
+                sampled = chosen = list(zip(batch, results))
             elif method.startswith("Ada"):
                 choice = method.split()[1]
                 results = run_adaptive_sampling(
@@ -339,7 +348,9 @@ def multi_epoch(method: str, p0: np.ndarray, args, seed: int) -> list[dict]:
                 extreme += len(r.pool_rewards) * bool(p[h] < 0.05 or p[h] > 0.95)
             for h, r in chosen:
                 trained += 1
-                if any(a != 0.0 for a in pooled_advantages(r.selected_rewards, r.pool_rewards, THRESHOLD)):
+                advantages = (est_advantages(r.pool_rewards) if method.startswith("Est") else
+                              pooled_advantages(r.selected_rewards, r.pool_rewards, THRESHOLD))
+                if any(a != 0.0 for a in advantages):
                     signal += 1
                 if 0.2 <= p[h] <= 0.8:
                     trained_mid.add(h)
