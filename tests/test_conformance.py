@@ -112,6 +112,11 @@ def partial_reward(completions, pass_rate, **kwargs):
             for c, r in zip(completions, pass_rate)]
 
 
+def none_reward(completions, **kwargs):
+    """None for every completion: every sample unscorable (GRPOTrainer warns, and trains on advantages of 0)."""
+    return [None] * len(completions)
+
+
 def logging_reward(completions, pass_rate, log_extra=None, log_metric=None, **kwargs):
     rewards = [hashed(text_of(c), r) for c, r in zip(completions, pass_rate)]
     if log_extra is not None:
@@ -217,6 +222,7 @@ class Cell:
     policy: bool = False  # the scripted tool-calling policy answers for the model (tests/agents.py)
     requires: str | None = None  # what the stack must have (shown in the table whatever is installed)
     needs: str | None = None  # set where the installed stack lacks it: the reason to skip
+    instance: bool = False  # hand the trainer a model instance (loaded here) instead of its path
 
 
 CELLS = [
@@ -248,6 +254,8 @@ CELLS = [
          rewards=lambda models: [rate_reward, models("reward_model")], samplers=("positive_focused",)),
     Cell("reward-none", "a reward returning `None` for some samples, beside one that scores all",
          rewards=lambda models: [partial_reward, length_reward], samplers=("balanced", "budget", "est")),
+    Cell("reward-all-none", "a reward returning `None` for every sample (all unscorable: advantages 0, as GRPO)",
+         rewards=lambda models: none_reward, samplers=("balanced", "positive_focused", "dynamic", "budget")),
     Cell("reward-logging", "a reward calling `log_extra` and `log_metric`", rewards=lambda models: logging_reward,
          samplers=("balanced", "dynamic")),
     # Loss and advantage settings (GRPOConfig)
@@ -282,6 +290,26 @@ CELLS = [
          needs=None if ENVIRONMENTS else "environment_factory needs transformers >= 5.2"),
     Cell("rollout-func", "`rollout_func` with an extra column for rewards", rewards=lambda models: guess_reward,
          kwargs=lambda models: {"rollout_func": rollout_func}, replay=False, samplers=("balanced", "budget", "est")),
+    # The rest of GRPOConfig's loss-time and logging options (TRL docs: GRPOConfig), sampling on as well as off
+    Cell("epsilon-high", "`epsilon_high=0.28` (DAPO's clip-higher)", config=dict(epsilon_high=0.28, num_iterations=2)),
+    Cell("delta", "`delta=1.5` (two-sided clipping)", config=dict(delta=1.5, num_iterations=2)),
+    Cell("sapo-temperatures", "`loss_type=\"sapo\"` with `sapo_temperature_pos/neg`",
+         config=dict(loss_type="sapo", sapo_temperature_pos=0.7, sapo_temperature_neg=1.3)),
+    Cell("vespo", "`loss_type=\"vespo\"` with `vespo_k_pos/neg`, `vespo_lambda_pos/neg`",
+         config=dict(loss_type="vespo", vespo_k_pos=1.5, vespo_lambda_pos=0.5, vespo_k_neg=2.5, vespo_lambda_neg=1.5)),
+    Cell("off-policy-mask", "`off_policy_mask_threshold=0.5`", config=dict(off_policy_mask_threshold=0.5,
+                                                                          num_iterations=2)),
+    Cell("bias-correction-kl", "`beta=0.1, use_bias_correction_kl=False`",
+         config=dict(beta=0.1, use_bias_correction_kl=False)),
+    Cell("entropy-coef", "`entropy_coef=0.01` (an entropy bonus)", config=dict(entropy_coef=0.01)),
+    Cell("adaptive-entropy", "`use_adaptive_entropy=True`", config=dict(use_adaptive_entropy=True, entropy_coef=0.01)),
+    Cell("sync-ref-model", "`sync_ref_model=True` (a reference model synced every step)",
+         config=dict(beta=0.1, sync_ref_model=True, ref_model_sync_steps=1)),
+    Cell("log-completions", "`log_completions=True, log_unique_prompts=True`",
+         config=dict(log_completions=True, log_unique_prompts=True)),
+    Cell("model-instance", "a model instance (GRPOTrainer then ignores `model_init_kwargs`)", instance=True,
+         config=dict(model_init_kwargs={"dtype": "float32"})),
+    Cell("no-shuffle", "`shuffle_dataset=False`", config=dict(shuffle_dataset=False)),
 ]
 
 BASE = dict(num_generations=4, per_device_train_batch_size=8, max_completion_length=8, max_steps=1,
@@ -350,12 +378,21 @@ class ReplayGRPO(TrappedGRPO):
         return taken, None
 
 
+def model_of(cell: Cell, models):
+    """The model argument as the cell's user writes it: a path, or (cell.instance) a model they loaded themselves."""
+    if not cell.instance:
+        return models(cell.model)
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(models(cell.model))
+
+
 def run(trainer_class, cell: Cell, models, tmp_path, config_class, dataset=None, **config):
     kwargs = cell.kwargs(models)
     pc = processing_class(cell, models)
     if pc is not None:
         kwargs["processing_class"] = pc
-    trainer = trainer_class(model=models(cell.model), reward_funcs=cell.rewards(models),
+    trainer = trainer_class(model=model_of(cell, models), reward_funcs=cell.rewards(models),
                             args=config_of(cell, config_class, tmp_path, **config),
                             train_dataset=dataset if dataset is not None else cell.dataset(), **kwargs)
     if cell.policy:
@@ -391,7 +428,9 @@ GENERATED = ("sampling/generated_completions_total", "sampling/generated_tokens_
 
 
 def comparable_logs(trainer) -> list[dict]:
-    return [{k: v for k, v in entry.items() if not any(word in k for word in VOLATILE) and k not in GENERATED}
+    # NaN (the mean reward of unscorable completions only) compares equal to NaN here, unlike in a dict comparison.
+    return [{k: "nan" if isinstance(v, float) and math.isnan(v) else v for k, v in entry.items()
+             if not any(word in k for word in VOLATILE) and k not in GENERATED}
             for entry in trainer.state.log_history]
 
 
@@ -431,6 +470,9 @@ def test_sampling_on_rows_are_grpo_rows(cell, sampler, models, tmp_path):
     assert losses and all(math.isfinite(x) for x in losses)
     # One sampling record per generation batch (steps_per_generation=2: every other optimizer step).
     assert sum("sampling/total_samples" in h for h in ada.state.log_history if "loss" in h) == len(ada.batches)
+    for batch, rewards in zip(ada.batches, ada.batch_rewards):  # an unscorable row moves nothing, as in GRPOTrainer
+        assert batch["advantages"].shape[0] == rewards.shape[0]
+        assert (batch["advantages"][torch.isnan(rewards).all(dim=1)] == 0).all()
     if not cell.replay:
         return
     rows = [row for batch in ada.chosen_rows for row in batch]
@@ -570,32 +612,93 @@ class Refused:
     inputs: Callable[[], dict]
     match: str
     reason: str
+    world_size: int = 1  # processes the config is built for (patched in: the check reads the config's world size)
+    check: Callable[[], Any] | None = None  # a refusal raised once the model exists: how to reach it without one
 
 
 def _iterable():
     return {"train_dataset": conversational().to_iterable_dataset()}
 
 
+def _pipelined_with_a_sharded_reward_model():
+    """What AdaGRPOTrainer.__init__ checks once TRL has prepared the reward models (DeepSpeed ZeRO-3 partitions
+    them): a trainer whose reward model has a ZeRO-3 partitioned parameter."""
+    from types import SimpleNamespace
+
+    from trl_ada.pipelined_rank import check_reward_models_unsharded
+
+    reward_model = torch.nn.Linear(2, 1)
+    reward_model.weight.ds_tensor = torch.zeros(1)  # what deepspeed.zero.Init leaves on a partitioned parameter
+    trainer = SimpleNamespace(args=AdaGRPOConfig(**{**BASE, "output_dir": "/nonexistent"}, pipelined_rounds=True,
+                                                 use_vllm=True),
+                              reward_funcs=[rate_reward, reward_model], reward_func_names=["rate_reward", "rm"])
+    check_reward_models_unsharded(trainer)
+
+
+_SAMPLED = lambda: {"train_dataset": conversational()}  # noqa: E731
+_PIPELINED = dict(pipelined_rounds=True, use_vllm=True)
+
 REFUSED = [
-    Refused("`pipelined_rounds=True` with image prompts", dict(pipelined_rounds=True, use_vllm=True),
+    Refused("`pipelined_rounds=True` with image prompts", _PIPELINED,
             lambda: {"train_dataset": image_dataset("placeholder")}, "pipelined_rounds",
             "the pipelined driver feeds the engine token prompts; images need the processor (synchronous rounds run "
             "them)"),
-    Refused("`pipelined_rounds=True` with `tools`", dict(pipelined_rounds=True, use_vllm=True),
+    Refused("`pipelined_rounds=True` with `tools`", _PIPELINED,
             lambda: {"train_dataset": calculator_dataset(8), "tools": [multiply]}, "pipelined_rounds",
             "a tool loop is several engine requests per sample, run by TRL for a whole batch"),
+    Refused("`pipelined_rounds=True` with `environment_factory`", _PIPELINED,
+            lambda: {"train_dataset": calculator_dataset(8), "environment_factory": ProductEnv}, "pipelined_rounds",
+            "as with `tools`: an environment's tool loop is several engine requests per sample"),
+    Refused("`pipelined_rounds=True` with `rollout_func`", _PIPELINED,
+            lambda: {"train_dataset": conversational(), "rollout_func": rollout_func}, "pipelined_rounds",
+            "a `rollout_func` generates a whole batch itself; the driver needs one engine request per sample"),
+    Refused("`pipelined_rounds=True` without a colocated vLLM engine (`vllm_mode=\"server\"`, or no vLLM)",
+            dict(pipelined_rounds=True, use_vllm=True, vllm_mode="server"), _SAMPLED, "vllm_mode='colocate'",
+            "it steps this process's engine request by request; a server or transformers generates whole batches "
+            "(the synchronous rounds run them)"),
+    Refused("`pipelined_rounds=True` with `vllm_tensor_parallel_size` > 1",
+            dict(_PIPELINED, vllm_tensor_parallel_size=2), _SAMPLED, "vllm_tensor_parallel_size=1",
+            "a tensor-parallel group shares one engine across processes, which each pipeline their own prompts"),
+    Refused("`pipelined_rounds=True` with a reward model sharded by DeepSpeed ZeRO-3", _PIPELINED, _SAMPLED,
+            "sharded across processes",
+            "each process scores its samples when they finish; a sharded model needs every process in each forward "
+            "pass (FSDP, ZeRO-2 and DDP keep reward models whole)", check=_pipelined_with_a_sharded_reward_model),
+    Refused("`multi_objective_aggregation=\"normalize_then_sum\"`",
+            dict(multi_objective_aggregation="normalize_then_sum"), _SAMPLED, "multi_objective_aggregation",
+            "it normalizes each reward function within the trained group, so a sample has no reward until its group "
+            "is chosen; the exit rule, the selection and the pooled baseline need one when it is scored (weigh the "
+            "functions with `reward_weights`)"),
+    Refused("a prompt's group split across processes (`per_device_train_batch_size * steps_per_generation` not a "
+            "multiple of `num_generations`)", dict(per_device_train_batch_size=2), _SAMPLED, "straddle",
+            "every process hands TRL whole groups of its chosen prompts (GRPOTrainer only needs the generation batch "
+            "of all processes to hold whole groups)", world_size=2),
     Refused("`dynamic_sampling` with an `IterableDataset`", dict(dynamic_sampling=True), _iterable, "IterableDataset",
             "refills draw prompts by index (a seeded permutation a resumed run continues); a stream has none"),
     Refused("`sampling_budget` with an `IterableDataset`", dict(sampling_budget=6.0), _iterable, "IterableDataset",
             "as above"),
+    Refused("`prompt_memory=True` with environment-owned data (`environment_factory`, no `train_dataset`)",
+            dict(prompt_memory=True), lambda: {"environment_factory": ProductEnv},
+            "prompt_memory needs a train_dataset",
+            "every row is the same placeholder and the task comes from `reset()`: there is no prompt to remember"),
+    Refused("`sampling_budget` with environment-owned data (`environment_factory`, no `train_dataset`)",
+            dict(sampling_budget=6.0), lambda: {"environment_factory": ProductEnv},
+            "sampling_budget needs a train_dataset", "as above: screening reads the prompt memory"),
 ]
 
 
 @pytest.mark.parametrize("refused", [pytest.param(r, id=r.what) for r in REFUSED])
-def test_refused_combinations_fail_before_the_model_loads(refused, tmp_path):
-    args = AdaGRPOConfig(**{**BASE, **refused.config, "output_dir": str(tmp_path)})
+def test_refused_combinations_fail_before_the_model_loads(refused, tmp_path, monkeypatch):
+    if refused.world_size != 1:
+        monkeypatch.setattr(GRPOConfig, "world_size", property(lambda self: refused.world_size))
+    # GRPOTrainer takes the same TRL fields: the refusal is sampling's.
+    trl_fields = {k: v for k, v in refused.config.items() if k in GRPOConfig.__dataclass_fields__}
+    GRPOConfig(**{**BASE, **trl_fields, "output_dir": str(tmp_path / "grpo")})
     with pytest.raises(ValueError, match=refused.match):
-        AdaGRPOTrainer(model="no/such-model", reward_funcs=rate_reward, args=args, **refused.inputs())
+        if refused.check is not None:
+            refused.check()
+        else:  # the config or the trainer's argument check refuses it, before "no/such-model" is ever looked up
+            args = AdaGRPOConfig(**{**BASE, **refused.config, "output_dir": str(tmp_path)})
+            AdaGRPOTrainer(model="no/such-model", reward_funcs=rate_reward, args=args, **refused.inputs())
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -66,6 +66,10 @@ def reward_table(num_prompts, slots, seed, kind):
     pass_rate = [rng.choice([0.0, 0.05, 0.3, 0.5, 0.9, 1.0]) for _ in range(num_prompts)]
     if kind == "binary":
         return [[float(rng.random() < pass_rate[p]) for _ in range(slots)] for p in range(num_prompts)]
+    if kind == "unscorable":  # binary, with unscorable (NaN) samples at a per-prompt rate, whole prompts included
+        nan_rate = [rng.choice([0.0, 0.3, 0.7, 1.0]) for _ in range(num_prompts)]
+        return [[float("nan") if rng.random() < nan_rate[p] else float(rng.random() < pass_rate[p])
+                 for _ in range(slots)] for p in range(num_prompts)]
     return [[rng.choice([0.0, 0.3, 0.7, 0.71, 1.0]) for _ in range(slots)] for _ in range(num_prompts)]
 
 
@@ -97,7 +101,7 @@ def scenarios(draw):
     driver = dict(certain_continuation=draw(st.booleans()), max_running=draw(st.sampled_from([None, 1, 3, 16])),
                   speculative=draw(st.booleans()))
     return cfg, engine, driver, draw(st.integers(1, 10)), draw(st.integers(0, 10**6)), draw(st.sampled_from(
-        ["binary", "shaped"]))
+        ["binary", "shaped", "unscorable"]))
 
 
 @settings(max_examples=400, deadline=None)
@@ -108,7 +112,10 @@ def test_pipelined_equals_synchronous_in_any_finish_order(scenario):
     engine = FakeEngine(**engine_cfg)
     out = run_pipelined_sampling(num_prompts, engine, lambda done: [table[p][s] for p, s in done], **cfg, **driver)
 
-    assert out.results == synchronous(table, **cfg)  # pools, rounds, finished, selected: all equal
+    expected = synchronous(table, **cfg)
+    # pools, rounds, finished, selected: all equal (NaN != NaN, so pools compare as their repr)
+    assert [(repr(r.pool_rewards), r.rounds, r.finished, r.selected) for r in out.results] == [
+        (repr(r.pool_rewards), r.rounds, r.finished, r.selected) for r in expected]
     assert engine.running == []  # nothing left behind
     m = cfg["round_repeat"]
     pooled = {(p, s) for p, r in enumerate(out.results) for s in range(r.rounds * m)}

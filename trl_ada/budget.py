@@ -31,6 +31,11 @@ the surplus buys top-ups. What it optimises, step by step:
    there are both, earliest first); advantages use the pooled estimator over everything sampled for the prompt this
    step. When the pool holds only the n first samples, the pooled baseline is simply the group's own mean.
 
+Unscorable samples (NaN reward) are no trials: a pool is mixed when it holds a scorable positive and a scorable
+negative, the posterior takes in only scorable samples, and selection completes a group with unscorable samples only
+when the scorable ones run out (`trl_ada.sampling`). A pool with no scorable sample is as uniform as one with no
+positive, and is topped up like one (the posterior, unchanged by it, scores it).
+
 Pure Python (no torch), usable as a simulation API like `run_adaptive_sampling`:
 
     >>> import random
@@ -50,7 +55,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .sampling import PromptResult, is_positive, select_at_exit
+from .sampling import PromptResult, count_signs, select_at_exit
 
 __all__ = ["Budgeted", "predictive_uniform", "predictive_missing_class", "remembered_posterior",
            "run_budgeted_sampling", "step_coin"]
@@ -167,11 +172,11 @@ def run_budgeted_sampling(
             break
         scored = []
         for handle in accepted:
-            positives = sum(is_positive(r, positive_threshold) for r in pools[handle])
-            if 0 < positives < len(pools[handle]):
+            positives, negatives = count_signs(pools[handle], positive_threshold)
+            if positives > 0 and negatives > 0:
                 continue  # already mixed
             a, b, _ = predict(handle)
-            a, b = a + positives, b + len(pools[handle]) - positives
+            a, b = a + positives, b + negatives  # unscorable samples are no trials
             p_hat = a / (a + b)
             gain = predictive_missing_class(a, b, top_up, have_positive=positives > 0)
             scored.append((-gain * (1.0 + 0.5 * (1.0 - 2.0 * p_hat)), handle))
@@ -185,9 +190,9 @@ def run_budgeted_sampling(
     # 4. Keep n per prompt by Reinforce-Ada's selection rule.
     for handle in accepted:
         pool = pools[handle]
-        positives = sum(is_positive(r, positive_threshold) for r in pool)
+        positives, negatives = count_signs(pool, positive_threshold)
         result = PromptResult(pool_rewards=pool, rounds=1 + (len(pool) - n) // top_up,
-                              finished=0 < positives < len(pool))
+                              finished=positives > 0 and negatives > 0)
         result.selected = select_at_exit(pool, n, positive_threshold)
         out.sampled.append((handle, result))
     return out

@@ -11,6 +11,10 @@ A refill batch is sized by the signal rate seen so far in the step, so that it i
 go (`ceil(shortfall / rate)` prompts, at most `target`; `target` when no group had signal yet), rather than DAPO's
 fixed whole batches, which overshoot and throw away groups with signal.
 
+Signal is read on the scorable rewards of the kept group: an unscorable sample (NaN reward) is left out, as TRL's
+nan-aware statistics leave it out, so a group whose scorable rewards are all equal, or with fewer than two of them,
+has none (its advantages are all 0 in GRPOTrainer too).
+
 It composes with any sampler: `sample` may draw n i.i.d. completions per prompt (then this is DAPO exactly) or run
 Reinforce-Ada's rounds (then only the prompts that even the rounds could not resolve are dropped). Pure Python, and
 a simulation API like `run_adaptive_sampling`:

@@ -8,9 +8,11 @@ it can, if it remembers. Every time a prompt is sampled, its counts decay and ta
     pass_rate  = (positives + prior_alpha) / (samples + prior_alpha + prior_beta)
 
 `decay` < 1 forgets old visits geometrically, so the estimate follows a policy that improves; with the default 0.5,
-the last visit carries about half of the weight. An unscorable completion (NaN reward) counts as a failure, as it
-does in the pooled baseline. A prompt is keyed by a stable content hash of its token ids (blake2b, 8 bytes), never by
-Python's salted `hash()`, so every process and every resumed run computes the same key.
+the last visit carries about half of the weight. An unscorable completion (NaN reward: every reward function returned
+None) is no trial: it counts in neither `samples` nor `positives`, as it counts in neither the exit rules nor the
+pooled baseline; a visit whose completions were all unscorable still counts as a visit (its counts decay). A prompt
+is keyed by a stable content hash of its token ids (blake2b, 8 bytes), never by Python's salted `hash()`, so every
+process and every resumed run computes the same key.
 
 Cost: the counts live in flat numpy arrays (8-byte key, two float64 counts, int32 visits, int32 last step: 32 bytes
 per prompt, doubled capacity at worst) plus a dict from key to slot; measured with a million prompts: 104 bytes per
@@ -241,8 +243,10 @@ class PromptMemory:
 class GroupPrior:
     """Per group of prompts, the Beta distribution of its prompts' pass rates (empirical Bayes, method of moments).
 
-    Each visit of a prompt contributes the fraction f = k / n of positives among its first n samples (the ones drawn
-    before any sampling rule looked at the rewards, so unbiased). Across a group's visits:
+    Each visit of a prompt contributes the fraction f = k / n of positives among its first samples (the ones drawn
+    before any sampling rule looked at the rewards, so unbiased), n counting only the scorable ones: the trainer
+    leaves unscorable samples (NaN reward) out, and a visit with fewer than two scorable ones out altogether. Across
+    a group's visits:
 
         mean      m   = average f
         noise         = average f (1 - f) / (n - 1)     (the binomial part of the spread of f, unbiased)
@@ -337,8 +341,9 @@ def observe_step(memory: PromptMemory, keys: Sequence[int], samples: Sequence[in
         "sampling/memory_seen_before": len(seen) / len(keys),
         "sampling/memory_predicted_extreme": sum(not 0.05 <= p <= 0.95 for p in predicted) / len(keys),
     }
-    if seen:
-        errors = [(predicted[i] - positives[i] / samples[i]) ** 2 for i in seen]
+    scored = [i for i in seen if samples[i] > 0]  # a visit of unscorable completions only has no observed rate
+    if scored:
+        errors = [(predicted[i] - positives[i] / samples[i]) ** 2 for i in scored]
         metrics["sampling/memory_brier"] = sum(errors) / len(errors)
     memory.update(keys, samples, positives, step=step)
     metrics["sampling/memory_prompts"] = float(len(memory))

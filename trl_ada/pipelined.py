@@ -20,7 +20,8 @@ Certain continuation (balanced only): round k+1 of a prompt can be issued before
 scored samples make the exit rule unreachable at the end of round k, that is when the positives and negatives still
 missing outnumber the samples of rounds <= k not yet scored. Those samples are certain to be in the synchronous pool,
 so issuing them early wastes nothing. For positive_focused it never fires (the last straggler could be the first
-positive).
+positive). Unscorable samples (NaN reward) count as neither positive nor negative, here as in `PromptRounds`: each
+sample not yet scored can still bring at most one of the missing ones, so the test stays sound.
 
 Speculation (`speculative=True`, opt-in): engine slots that no certain round can use (nothing certain is queued)
 take the next round of an unretired prompt before it is known to happen, one round ahead at most per prompt, the
@@ -65,7 +66,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .sampling import PromptResult, PromptRounds, check_sampling_args, is_positive, selection_rng
+from .sampling import PromptResult, PromptRounds, check_sampling_args, count_signs, selection_rng
 
 __all__ = ["Engine", "PipelinedStats", "Pipelined", "run_pipelined_sampling"]
 
@@ -261,10 +262,10 @@ class _Driver:
         unreachable there is unreachable at every earlier round too."""
         certain_slots = self.certain[p] * self.m
         known = [*self.prompts[p].pool_rewards, *(r for slot, r in self.scored[p].items() if slot < certain_slots)]
-        num_pos = sum(is_positive(r, self.positive_threshold) for r in known)
+        num_pos, num_neg = count_signs(known, self.positive_threshold)  # an unscorable sample counts as neither
         if self.choice == "balanced":
             half = self.n // 2
-            lacking = max(0, half - num_pos) + max(0, self.n - half - (len(known) - num_pos))
+            lacking = max(0, half - num_pos) + max(0, self.n - half - num_neg)
         else:
             lacking = int(num_pos == 0)
         return lacking, certain_slots - len(known)

@@ -9,6 +9,15 @@ behaviour reproduces the authors' reference implementation (RLHFlow/Reinforce-Ad
 3. after the whole round, a prompt that meets the exit rule is selected and retired;
 4. prompts still active after `max_rounds` rounds are kept (never dropped) and get the fallback selection.
 
+Unscorable samples (NaN reward: every reward function returned None, as TRL 1.16's GRPOTrainer marks them) are
+neither positive nor negative: they join the pool (they were generated) but count toward no exit rule, and selection
+takes them only when the scorable ones cannot fill a group of n (then earliest first, after the scorable ones; their
+advantage is 0, as in GRPOTrainer). With finite rewards nothing changes: the reference's rules exactly. A prompt whose
+samples are all unscorable never meets an exit rule, so it is sampled for `max_rounds` like any unresolved prompt and
+gets a group of unscorable samples (all advantages 0: what GRPOTrainer trains on for it); a round of them does not
+retire it early, since unscorability can be per sample (a verifier's timeout, a reward that skips some completions),
+and a later round may still bring signal (docs/knobs.md, "Unscorable completions").
+
 Example (plan a budget with a simulated policy, no model needed):
 
     >>> import random
@@ -42,6 +51,8 @@ __all__ = [
     "PromptRounds",
     "normalize_choice",
     "is_positive",
+    "is_scorable",
+    "count_signs",
     "exit_rule",
     "select_at_exit",
     "select_fallback",
@@ -59,8 +70,24 @@ def normalize_choice(choice: str) -> str:
 
 
 def is_positive(reward: float, positive_threshold: float) -> bool:
-    """Strictly above the threshold; a reward equal to it (or NaN, an unscorable sample) is negative."""
+    """Strictly above the threshold. A scorable reward equal to or below it is negative; NaN (an unscorable sample)
+    is neither (`is_scorable`)."""
     return reward > positive_threshold
+
+
+def is_scorable(reward: float) -> bool:
+    """False for NaN: a completion every reward function returned None for (TRL's "unscorable")."""
+    return not math.isnan(reward)
+
+
+def count_signs(pool_rewards: Sequence[float], positive_threshold: float) -> tuple[int, int]:
+    """(positives, negatives) of a pool, scorable samples only: an unscorable one counts as neither."""
+    num_pos = num_scorable = 0
+    for r in pool_rewards:
+        if is_scorable(r):
+            num_scorable += 1
+            num_pos += is_positive(r, positive_threshold)
+    return num_pos, num_scorable - num_pos
 
 
 def exit_rule(num_pos: int, num_neg: int, num_generations: int, choice: str) -> bool:
@@ -73,10 +100,12 @@ def exit_rule(num_pos: int, num_neg: int, num_generations: int, choice: str) -> 
     raise ValueError(f"unknown choice {choice!r}; expected one of {CHOICES}")
 
 
-def _split(pool_rewards: Sequence[float], positive_threshold: float) -> tuple[list[int], list[int]]:
+def _split(pool_rewards: Sequence[float], positive_threshold: float) -> tuple[list[int], list[int], list[int]]:
+    """Pool indices of the positives, the (scorable) negatives and the unscorable samples, each in pool order."""
     positives = [i for i, r in enumerate(pool_rewards) if is_positive(r, positive_threshold)]
-    negatives = [i for i, r in enumerate(pool_rewards) if not is_positive(r, positive_threshold)]
-    return positives, negatives
+    negatives = [i for i, r in enumerate(pool_rewards) if is_scorable(r) and not is_positive(r, positive_threshold)]
+    unscorable = [i for i, r in enumerate(pool_rewards) if not is_scorable(r)]
+    return positives, negatives, unscorable
 
 
 def _pick(indices: list[int], k: int, rng: random.Random | None) -> list[int]:
@@ -95,9 +124,10 @@ def select_at_exit(
     """Group of `num_generations` pool indices for a prompt that met its exit rule (same rule for both choices).
 
     Aims at floor(n/2) positives; a shortfall is filled with more positives if there are any left, otherwise with
-    more negatives. Positives come first, then negatives.
+    more negatives. Positives come first, then negatives. Only if the scorable samples cannot fill the group (fewer
+    than n of them, possible only with unscorable ones in the pool) do unscorable samples complete it, last.
     """
-    positives, negatives = _split(pool_rewards, positive_threshold)
+    positives, negatives, unscorable = _split(pool_rewards, positive_threshold)
     take_pos = min(num_generations // 2, len(positives))
     take_neg = min(num_generations - take_pos, len(negatives))
     shortfall = num_generations - take_pos - take_neg
@@ -106,7 +136,14 @@ def select_at_exit(
             take_pos += min(shortfall, len(positives) - take_pos)
         elif len(negatives) > take_neg:
             take_neg += min(shortfall, len(negatives) - take_neg)
-    return _pick(positives, take_pos, rng) + _pick(negatives, take_neg, rng)
+    return _pick(positives, take_pos, rng) + _pick(negatives, take_neg, rng) + _fill(
+        unscorable, num_generations - take_pos - take_neg, rng)
+
+
+def _fill(unscorable: list[int], shortfall: int, rng: random.Random | None) -> list[int]:
+    """Unscorable samples completing a group the scorable ones could not fill (every scorable one is already in it);
+    earliest first, or a seeded random subset under random selection. Empty for a pool without unscorable ones."""
+    return _pick(unscorable, min(max(shortfall, 0), len(unscorable)), rng) if unscorable else []
 
 
 def select_fallback(
@@ -116,15 +153,21 @@ def select_fallback(
     choice: str,
     rng: random.Random | None = None,
 ) -> list[int]:
-    """Group for a prompt that never met its exit rule within `max_rounds` (it is kept, never dropped)."""
-    positives, negatives = _split(pool_rewards, positive_threshold)
+    """Group for a prompt that never met its exit rule within `max_rounds` (it is kept, never dropped).
+
+    The targets and shortfall rule read the scorable samples only (positive_focused's share of positives is over
+    them); unscorable samples complete the group, last, only when the scorable ones run out.
+    """
+    positives, negatives, unscorable = _split(pool_rewards, positive_threshold)
     take = min(num_generations, len(pool_rewards))
     if choice == "balanced":
         take_pos = num_generations // 2
         take_neg = num_generations - take_pos
     elif choice == "positive_focused":
-        # The reference's float expression, kept as is so rounding matches it bit for bit.
-        take_pos = math.ceil(len(positives) / len(pool_rewards) * num_generations)
+        # The reference's float expression, kept as is so rounding matches it bit for bit (without unscorable
+        # samples the scorable count is the pool size).
+        scorable = len(positives) + len(negatives)
+        take_pos = math.ceil(len(positives) / scorable * num_generations) if scorable else 0
         take_pos = max(1, min(take - 1, take_pos))
         take_neg = take - take_pos
     else:
@@ -135,7 +178,8 @@ def select_fallback(
     extra_pos = min(shortfall, len(positives) - take_pos)
     take_pos += extra_pos
     take_neg += min(shortfall - extra_pos, len(negatives) - take_neg)
-    return _pick(positives, take_pos, rng) + _pick(negatives, take_neg, rng)
+    return _pick(positives, take_pos, rng) + _pick(negatives, take_neg, rng) + _fill(
+        unscorable, take - take_pos - take_neg, rng)
 
 
 @dataclass
@@ -145,7 +189,8 @@ class PromptResult:
     pool_rewards: list[float] = field(default_factory=list)
     """Every reward of the prompt's pool, in generation order (round 1 first)."""
     selected: list[int] = field(default_factory=list)
-    """Indices into `pool_rewards` of the kept group: positives first, then negatives."""
+    """Indices into `pool_rewards` of the kept group: positives first, then negatives, then (only when the scorable
+    samples run out) unscorable ones."""
     rounds: int = 0
     """Rounds the prompt was sampled in."""
     finished: bool = False
@@ -200,8 +245,7 @@ class PromptRounds:
         result = self.result
         result.pool_rewards.extend(float(r) for r in rewards)
         result.rounds += 1
-        num_pos = sum(is_positive(r, self.positive_threshold) for r in result.pool_rewards)
-        num_neg = len(result.pool_rewards) - num_pos
+        num_pos, num_neg = count_signs(result.pool_rewards, self.positive_threshold)
         if exit_rule(num_pos, num_neg, self.num_generations, self.choice):
             result.finished = True
             result.selected = select_at_exit(result.pool_rewards, self.num_generations, self.positive_threshold,

@@ -79,7 +79,7 @@ from .resume import (GROUP_EXPORT_FILE, MEMORY_EXPORT_FILE, export_memory, load_
                      save_generation_count, save_sampling_state)
 from .rollouts import (Sample, StepSampling, _nanmean, check_rollout_rows, join_rollout, merge_round_metrics,
                        split_rollout, step_metrics, weighted_sum)
-from .sampling import PromptResult, is_positive, run_adaptive_sampling
+from .sampling import PromptResult, count_signs, run_adaptive_sampling
 from .support import check_trainer_arguments
 from .vllm_backend import ReloadingVLLMGeneration, vllm_generation_for
 
@@ -646,22 +646,27 @@ class AdaGRPOTrainer(GRPOTrainer):
     # Prompt memory and refill state: updated every step, saved in every checkpoint, restored on resume.
 
     def _update_prompt_memory(self, step: StepSampling) -> dict[str, float]:
-        """Fold every scored completion of the step into the memory; return its calibration metrics."""
+        """Fold every scored completion of the step into the memory; return its calibration metrics.
+
+        Only scorable completions are trials (an unscorable one, NaN reward, is neither a success nor a failure)."""
         metrics: dict[str, float] = {}
         threshold, n = self.args.positive_threshold, self.num_generations
         if self.group_prior is not None:
-            # Only the first n samples of each pool: drawn before any sampling rule saw a reward, so unbiased.
+            # Only the first n samples of each pool: drawn before any sampling rule saw a reward, so unbiased. A visit
+            # with fewer than two scorable ones among them tells nothing of the spread: left out.
             column = self.args.prompt_memory_group_column
-            pools = [(step.rows[p][column], r.pool_rewards[:n]) for p, r in step.results.items()]
-            self.group_prior.update([label for label, _ in pools], [len(pool) for _, pool in pools],
-                                    [sum(is_positive(x, threshold) for x in pool) for _, pool in pools])
+            visits = [(step.rows[p][column], *count_signs(r.pool_rewards[:n], threshold))
+                      for p, r in step.results.items()]
+            visits = [(label, pos + neg, pos) for label, pos, neg in visits if pos + neg >= 2]
+            self.group_prior.update([label for label, _, _ in visits], [trials for _, trials, _ in visits],
+                                    [pos for _, _, pos in visits])
             metrics["sampling/groups_known"] = float(sum(s is not None for s in self.group_prior.table()["strength"]))
         if self.prompt_memory is None:
             return metrics
-        pools = [r.pool_rewards for r in step.results.values()]
+        signs = [count_signs(r.pool_rewards, threshold) for r in step.results.values()]
         return metrics | observe_step(
-            self.prompt_memory, [self._prompt_key(step, prompt) for prompt in step.results], [len(p) for p in pools],
-            [sum(is_positive(x, threshold) for x in pool) for pool in pools], step=self.state.global_step,
+            self.prompt_memory, [self._prompt_key(step, prompt) for prompt in step.results],
+            [pos + neg for pos, neg in signs], [pos for pos, _ in signs], step=self.state.global_step,
         )
 
     def _save_checkpoint(self, model, trial):
