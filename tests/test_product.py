@@ -104,7 +104,9 @@ def test_recipe_parses(recipe):
         assert script_args.dataset_name == "products" and model_args.model_name_or_path == "tiny-tools-warm"
     variant = variant.removeprefix("arith_").removeprefix("tools_").removeprefix("hard_")
     expected = {"grpo.yaml": (False, "grpo"), "ada_pos.yaml": (True, "positive_focused"),
-                "ada_balance.yaml": (True, "balanced"), "ada_budget.yaml": (True, "balanced")}[variant]
+                "ada_balance.yaml": (True, "balanced"), "ada_budget.yaml": (True, "balanced"),
+                "ada_est.yaml": (True, "balanced")}[variant]
+    assert training_args.reinforce_ada_est == (variant == "ada_est.yaml")
     if variant == "ada_budget.yaml":  # GRPO parity, with the memory that makes the budget pay
         assert training_args.sampling_budget == 4.0 and training_args.prompt_memory
     assert training_args.multiround_adaptive_downsampling == expected[0]

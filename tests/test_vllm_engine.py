@@ -103,26 +103,31 @@ MODES = {
     "budget": dict(sampling_budget=8.0, prompt_memory=True),
     # Barrier-free rounds: one request per sample through trl_ada.vllm_stream, never LLM.generate.
     "pipelined": dict(pipelined_rounds=True),
+    # Reinforce-Ada-Est: one engine call per step of exactly GRPO's generation batch, N_x per prompt.
+    "est": dict(reinforce_ada_est=True),
 }
 
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_colocated_engine_trains_with_pushed_weights(vllm_tiny_model, tmp_path, mode):
     steps = 3
-    adaptive, budget, pipelined = mode != "grpo", mode == "budget", mode == "pipelined"
+    adaptive, budget, pipelined, est = mode != "grpo", mode == "budget", mode == "pipelined", mode == "est"
     args = tiny_args(
-        tmp_path, per_device_train_batch_size=8, max_steps=steps, max_completion_length=12, learning_rate=1e-2,
+        tmp_path, per_device_train_batch_size=16 if est else 8, max_steps=steps, max_completion_length=12, learning_rate=1e-2,
         use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False, model_init_kwargs={"dtype": "bfloat16"},
         **MODES[mode],
     )
     trainer = Recorder(model=vllm_tiny_model, reward_funcs=make_recording_reward(), args=args,
                        # 2 prompts a step. Ada: the 0.0 one never exits (all rounds run). GRPO: a group of one reward
                        # would give no gradient, the weights would not move and the test would prove nothing.
-                       train_dataset=pass_rate_dataset([0.0, 0.5] if adaptive else [0.5]))
+                       # Est: the same 4 prompts every step, so that the memory has something to allocate from, 3 of
+                       # them mixed, so that the first step moves the weights whatever the rewards of its 16 samples.
+                       train_dataset=pass_rate_dataset([0.0, 0.5, 0.5, 0.5], repeat=1) if est else
+                       pass_rate_dataset([0.0, 0.5] if adaptive else [0.5]))
     engine = trainer.vllm_generation.llm.llm_engine
     assert engine.model_config.dtype == torch.bfloat16
     # TRL sizes the engine for one step's rows (8); a round draws round_repeat (8) per prompt: 2 x 8 = 16.
-    round_one = 2 * args.round_repeat if adaptive else 8
+    round_one = 16 if est else 2 * args.round_repeat if adaptive else 8
     assert engine.vllm_config.scheduler_config.max_num_seqs == round_one
     trainer.train()
 
@@ -138,6 +143,10 @@ def test_colocated_engine_trains_with_pushed_weights(vllm_tiny_model, tmp_path, 
         logs = [h for h in trainer.state.log_history if "sampling/top_up_rounds" in h]
         assert all(c[0] == 8 and len(c) >= 2 and sum(c) <= 16 for c in calls)
         assert all(h["sampling/total_samples"] == sum(c) for h, c in zip(logs, calls))
+    elif est:  # one call of the step's 16 rows; from step 2 the prompts are remembered and the split follows
+        logs = [h for h in trainer.state.log_history if "sampling/est/samples_max" in h]
+        assert calls == [[16]] * steps and all(h["sampling/total_samples"] == 16 for h in logs)
+        assert logs[-1]["sampling/est/samples_max"] > 4  # the never-right prompt gets more than the mixed ones
     elif adaptive:
         logs = [h for h in trainer.state.log_history if "sampling/rounds_max" in h]
         assert [h["sampling/rounds_max"] for h in logs] == [args.max_rounds] * steps  # several rounds per step

@@ -90,7 +90,8 @@ def vllm_generation_for(args: AdaGRPOConfig):
         yield
         return
     original = _grpo_module.VLLMGeneration
-    factor = math.ceil(args.round_repeat / args.num_generations) if args.multiround_adaptive_downsampling else 1
+    rounds = args.multiround_adaptive_downsampling and not args.reinforce_ada_est  # Est: one call, GRPO's batch
+    factor = math.ceil(args.round_repeat / args.num_generations) if rounds else 1
 
     def build(*a, **kw):
         if kw.get("max_num_seqs") is not None:
