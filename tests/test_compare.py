@@ -38,7 +38,7 @@ def test_compare_pairs_seeds_counts_every_completion_and_resumes(tmp_path, capsy
     argv = ["--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false",
             "--arm", "balanced", "reinforce_ada_choice=balanced", "--seeds", "0", "1", "--max_steps", "2",
             "--eval_every", "1", "--eval_examples", "6", "--eval_fraction", "0.2", "--eval_k", "2",
-            "--output_dir", str(out)]
+            "--eval_extra_split", "train", "--output_dir", str(out)]
     report = compare_main(argv)
     results = {(r["arm"], r["seed"]): r for r in map(lambda p: json.load(open(p)), (out / "results").glob("*.json"))}
     assert set(results) == {(arm, seed) for arm in ("grpo", "balanced") for seed in (0, 1)}
@@ -59,7 +59,11 @@ def test_compare_pairs_seeds_counts_every_completion_and_resumes(tmp_path, capsy
     assert arm["equal_tokens"]["tokens"] == [min(results[(a, s)]["generated_tokens"] for a in ("grpo", "balanced"))
                                              for s in (0, 1)]
     assert all(r["curve"][-1]["tokens"] == r["generated_tokens"] > r["generated_completions"] for r in results.values())
+    # --eval_extra_split: a second held-out set scored at every evaluation, reported beside the comparison
+    assert all(0 <= p["extra_greedy"] <= 1 for r in results.values() for p in r["curve"])
+    assert {"extra_before", "extra_after"} <= set(report["cost"]["balanced"])
     printed = capsys.readouterr().out
+    assert "The second held-out set" in printed
     assert "| balanced | 2 |" in printed and "no difference measured" in printed and "equal generated tokens" in printed
     assert (out / "compare.png").stat().st_size > 0 and (out / "report.json").exists()
 

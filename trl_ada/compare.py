@@ -136,18 +136,24 @@ class Progress(TrainerCallback):
     generated. `count` is the trainer's `generation_count`, set once the trainer exists."""
 
     def __init__(self, score: HeldOutScore, every: int, eval_k: int, label: str,
-                 stop_at: float | None = None, max_completions: int | None = None):
+                 stop_at: float | None = None, max_completions: int | None = None,
+                 extra_score: HeldOutScore | None = None):
         self.count = None
         self.score, self.every, self.eval_k, self.label = score, every, eval_k, label
+        self.extra_score = extra_score  # --eval_extra_split: a second held-out set, watched, not compared
         self.stop_at, self.max_completions = stop_at, max_completions
         self.curve: list[dict] = []
         self.started = 0.0
         self.stopped = None  # None: ran its max_steps; "deadline" or "max_completions"
 
     def _point(self, step, model, final=False):
+        evaluating = self.score.seconds + (self.extra_score.seconds if self.extra_score is not None else 0.0)
         point = {"step": step, "samples": self.count.completions, "tokens": self.count.tokens,
-                 "seconds": time.time() - self.started - self.score.seconds, "items": self.score(model)}
+                 "seconds": time.time() - self.started - evaluating, "items": self.score(model)}
         point["greedy"] = sum(point["items"]) / len(point["items"])
+        if self.extra_score is not None:
+            extra = self.extra_score(model)
+            point["extra_greedy"] = sum(extra) / len(extra)
         if final and self.eval_k > 0:
             point["avg_items"] = self.score(model, k=self.eval_k, temperature=1.0)
             point["avg@k"] = sum(point["avg_items"]) / len(point["avg_items"])
@@ -193,8 +199,15 @@ def run_one(args, arm: Arm, seed: int) -> dict:
     reward_funcs = load_reward_funcs(script_args.reward_funcs)
     score = HeldOutScore(AutoTokenizer.from_pretrained(model), held, reward_funcs, training_args.reward_weights,
                          training_args.max_completion_length, args.eval_seed)
+    extra_score = None
+    if args.eval_extra_split is not None:  # e.g. the easy questions a run on hard ones could forget
+        extra = load_train_dataset(ScriptArguments(**{**vars(script_args), "dataset_split": args.eval_extra_split}),
+                                   args.task_seed)
+        extra_score = HeldOutScore(AutoTokenizer.from_pretrained(model), extra.select(range(min(args.eval_examples,
+                                   len(extra)))), reward_funcs, training_args.reward_weights,
+                                   training_args.max_completion_length, args.eval_seed)
     progress = Progress(score, args.eval_every, args.eval_k, f"{arm.name} seed {seed}",
-                        stop_at=args.stop_at, max_completions=args.max_completions)
+                        stop_at=args.stop_at, max_completions=args.max_completions, extra_score=extra_score)
     trainer = AdaGRPOTrainer(
         model=model, reward_funcs=reward_funcs, args=training_args, train_dataset=train,
         peft_config=get_peft_config(model_args), callbacks=[progress],
@@ -301,7 +314,15 @@ def arm_cost(runs: dict[int, dict]) -> dict:
             "mean_steps": sum(steps) / len(steps),
             "generated_per_step": mean("generated_completions"),
             "generated_tokens_per_step": mean("generated_tokens"), "trained_per_step": mean("trained_completions"),
-            "seconds_per_step": mean("train_seconds")}
+            "seconds_per_step": mean("train_seconds"), **_extra_scores(records)}
+
+
+def _extra_scores(records: list[dict]) -> dict:
+    """The second held-out set's greedy score (--eval_extra_split), before training and at each run's end."""
+    if not all("extra_greedy" in r["curve"][0] for r in records):
+        return {}
+    return {"extra_before": sum(r["curve"][0]["extra_greedy"] for r in records) / len(records),
+            "extra_after": sum(r["curve"][-1]["extra_greedy"] for r in records) / len(records)}
 
 
 def _at(curve, axis, x):
@@ -330,6 +351,12 @@ def print_report(report: dict) -> None:
     for arm, c in report.get("cost", {}).items():
         print(f"| {arm} | {c['runs']} ({c['cut']}) | {c['mean_steps']:.0f} | {c['generated_per_step']:.1f} | "
               f"{c['generated_tokens_per_step']:.0f} | {c['trained_per_step']:.1f} | {c['seconds_per_step']:.2f} |")
+    extras = {arm: c for arm, c in report.get("cost", {}).items() if "extra_before" in c}
+    if extras:
+        print("\nThe second held-out set (--eval_extra_split), greedy, mean over runs:\n")
+        print("| arm | before | at the end |\n|---|---:|---:|")
+        for arm, c in extras.items():
+            print(f"| {arm} | {c['extra_before']:.3f} | {c['extra_after']:.3f} |")
     for arm, r in report["arms"].items():
         print(f"\n{arm} against {baseline} at equal optimizer steps, along the run:\n")
         print("| step | seeds | difference |\n|---:|---:|---|")
@@ -376,6 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--eval_every", type=int, default=5, help="optimizer steps between held-out evaluations")
     parser.add_argument("--eval_examples", type=int, default=64, help="held-out questions at most")
     parser.add_argument("--eval_split", default=None, help="the recipe dataset's split to evaluate on (e.g. test)")
+    parser.add_argument("--eval_extra_split", default=None,
+                        help="a second split scored at the same points and reported beside the comparison, not in it "
+                             "(e.g. the easy questions a run on hard ones could forget)")
     parser.add_argument("--eval_fraction", type=float, default=0.1,
                         help="without --eval_split: the share of training rows held out (by a hash of the prompt)")
     parser.add_argument("--eval_k", type=int, default=4, help="avg@k samples per question before and after (0: none)")
