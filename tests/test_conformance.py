@@ -501,15 +501,8 @@ def test_sampling_on_rows_are_grpo_rows(cell, sampler, models, tmp_path):
     assert len(kept) == n * len(rows)
     if sampler == "est":
         return replay_est(ada, cell, models, tmp_path, kept)
-    kwargs = cell.kwargs(models)
-    pc = processing_class(cell, models)
-    if pc is not None:
-        kwargs["processing_class"] = pc
-    config = {k: v for k, v in cell.config.items() if k not in ("eval_strategy", "eval_steps")}
-    replay = ReplayGRPO(model=models(cell.model), reward_funcs=cell.rewards(models),
-                        args=GRPOConfig(**{**BASE, **config, "output_dir": str(tmp_path / "replay"),
-                                           "shuffle_dataset": False, "max_steps": len(ada.batches)}),
-                        train_dataset=Dataset.from_list(rows), script=[s.completion_ids for s in kept], **kwargs)
+    replay = replay_grpo(cell, models, tmp_path, kept, Dataset.from_list(rows),
+                         shuffle_dataset=False, max_steps=len(ada.batches))
     replay.train()
     assert replay.script == [], "GRPOTrainer did not ask for every kept completion"
     assert len(replay.batches) == len(ada.batches)
@@ -561,18 +554,23 @@ def check_advantages_and_metrics(ada, replay, sampler):
                 assert mine[key] == pytest.approx(theirs[key], nan_ok=True, abs=1e-6), key
 
 
-def replay_est(ada, cell, models, tmp_path, kept):
-    """Est hands TRL N_x rows per prompt, not num_generations: GRPOTrainer's own batch builder
-    (`_generate_and_score_completions`) is called on exactly those rows, its generation replaced by Ada's kept
-    completions; every row must be GRPOTrainer's, and every advantage Est's formula on the prompt's rewards."""
+def replay_grpo(cell, models, tmp_path, kept, dataset, **config) -> ReplayGRPO:
+    """GRPOTrainer on the cell's inputs, handed Ada's kept completions in order instead of generating."""
     kwargs = cell.kwargs(models)
     pc = processing_class(cell, models)
     if pc is not None:
         kwargs["processing_class"] = pc
-    config = {k: v for k, v in cell.config.items() if k not in ("eval_strategy", "eval_steps")}
-    replay = ReplayGRPO(model=models(cell.model), reward_funcs=cell.rewards(models),
-                        args=GRPOConfig(**{**BASE, **config, "output_dir": str(tmp_path / "replay")}),
-                        train_dataset=cell.dataset(), script=[s.completion_ids for s in kept], **kwargs)
+    cell_config = {k: v for k, v in cell.config.items() if k not in ("eval_strategy", "eval_steps")}
+    return ReplayGRPO(model=models(cell.model), reward_funcs=cell.rewards(models),
+                      args=GRPOConfig(**{**BASE, **cell_config, **config, "output_dir": str(tmp_path / "replay")}),
+                      train_dataset=dataset, script=[s.completion_ids for s in kept], **kwargs)
+
+
+def replay_est(ada, cell, models, tmp_path, kept):
+    """Est hands TRL N_x rows per prompt, not num_generations: GRPOTrainer's own batch builder
+    (`_generate_and_score_completions`) is called on exactly those rows, its generation replaced by Ada's kept
+    completions; every row must be GRPOTrainer's, and every advantage Est's formula on the prompt's rewards."""
+    replay = replay_grpo(cell, models, tmp_path, kept, cell.dataset())
     replay.model.train()
     sizes = [size for batch in ada.group_sizes for size in batch]
     assert len(set(sizes)) > 1, "a returning prompt should have been allocated a different number of samples"
