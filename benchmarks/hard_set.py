@@ -196,7 +196,7 @@ def sample_compacting(model, input_ids, attention_mask, max_new_tokens: int, eos
             if not keep:
                 break
             if len(keep) < len(values):
-                index = torch.tensor(keep)
+                index = torch.tensor(keep, device=tokens.device)
                 cache.batch_select_indices(index)
                 tokens, mask, next_position = tokens[index], mask[index], next_position[index]
                 alive = [alive[i] for i in keep]
@@ -208,7 +208,7 @@ def sample_compacting(model, input_ids, attention_mask, max_new_tokens: int, eos
 
 
 def model_generator(model_dir: str, max_new_tokens: int = 96, temperature: float = 1.0, top_p: float = 1.0,
-                    seed: int = 0, compact: bool = True, greedy: bool = False):
+                    seed: int = 0, compact: bool = True, greedy: bool = False, device: str = "cpu"):
     """`generate(rows)` for `screen`: one sampled chat completion per row from the model, graded by
     last_number_reward, as TRL's GRPOTrainer samples without vLLM (chat template with the generation prompt, left
     padding, top_k 0, the tokenizer's EOS, completions decoded without special tokens). `compact` samples with
@@ -223,7 +223,7 @@ def model_generator(model_dir: str, max_new_tokens: int = 96, temperature: float
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval().to(device)
     eos = tokenizer.eos_token_id
     prompt_ids: dict[str, list[int]] = {}
 
@@ -236,7 +236,7 @@ def model_generator(model_dir: str, max_new_tokens: int = 96, temperature: float
 
     def generate(rows: list[dict]) -> list[dict]:
         batch = tokenizer.pad({"input_ids": [ids_of(r["problem"]) for r in rows]}, padding_side="left",
-                              return_tensors="pt")
+                              return_tensors="pt").to(device)
         if compact:
             completion_ids = sample_compacting(model, batch["input_ids"], batch["attention_mask"], max_new_tokens,
                                                eos, temperature, greedy=greedy)
@@ -419,6 +419,7 @@ def main(argv=None) -> None:
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--round_size", type=int, default=4)
     parser.add_argument("--max_new_tokens", type=int, default=96)
+    parser.add_argument("--device", default="cpu", help="torch device of the model (cuda: untested so far)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the candidate streams (keep it across reruns)")
     parser.add_argument("--pilot", action="store_true", help="measure pass rate per kind and batch sizes only")
     parser.add_argument("--pilot_questions", type=int, default=6)
@@ -437,9 +438,9 @@ def main(argv=None) -> None:
     if args.write_only:
         print(json.dumps(write_outputs(done, args.out_dir, args.easy_size, sessions)["sizes"]))
         return
-    generate = model_generator(args.model, args.max_new_tokens, seed=args.seed + len(done))
+    generate = model_generator(args.model, args.max_new_tokens, seed=args.seed + len(done), device=args.device)
     if args.pilot:  # merged into pilot.json: a later pilot of other kinds adds to the earlier ones
-        hf = model_generator(args.model, args.max_new_tokens, seed=args.seed, compact=False)
+        hf = model_generator(args.model, args.max_new_tokens, seed=args.seed, compact=False, device=args.device)
         result = pilot(generate, args.pilot_questions, args.pilot_samples, args.pilot_batch_sizes,
                        kinds=args.pilot_kinds, generate_hf=hf)
         path = os.path.join(args.out_dir, "pilot.json")

@@ -221,3 +221,14 @@ def test_screen_with_the_real_model(smollm2):
     candidate = next(hard_arithmetic_candidates(0, "train", ["3-term 1-digit +"]))
     hard_set.screen(_feeder([{**candidate, "set": "train"}]), generate, out.append, batch_size=8, round_size=4)
     assert len(out) == 1 and out[0]["drawn"] in (4, 8, 12, 16) and len(out[0]["rewards"]) == out[0]["drawn"]
+
+
+def test_the_compacting_sampler_matches_model_generate_greedily(tiny_model):
+    stream = hard_arithmetic_candidates(0, "train", ["3-term 1-digit +", "2-digit -"])
+    rows = [next(stream) for _ in range(6)]
+    compact = hard_set.model_generator(tiny_model, max_new_tokens=12, greedy=True, compact=True)(rows)
+    generate = hard_set.model_generator(tiny_model, max_new_tokens=12, greedy=True, compact=False)(rows)
+    assert [r["ids"] for r in compact] == [r["ids"] for r in generate]
+    assert all(0 < r["tokens"] <= 12 for r in compact) and all(r["tokens"] == 12 for r in compact if r["cut"])
+    sampled = hard_set.model_generator(tiny_model, max_new_tokens=12, seed=1)(rows)
+    assert [len(r["ids"]) for r in sampled] == [r["tokens"] for r in sampled]
