@@ -516,7 +516,9 @@ def test_sampling_on_rows_are_grpo_rows(cell, sampler, models, tmp_path):
 
 # The metrics both trainers compute from the same kept rows (the rest, e.g. completion lengths and tokens seen, cover
 # every generated sample on Ada's side by design).
-SAME_VALUE = ("reward", "reward_std", "frac_reward_zero_std", "entropy")
+SAME_VALUE = ("reward", "reward_std", "frac_reward_zero_std")  # and `entropy` at the first optimizer step of a
+# one-step generation batch: the same weights and rows then (later steps follow each trainer's own update; with
+# steps_per_generation > 1 TRL shuffles the batch before splitting it, with each trainer's own random state)
 
 
 def check_advantages_and_metrics(ada, replay, sampler):
@@ -545,12 +547,13 @@ def check_advantages_and_metrics(ada, replay, sampler):
     mine_logs = [h for h in ada.state.log_history if "loss" in h]
     their_logs = [h for h in replay.state.log_history if "loss" in h]
     assert len(mine_logs) == len(their_logs) >= 1
-    for mine, theirs in zip(mine_logs, their_logs):
+    for index, (mine, theirs) in enumerate(zip(mine_logs, their_logs)):
         assert not set(theirs) - set(mine), f"GRPOTrainer logs {set(theirs) - set(mine)}, Ada does not"
         extra = set(mine) - set(theirs)
         assert all(key.startswith("sampling/") for key in extra), f"Ada logs {extra} outside sampling/*"
         for key in theirs:
-            if key in SAME_VALUE or key.startswith("rewards/"):
+            first_step = index == 0 and ada.args.steps_per_generation == 1
+            if key in SAME_VALUE or key.startswith("rewards/") or (key == "entropy" and first_step):
                 assert mine[key] == pytest.approx(theirs[key], nan_ok=True, abs=1e-6), key
 
 
