@@ -138,3 +138,20 @@ def test_an_unsupported_trl_warns_with_both_versions(monkeypatch):
     assert not seams.trl_is_supported()
     with pytest.warns(UserWarning, match=r"trl>=1\.16,<1\.17; the installed trl is 1\.17\.0"):
         seams.warn_if_unsupported_trl()
+
+
+def test_console_scripts_exit_0_on_success():
+    """A console script exits with what its function returns: a dict (a report) would make the shell see status 1
+    and print the dict. Every entry point returns None or an int."""
+    import configparser
+    import importlib
+    import inspect
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    scripts = [line.split("=", 1) for line in config["options.entry_points"]["console_scripts"].split("\n") if line]
+    assert len(scripts) == 4
+    for name, target in scripts:
+        module, function = target.strip().split(":")
+        annotation = inspect.signature(getattr(importlib.import_module(module), function)).return_annotation
+        assert annotation in (inspect.Signature.empty, None, "None", int, "int"), f"{name.strip()} returns {annotation}"

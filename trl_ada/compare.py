@@ -528,5 +528,12 @@ def run_parallel(argv, pending, args, clock: Deadline) -> list[str]:
 
 __all__ = ["Arm", "compare", "load_results", "main", "run_one"]
 
+
+def cli() -> int:
+    """The console script: `main` returns the report (for Python callers); a shell wants exit status 0."""
+    main()
+    return 0
+
+
 if __name__ == "__main__":
     main()

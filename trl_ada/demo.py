@@ -295,5 +295,11 @@ def main(argv=None):
     return real_model_demo(args) if args.model == "smollm2" else tiny_demo(args)
 
 
+def cli() -> int:
+    """The console script: `main` returns the summary (for Python callers); a shell wants exit status 0."""
+    main()
+    return 0
+
+
 if __name__ == "__main__":
     main()
