@@ -266,6 +266,7 @@ def test_est_trains_every_allocated_sample_with_its_advantage(tiny_model, tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.lock_only  # Est end to end runs in every set once (the test above); these add our bookkeeping
 def test_est_allocation_follows_the_remembered_rates(tiny_model, tmp_path):
     """The rows TRL trains on per prompt are exactly `allocate` of the pass rates remembered before the step."""
     from trl_ada.memory import prompt_key
@@ -284,6 +285,7 @@ def test_est_allocation_follows_the_remembered_rates(tiny_model, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.lock_only  # as above
 def test_est_resumes_exactly(tiny_model, tmp_path):
     dataset = pass_rate_dataset([0.0, 1.0, 1.0, 0.5], repeat=2)
 
