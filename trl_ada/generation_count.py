@@ -27,6 +27,7 @@ every checkpoint and restored on resume (`trl_ada.resume`): a resumed run's tota
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
@@ -74,4 +75,27 @@ def model_tokens(completion_ids: Sequence[Sequence[int]], model_mask: Sequence[S
     return sum(sum(mask) for mask in model_mask)
 
 
-__all__ = ["COMPLETIONS_METRIC", "TOKENS_METRIC", "GenerationCount", "model_tokens"]
+
+@contextlib.contextmanager
+def counting_rollout_func(trainer, counting: bool):
+    """A rollout_func generates without `_generate_single_turn`: while `trainer._generate` runs, count the tokens it
+    returns (env_mask 1) there, before TRL's tool loop (if any) appends turns of its own."""
+    rollout_func = trainer.rollout_func
+    if not counting or rollout_func is None:
+        yield
+        return
+
+    def counted(prompts, caller):
+        output = rollout_func(prompts, caller)
+        if isinstance(output, dict) and "completion_ids" in output:  # else TRL names what is missing
+            trainer.generation_count.add(tokens=model_tokens(output["completion_ids"], output.get("env_mask")))
+        return output
+
+    trainer.rollout_func = counted
+    try:
+        yield
+    finally:
+        trainer.rollout_func = rollout_func
+
+
+__all__ = ["COMPLETIONS_METRIC", "TOKENS_METRIC", "GenerationCount", "counting_rollout_func", "model_tokens"]

@@ -69,7 +69,7 @@ except ImportError as error:
 from .advantages import pooled_advantages, raft_advantages, reinforce_rej_advantages
 from .config import AdaGRPOConfig
 from .dynamic import fill_with_signal
-from .generation_count import GenerationCount, model_tokens
+from .generation_count import GenerationCount, counting_rollout_func, model_tokens
 from .est import allocate, allocation_metrics, est_advantages
 from .memory import GroupPrior, PromptMemory, image_slots, observe_step, prompt_key, prompt_text, text_only
 from .budget import remembered_posterior, run_budgeted_sampling, step_coin
@@ -500,7 +500,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             self.generation_count.flush(self.accelerator)  # the step's sampling is over, on every rank at once
             return join_rollout(samples)
         counting = self._counting_generation()
-        with self._counting_rollout_func(counting):
+        with counting_rollout_func(self, counting):
             generated = super()._generate(prompts)
         if counting:  # the rows returned are the completions (with tools: one per sample, whatever its turns)
             self.generation_count.add(completions=len(generated[1]))
@@ -523,27 +523,6 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _counting_generation(self) -> bool:
         return self.generation_count is not None and self.model.training  # evaluation is no training cost
-
-    @contextlib.contextmanager
-    def _counting_rollout_func(self, counting: bool):
-        """A rollout_func generates without `_generate_single_turn`: count the tokens it returns (env_mask 1) there,
-        before TRL's tool loop (if any) appends turns of its own."""
-        rollout_func = self.rollout_func
-        if not counting or rollout_func is None:
-            yield
-            return
-
-        def counted(prompts, trainer):
-            output = rollout_func(prompts, trainer)
-            if isinstance(output, dict) and "completion_ids" in output:  # else TRL names what is missing
-                self.generation_count.add(tokens=model_tokens(output["completion_ids"], output.get("env_mask")))
-            return output
-
-        self.rollout_func = counted
-        try:
-            yield
-        finally:
-            self.rollout_func = rollout_func
 
     # ---------------------------------------------------------------------------------------------------------------
     # Seam 3: rewards and advantages.
