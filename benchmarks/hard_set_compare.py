@@ -110,6 +110,26 @@ def sizing(results: dict) -> list[str]:
     return lines
 
 
+def cost_table(results: dict, max_steps: int, seeds: int = 10) -> list[str]:
+    """What the design costs, from the runs so far: per arm, the median training seconds per optimizer step (one
+    thread each; held-out evaluation not included) and generated completions per step, and the CPU-hours of `seeds`
+    runs of `max_steps` steps. Part 5 of issue 50: past about 15 CPU-hours in all, shrink what costs most first."""
+    lines = [f"| arm | runs | s/step | generated completions/step | CPU-hours for {seeds} x {max_steps} steps |",
+             "|---|---:|---:|---:|---:|"]
+    total = 0.0
+    for arm, *_ in ARMS:
+        runs = [r for r in results.get(arm, {}).values() if r.get("steps")]
+        if not runs:
+            continue
+        per_step = sorted(r["train_seconds"] / r["steps"] for r in runs)[len(runs) // 2]
+        generated = sorted(r["generated_completions"] / r["steps"] for r in runs)[len(runs) // 2]
+        hours = per_step * max_steps * seeds / 3600
+        total += hours
+        lines.append(f"| {arm} | {len(runs)} | {per_step:.0f} | {generated:.0f} | {hours:.1f} |")
+    lines.append(f"| all measured arms | | | | {total:.1f} |")
+    return lines
+
+
 def compare_argv(args) -> list[str]:
     arms = [arm for arm in ARMS if not args.pilot or arm[0] in PILOT]
     argv = ["--config", os.path.relpath(os.path.join(ROOT, RECIPE)),
@@ -173,6 +193,8 @@ def main(argv=None) -> int:
     print("\nSizing (pilot): the paired difference to GRPO n=4 at the last common evaluation, held-out hard "
           "greedy, points\n")
     print("\n".join(sizing(results)))
+    print(f"\nCost of the design at {args.max_steps} steps (training only, one thread per run)\n")
+    print("\n".join(cost_table(results, args.max_steps)))
     print(f"\n[hard_set_compare] every run and the report: {args.json}")
     return 0
 

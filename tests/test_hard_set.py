@@ -170,6 +170,8 @@ def test_candidate_source_balances_targets_and_skips_what_was_screened():
     for r in more[:2]:
         again.finished({**r, "kept": True})
     assert again() is None  # every target met
+    held_out_only = hard_set.CandidateSource([], {"train": 0, "test_hard": 3}, kinds, seed=0)  # a second process
+    assert {held_out_only()["set"] for _ in range(5)} == {"test_hard"}
 
 
 def test_write_outputs_and_the_loader(tmp_path):

@@ -219,3 +219,34 @@ def test_a_stream_needs_the_engine_to_itself(colocated):
     finally:
         generation.generation_kwargs = {}
     assert colocate_sampling_params(generation).n == 1
+
+
+def test_the_hard_set_screen_samples_on_the_engine(colocated):
+    """benchmarks/hard_set.py's vLLM sampler (issue 50's screen at 2.4x) on this engine: one graded completion per
+    row, its own token count, `cut` exactly when the cap ended it; then a whole screen of 3 questions: each finished
+    with 16 samples (or retired at 3 right), the rounds of 4 batched across questions."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import hard_set
+
+    trainer, _, _ = colocated
+    llm = trainer.vllm_generation.llm
+    generate = hard_set.vllm_generator(max_new_tokens=5, llm=llm)
+    rows = [{"problem": f"What is {a} + 3?", "answer": str(a + 3), "kind": "t", "split": "train"} for a in (1, 2, 2)]
+    results = generate(rows)
+    assert len(results) == 3
+    for result in results:
+        assert result["reward"] in (0.0, 1.0) and result["tokens"] == len(result["ids"]) <= 5
+        assert result["cut"] == (result["tokens"] == 5 and result["ids"][-1] != llm.get_tokenizer().eos_token_id)
+    finished, calls = [], []
+
+    def counted(batch):
+        calls.append(len(batch))
+        return generate(batch)
+
+    feed = iter(rows)
+    hard_set.screen(lambda: next(feed, None), counted, finished.append, batch_size=8, round_size=4)
+    assert len(finished) == 3 and calls[0] == 8  # two questions share the first call
+    assert all(r["drawn"] == 16 or r["right"] == 3 for r in finished)
+    assert not llm.llm_engine.has_unfinished_requests()
