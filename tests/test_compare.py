@@ -144,9 +144,10 @@ def test_the_deadline_starts_no_run_that_would_end_after_it():
 
 
 @pytest.mark.slow
-def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_trains_it_again(tmp_path, capsys):
-    """A run still training at the deadline stops after the step in hand, evaluated there and kept as cut (its
-    evaluations count at the steps it reached); a rerun trains it again. --max_completions stops every arm at the same
+def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, capsys):
+    """A run still training at the deadline stops after the step in hand, evaluated there, kept as cut (its
+    evaluations count at the steps it reached) with a checkpoint; a rerun continues it from there into the run an
+    uncut one is: the same evaluations, rewards and counts. --max_completions stops every arm at the same
     generation budget."""
     import time
 
@@ -161,6 +162,7 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_trains_it_again(tmp_path,
     cut = json.loads((out / "results" / "grpo-seed1.json").read_text())
     assert cut["cut"] and cut["stopped"] == "deadline" and cut["steps"] == 1 and cut["max_steps"] == 3
     assert [p["step"] for p in cut["curve"]] == [0, 1]  # evaluated where it stopped
+    assert os.path.isdir(out / "runs" / "grpo-seed1" / "checkpoint-1")  # though the comparison saves nothing else
     for arm in ("grpo", "balanced"):
         compare_main(argv + ["--only", arm, "0"])
     compare_main(argv + ["--only", "balanced", "1"])
@@ -173,10 +175,17 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_trains_it_again(tmp_path,
 
     compare_main(argv + ["--keep_cut"])  # sessions of a fixed length keep the cut run: nothing to train
     assert "0 runs to train (4 already" in capsys.readouterr().out
-    report = compare_main(argv)  # the rerun trains the cut run again, and only it
-    assert "1 runs to train (3 already" in capsys.readouterr().out
+    report = compare_main(argv)  # the rerun continues the cut run, and only it
+    printed = capsys.readouterr().out
+    assert "1 runs to train (3 already" in printed and "continuing from the cut at step 1" in printed
     again = json.loads((out / "results" / "grpo-seed1.json").read_text())
-    assert not again["cut"] and again["steps"] == 3 and again["curve"][1]["items"] == cut["curve"][1]["items"]
+    assert not again["cut"] and again["steps"] == 3 and again["resumed_at"] == [1]
+    compare_main(argv[:-1] + [str(tmp_path / "uncut"), "--only", "grpo", "1"])
+    whole = json.loads((tmp_path / "uncut" / "results" / "grpo-seed1.json").read_text())
+    assert [(p["step"], p["samples"], p["tokens"], p["items"]) for p in again["curve"]] == [
+        (p["step"], p["samples"], p["tokens"], p["items"]) for p in whole["curve"]]
+    assert again["reward"] == whole["reward"] and again["generated_tokens"] == whole["generated_tokens"]
+    assert whole["resumed_at"] == [] and again["train_seconds"] > cut["train_seconds"]
     assert [row["seeds"] for row in report["arms"]["balanced"]["equal_steps"]] == [2, 2, 2, 2]
 
     budget = tmp_path / "budget"

@@ -31,7 +31,9 @@ its own recipe: `--arm mine path/to/recipe.yaml field=value`); the first arm is 
   (`--threads` torch threads each): on a CPU give each its own core.
 - **A time limit loses nothing.** `--deadline_s` starts no run that would end after it, and stops a run still
   training when it comes (after an evaluation at the step it reached): the run is kept as cut, its evaluations count
-  at the steps it reached, and a rerun trains it again in full. `--max_completions` stops each run at the first
+  at the steps it reached, and it writes a checkpoint there; a rerun continues it from that checkpoint (weights,
+  optimizer, data order, sampler state, counts: the run an uncut one would have been), so a run longer than one
+  session finishes over several. `--max_completions` stops each run at the first
   step at which it has generated that many completions (every arm the same generation budget).
 """
 
@@ -145,6 +147,15 @@ class Progress(TrainerCallback):
         self.curve: list[dict] = []
         self.started = 0.0
         self.stopped = None  # None: ran its max_steps; "deadline" or "max_completions"
+        self.resumed_seconds = None  # training seconds before the cut this run continues from
+
+    def resume(self, record: dict) -> None:
+        """Continue a cut run's curve: its evaluations on the `every` grid (and step 0) up to the cut, the cut's own
+        avg@k dropped (it was final then), the clock going on from the training seconds it had reached."""
+        cut = record["steps"]
+        self.curve = [{k: v for k, v in point.items() if point["step"] == 0 or k not in ("avg_items", "avg@k")}
+                      for point in record["curve"] if point["step"] % self.every == 0 or point["step"] == 0]
+        self.resumed_seconds = next(p["seconds"] for p in record["curve"] if p["step"] == cut)
 
     def _point(self, step, model, final=False):
         evaluating = self.score.seconds + (self.extra_score.seconds if self.extra_score is not None else 0.0)
@@ -163,6 +174,9 @@ class Progress(TrainerCallback):
                                                            if "avg@k" in point else ""), flush=True)
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.resumed_seconds is not None:  # evaluated up to the cut already
+            self.started = time.time() - self.resumed_seconds
+            return
         self.started = time.time()
         self._point(0, model, final=True)
 
@@ -176,6 +190,8 @@ class Progress(TrainerCallback):
             self._point(state.global_step, model, final=final)
         if self.stopped is not None:
             control.should_training_stop = True
+        if self.stopped == "deadline":  # a rerun continues from here (written whatever the save strategy)
+            control.should_save = True
 
 
 def run_one(args, arm: Arm, seed: int) -> dict:
@@ -208,6 +224,10 @@ def run_one(args, arm: Arm, seed: int) -> dict:
                                    training_args.max_completion_length, args.eval_seed)
     progress = Progress(score, args.eval_every, args.eval_k, f"{arm.name} seed {seed}",
                         stop_at=args.stop_at, max_completions=args.max_completions, extra_score=extra_score)
+    checkpoint, cut_record = cut_checkpoint(args, arm.name, seed, run_dir)
+    if checkpoint is not None:
+        progress.resume(cut_record)
+        print(f"[compare] {arm.name} seed {seed}: continuing from the cut at step {cut_record['steps']}", flush=True)
     trainer = AdaGRPOTrainer(
         model=model, reward_funcs=reward_funcs, args=training_args, train_dataset=train,
         peft_config=get_peft_config(model_args), callbacks=[progress],
@@ -217,7 +237,7 @@ def run_one(args, arm: Arm, seed: int) -> dict:
     )
     trainer.remove_callback(PrinterCallback)  # one line per evaluation instead (runs in parallel share a terminal)
     progress.count = trainer.generation_count  # what the trainer generated, counted on every sampling path
-    trainer.train()
+    trainer.train(resume_from_checkpoint=checkpoint)
     logs = [h for h in trainer.state.log_history if "loss" in h]
     per_step = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
     record = {"arm": arm.name, "seed": seed, "recipe": arm.recipe or args.config, "overrides": arm.overrides,
@@ -228,9 +248,24 @@ def run_one(args, arm: Arm, seed: int) -> dict:
               "trained_completions": per_step * trainer.state.global_step * trainer.accelerator.num_processes,
               "train_seconds": progress.curve[-1]["seconds"],
               "held_out_questions": len(held), "curve": progress.curve,
+              "resumed_at": [*(cut_record or {}).get("resumed_at", []), *([cut_record["steps"]] if cut_record else [])],
               "reward": [h.get("sampling/iid_reward", h.get("reward")) for h in logs]}
     write_json(result_path(args.output_dir, arm.name, seed), record)
     return record
+
+
+def cut_checkpoint(args, arm: str, seed: int, run_dir: str) -> tuple[str | None, dict | None]:
+    """The checkpoint a deadline wrote when it cut this run, and the cut run's record; (None, None) when there is no
+    cut run to continue (none yet, finished, or its checkpoint is gone: it trains from the start)."""
+    path = result_path(args.output_dir, arm, seed)
+    if not os.path.exists(path):
+        return None, None
+    with open(path) as f:
+        record = json.load(f)
+    checkpoint = os.path.join(run_dir, f"checkpoint-{record['steps']}")
+    if record.get("cut") and os.path.isdir(checkpoint):
+        return checkpoint, record
+    return None, None
 
 
 def result_path(output_dir: str, arm: str, seed: int) -> str:
@@ -415,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--deadline_s", type=float, default=None,
                         help="start no run that would end after this many seconds (estimated from the runs finished "
                              "so far; the first runs always start), and stop the runs still training when they come "
-                             "(evaluated where they stopped, kept as cut; a rerun trains them again)")
+                             "(evaluated where they stopped, kept as cut, checkpointed: a rerun continues them)")
     parser.add_argument("--keep_cut", action="store_true",
                         help="a rerun trains only the missing runs and keeps those a deadline cut (sessions of a fixed "
                              "length add seeds instead of cutting the same runs again)")
@@ -446,8 +481,8 @@ def main(argv=None) -> dict:
     failed: list[str] = []
     if not args.report_only:
         done = load_results(args.output_dir)
-        # seed by seed, so that a cut session leaves whole pairs; a run cut by a deadline is trained again, unless
-        # --keep_cut (sessions of a fixed length: retrained, it would be cut at the same step again)
+        # seed by seed, so that a cut session leaves whole pairs; a run cut by a deadline continues from its cut,
+        # unless --keep_cut (sessions of a fixed length that would rather add seeds)
         pending = [(arm, seed) for seed in args.seeds for arm in arms if seed not in done.get(arm.name, {})
                    or (done[arm.name][seed].get("cut") and not args.keep_cut)]
         print(f"[compare] {len(pending)} runs to train ({len(arms) * len(args.seeds) - len(pending)} already in "
