@@ -298,6 +298,40 @@ def vllm_generator(model_dir: str | None = None, max_new_tokens: int = 96, tempe
     return generate
 
 
+def check_vllm_sampler(model_dir: str, questions: list[dict], samples: int = 4, max_new_tokens: int = 96) -> dict:
+    """Do the two samplers draw from the same distribution? vLLM samples `samples` answers per question and returns
+    the log-probability of each token it drew (raw, before sampling: temperature 1.0); the transformers model
+    (`model_generator`'s, fp32) scores the same tokens after the same prompt. Same model, same softmax: they should
+    agree to float rounding, token by token; the sampled EOS and the cap are the same too (`tokens`, `cut` below)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from vllm import LLM, SamplingParams
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    llm = LLM(model=model_dir, dtype="float32", max_num_seqs=128, max_model_len=512, seed=0)
+    ids_of = chat_prompt_ids(llm.get_tokenizer())
+    params = SamplingParams(n=1, temperature=1.0, top_p=1.0, top_k=0, max_tokens=max_new_tokens, logprobs=0)
+    rows = [q for q in questions for _ in range(samples)]
+    outputs = llm.generate([{"prompt_token_ids": ids_of(q["problem"])} for q in rows], params, use_tqdm=False)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    differences = []
+    for row, output in zip(rows, outputs):
+        sample = output.outputs[0]
+        drawn = list(sample.token_ids)
+        theirs = [next(iter(step.values())).logprob if len(step) == 1 else step[token].logprob
+                  for step, token in zip(sample.logprobs, drawn)]
+        prompt = ids_of(row["problem"])
+        with torch.inference_mode():
+            logits = model(input_ids=torch.tensor([prompt + drawn])).logits[0, len(prompt) - 1:-1].float()
+        ours = torch.log_softmax(logits, -1).gather(1, torch.tensor(drawn)[:, None]).squeeze(1).tolist()
+        differences += [abs(a - b) for a, b in zip(theirs, ours)]
+    differences.sort()
+    return {"questions": len(questions), "samples_each": samples, "tokens": len(differences),
+            "abs_logprob_difference": {"median": differences[len(differences) // 2],
+                                       "p99": differences[int(0.99 * (len(differences) - 1))],
+                                       "max": differences[-1]}}
+
+
 # --- Pilot: pass rate per kind and the fastest batch size ----------------------------------------------------------
 
 def pilot(generate, questions: int, samples: int, batch_sizes, seed: int = 1000, kinds=HARD_ARITHMETIC_KINDS,
@@ -492,6 +526,8 @@ def main(argv=None) -> None:
     parser.add_argument("--pilot_kinds", nargs="+", default=list(HARD_ARITHMETIC_KINDS))
     parser.add_argument("--pilot_batch_sizes", nargs="+", type=int, default=[16, 32, 64])
     parser.add_argument("--write_only", action="store_true", help="rewrite the set files and record from screen.jsonl")
+    parser.add_argument("--check_vllm", action="store_true",
+                        help="vLLM's log-probs of its own samples against transformers' (sampler_check.json)")
     args = parser.parse_args(argv)
     if args.batch_size is None:
         args.batch_size = 128 if args.sampler == "vllm" else 32
@@ -504,6 +540,14 @@ def main(argv=None) -> None:
     sessions = read_results(sessions_path)
     if args.write_only:
         print(json.dumps(write_outputs(done, args.out_dir, args.easy_size, sessions)["sizes"]))
+        return
+    if args.check_vllm:  # the first 4 kept training questions of each kind, 4 samples each
+        kept = [r for r in done if r["kept"] and r["set"] == "train"]
+        questions = [r for kind in sorted({r["kind"] for r in kept}) for r in [q for q in kept if q["kind"] == kind][:4]]
+        result = check_vllm_sampler(args.model, questions, samples=4, max_new_tokens=args.max_new_tokens)
+        with open(os.path.join(args.out_dir, "sampler_check.json"), "w") as f:
+            json.dump(result, f, indent=1)
+        print(json.dumps(result))
         return
     if args.sampler == "vllm":
         generate = vllm_generator(args.model, args.max_new_tokens, seed=args.seed + len(done),
