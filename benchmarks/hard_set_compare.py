@@ -182,7 +182,8 @@ def main(argv=None) -> int:
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="more overrides for every arm")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (give each its own core)")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--deadline_s", type=float, default=None, help="stop by then: a run still training is cut, with a checkpoint; the next call continues it")
+    parser.add_argument("--deadline_s", type=float, default=None,
+                        help="stop by then: a run still training is cut, with a checkpoint; the next call continues it")
     parser.add_argument("--vllm", action="store_true", help="generate on a colocated vLLM engine (the vllm extra)")
     parser.add_argument("--output_dir", default="runs/bench-hard-set")
     parser.add_argument("--json", default=os.path.join(HERE, "hard_set_compare.json"),
