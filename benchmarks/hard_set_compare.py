@@ -119,10 +119,12 @@ def sizing(results: dict) -> list[str]:
 
 def cost_table(results: dict, max_steps: int, seeds: int = 10) -> list[str]:
     """What the design costs, from the runs so far: per arm, the median training seconds per optimizer step (one
-    thread each; held-out evaluation not included) and generated completions per step, and the CPU-hours of `seeds`
-    runs of `max_steps` steps. Part 5 of issue 50: past about 15 CPU-hours in all, shrink what costs most first."""
-    lines = [f"| arm | runs | s/step | generated completions/step | CPU-hours for {seeds} x {max_steps} steps |",
-             "|---|---:|---:|---:|---:|"]
+    thread each; held-out evaluation not included) and generated completions per step, the median evaluation seconds
+    of a whole run (runs that reached `max_steps`; older records lack them), and the CPU-hours of `seeds` runs of
+    `max_steps` steps, evaluations included. Part 5 of issue 50: past about 15 CPU-hours in all, shrink what costs
+    most first."""
+    lines = [f"| arm | runs | s/step | generated completions/step | evaluation s/run | CPU-hours for {seeds} x "
+             f"{max_steps} steps |", "|---|---:|---:|---:|---:|---:|"]
     total = 0.0
     for arm, *_ in ARMS:
         runs = [r for r in results.get(arm, {}).values() if r.get("steps")]
@@ -130,10 +132,13 @@ def cost_table(results: dict, max_steps: int, seeds: int = 10) -> list[str]:
             continue
         per_step = sorted(r["train_seconds"] / r["steps"] for r in runs)[len(runs) // 2]
         generated = sorted(r["generated_completions"] / r["steps"] for r in runs)[len(runs) // 2]
-        hours = per_step * max_steps * seeds / 3600
+        evals = sorted(r["eval_seconds"] for r in runs if "eval_seconds" in r and r["steps"] == max_steps)
+        evaluation = evals[len(evals) // 2] if evals else None
+        hours = (per_step * max_steps + (evaluation or 0.0)) * seeds / 3600
         total += hours
-        lines.append(f"| {arm} | {len(runs)} | {per_step:.0f} | {generated:.0f} | {hours:.1f} |")
-    lines.append(f"| all measured arms | | | | {total:.1f} |")
+        lines.append(f"| {arm} | {len(runs)} | {per_step:.0f} | {generated:.0f} | "
+                     f"{'-' if evaluation is None else f'{evaluation:.0f}'} | {hours:.1f} |")
+    lines.append(f"| all measured arms | | | | | {total:.1f} |")
     return lines
 
 

@@ -369,10 +369,11 @@ def test_hard_set_compare_sizes_the_design_from_the_pilot():
     assert "flattened at step 30" in lines[-1]
     for seed, (seconds, steps) in enumerate([(300, 4), (500, 5)]):  # 75 and 100 s/step: the median is the upper
         results["grpo_n4"][seed].update(train_seconds=seconds, steps=steps, generated_completions=16 * steps)
-    results["grpo_n16"] = {0: {"train_seconds": 1000, "steps": 4, "generated_completions": 256}}
+    results["grpo_n16"] = {0: {"train_seconds": 9000, "steps": 36, "generated_completions": 64 * 36,
+                               "eval_seconds": 1800}}  # a whole run: its evaluations count, 10 x (9000 + 1800) s
     table = bench.cost_table(results, max_steps=36)
-    assert "| grpo_n4 | 2 | 100 | 16 | 10.0 |" in table and "| grpo_n16 | 1 | 250 | 64 | 25.0 |" in table
-    assert table[-1] == "| all measured arms | | | | 35.0 |"  # ada_balance holds no measured steps: left out
+    assert "| grpo_n4 | 2 | 100 | 16 | - | 10.0 |" in table and "| grpo_n16 | 1 | 250 | 64 | 1800 | 30.0 |" in table
+    assert table[-1] == "| all measured arms | | | | | 40.0 |"  # ada_balance holds no measured steps: left out
     argv = bench.compare_argv(bench.main.__globals__["argparse"].Namespace(
         pilot=True, model="m", set=[], seeds=[0], max_steps=5, eval_every=5, eval_examples=8, eval_k=0, jobs=1,
         threads=1, output_dir="out", deadline_s=None, report_only=False, vllm=False))

@@ -141,13 +141,20 @@ def test_the_deadline_starts_no_run_that_would_end_after_it():
     clock.start = time.time() - 50  # 50 s in: it would end at 110 s
     assert not clock.may_start() and clock.refused == 1
     assert not Deadline(0.0, 4).may_start()  # past the deadline, even the first wave waits
+    continued = Deadline(1000.0, jobs=1, continued=True, min_left=100.0)  # cut runs continue: a start is progress
+    continued.finished(5000.0)
+    continued.start = time.time() - 800  # 200 s left: the run will be cut, and continued next time
+    assert continued.may_start()
+    continued.start = time.time() - 950  # 50 s left: too little to do anything but start and stop
+    assert not continued.may_start()
 
 
 @pytest.mark.slow
 def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, capsys):
-    """A run still training at the deadline stops after the step in hand, evaluated there, kept as cut (its
-    evaluations count at the steps it reached) with a checkpoint; a rerun continues it from there into the run an
-    uncut one is: the same evaluations, rewards and counts. --max_completions stops every arm at the same
+    """A run still training at the deadline stops after the step in hand, kept as cut (its evaluations count at the
+    steps it reached; the cut itself, off the evaluation grid, is not evaluated: the run's end will be) with a
+    checkpoint; a rerun continues it from there into the run an uncut one is: the same evaluations, rewards and
+    counts. --max_completions stops every arm at the same
     generation budget."""
     import time
 
@@ -156,19 +163,19 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, ca
     out = tmp_path / "compare"
     argv = ["--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false",
             "--arm", "balanced", "reinforce_ada_choice=balanced", "--seeds", "0", "1", "--max_steps", "3",
-            "--eval_every", "1", "--eval_examples", "6", "--eval_fraction", "0.2", "--eval_k", "0",
+            "--eval_every", "2", "--eval_examples", "6", "--eval_fraction", "0.2", "--eval_k", "0",
             "--output_dir", str(out)]
     compare_main(argv + ["--only", "grpo", "1", "--stop_at", repr(time.time())])  # the deadline has passed
     cut = json.loads((out / "results" / "grpo-seed1.json").read_text())
     assert cut["cut"] and cut["stopped"] == "deadline" and cut["steps"] == 1 and cut["max_steps"] == 3
-    assert [p["step"] for p in cut["curve"]] == [0, 1]  # evaluated where it stopped
+    assert [p["step"] for p in cut["curve"]] == [0] and cut["train_seconds"] > 0  # no evaluation at the cut
     assert os.path.isdir(out / "runs" / "grpo-seed1" / "checkpoint-1")  # though the comparison saves nothing else
     for arm in ("grpo", "balanced"):
         compare_main(argv + ["--only", arm, "0"])
     compare_main(argv + ["--only", "balanced", "1"])
     report = compare_main(argv + ["--report_only"])
     rows = {row["step"]: row["seeds"] for row in report["arms"]["balanced"]["equal_steps"]}
-    assert rows == {0: 2, 1: 2, 2: 1, 3: 1}  # seed 1's baseline was cut at step 1
+    assert rows == {0: 2, 2: 1, 3: 1}  # seed 1's baseline was cut at step 1
     assert report["cost"]["grpo"]["cut"] == 1 and report["cost"]["grpo"]["trained_per_step"] == 8
     assert report["cost"]["balanced"]["generated_per_step"] >= 16  # M=4 for each of 2 prompts, at least one round
     assert "| grpo | 2 (1) |" in capsys.readouterr().out
@@ -186,7 +193,8 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, ca
         (p["step"], p["samples"], p["tokens"], p["items"]) for p in whole["curve"]]
     assert again["reward"] == whole["reward"] and again["generated_tokens"] == whole["generated_tokens"]
     assert whole["resumed_at"] == [] and again["train_seconds"] > cut["train_seconds"]
-    assert [row["seeds"] for row in report["arms"]["balanced"]["equal_steps"]] == [2, 2, 2, 2]
+    assert again["eval_seconds"] > cut["eval_seconds"] > 0  # the cut part's evaluations are counted, not dropped
+    assert [row["seeds"] for row in report["arms"]["balanced"]["equal_steps"]] == [2, 2, 2]
 
     budget = tmp_path / "budget"
     compare_main(argv[:-1] + [str(budget), "--only", "grpo", "0", "--max_completions", "16"])

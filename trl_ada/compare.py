@@ -29,11 +29,12 @@ its own recipe: `--arm mine path/to/recipe.yaml field=value`); the first arm is 
 - **Resumable.** Each run writes `<output_dir>/results/<arm>-seed<seed>.json` when it ends; a rerun skips what is
   there and recomputes the report (`report.json`, `compare.png`) from all of them. `--jobs K` runs K runs at once
   (`--threads` torch threads each): on a CPU give each its own core.
-- **A time limit loses nothing.** `--deadline_s` starts no run that would end after it, and stops a run still
-  training when it comes (after an evaluation at the step it reached): the run is kept as cut, its evaluations count
-  at the steps it reached, and it writes a checkpoint there; a rerun continues it from that checkpoint (weights,
-  optimizer, data order, sampler state, counts: the run an uncut one would have been), so a run longer than one
-  session finishes over several. `--max_completions` stops each run at the first
+- **A time limit loses nothing.** `--deadline_s` stops a run still training when it comes: the run is kept as cut,
+  its evaluations count at the steps it reached, and it writes a checkpoint there; a rerun continues it from that
+  checkpoint (weights, optimizer, data order, sampler state, counts: the run an uncut one would have been), so a run
+  longer than one session finishes over several. The cut itself is not evaluated (the run's end will be), and a run
+  may start while 20 minutes remain, though it will not finish. With `--keep_cut` a cut run is final instead: it is
+  evaluated where it stopped and no run starts that would end after the deadline. `--max_completions` stops each run at the first
   step at which it has generated that many completions (every arm the same generation budget).
 """
 
@@ -139,8 +140,9 @@ class Progress(TrainerCallback):
 
     def __init__(self, score: HeldOutScore, every: int, eval_k: int, label: str,
                  stop_at: float | None = None, max_completions: int | None = None,
-                 extra_score: HeldOutScore | None = None):
+                 extra_score: HeldOutScore | None = None, continue_cut: bool = True):
         self.count = None
+        self.continue_cut = continue_cut  # a deadline's cut is continued later: evaluate at the real end only
         self.score, self.every, self.eval_k, self.label = score, every, eval_k, label
         self.extra_score = extra_score  # --eval_extra_split: a second held-out set, watched, not compared
         self.stop_at, self.max_completions = stop_at, max_completions
@@ -148,6 +150,7 @@ class Progress(TrainerCallback):
         self.started = 0.0
         self.stopped = None  # None: ran its max_steps; "deadline" or "max_completions"
         self.resumed_seconds = None  # training seconds before the cut this run continues from
+        self.end_seconds = None  # training seconds when it stopped (evaluations excluded)
 
     def resume(self, record: dict) -> None:
         """Continue a cut run's curve: its evaluations on the `every` grid (and step 0) up to the cut, the cut's own
@@ -155,12 +158,15 @@ class Progress(TrainerCallback):
         cut = record["steps"]
         self.curve = [{k: v for k, v in point.items() if point["step"] == 0 or k not in ("avg_items", "avg@k")}
                       for point in record["curve"] if point["step"] % self.every == 0 or point["step"] == 0]
-        self.resumed_seconds = next(p["seconds"] for p in record["curve"] if p["step"] == cut)
+        self.resumed_seconds = record["train_seconds"]
+
+    def training_seconds(self) -> float:
+        evaluating = self.score.seconds + (self.extra_score.seconds if self.extra_score is not None else 0.0)
+        return time.time() - self.started - evaluating
 
     def _point(self, step, model, final=False):
-        evaluating = self.score.seconds + (self.extra_score.seconds if self.extra_score is not None else 0.0)
         point = {"step": step, "samples": self.count.completions, "tokens": self.count.tokens,
-                 "seconds": time.time() - self.started - evaluating, "items": self.score(model)}
+                 "seconds": self.training_seconds(), "items": self.score(model)}
         point["greedy"] = sum(point["items"]) / len(point["items"])
         if self.extra_score is not None:
             extra = self.extra_score(model)
@@ -186,6 +192,10 @@ class Progress(TrainerCallback):
         elif self.stop_at is not None and time.time() >= self.stop_at and state.global_step < state.max_steps:
             self.stopped = "deadline"
         final = state.global_step >= state.max_steps or self.stopped is not None
+        if final:
+            self.end_seconds = self.training_seconds()
+        if self.stopped == "deadline" and self.continue_cut:
+            final = False  # its end, evaluated then, is a later session's: here only the grid's evaluation
         if final or state.global_step % self.every == 0:
             self._point(state.global_step, model, final=final)
         if self.stopped is not None:
@@ -223,7 +233,8 @@ def run_one(args, arm: Arm, seed: int) -> dict:
                                    len(extra)))), reward_funcs, training_args.reward_weights,
                                    training_args.max_completion_length, args.eval_seed)
     progress = Progress(score, args.eval_every, args.eval_k, f"{arm.name} seed {seed}",
-                        stop_at=args.stop_at, max_completions=args.max_completions, extra_score=extra_score)
+                        stop_at=args.stop_at, max_completions=args.max_completions, extra_score=extra_score,
+                        continue_cut=not args.keep_cut)
     checkpoint, cut_record = cut_checkpoint(args, arm.name, seed, run_dir)
     if checkpoint is not None:
         progress.resume(cut_record)
@@ -246,7 +257,10 @@ def run_one(args, arm: Arm, seed: int) -> dict:
               "generated_completions": trainer.generation_count.completions,
               "generated_tokens": trainer.generation_count.tokens,
               "trained_completions": per_step * trainer.state.global_step * trainer.accelerator.num_processes,
-              "train_seconds": progress.curve[-1]["seconds"],
+              "train_seconds": progress.end_seconds,
+              # what the held-out evaluations cost (both sets, avg@k included; a continued run adds its cut part's)
+              "eval_seconds": (cut_record or {}).get("eval_seconds", 0.0) + score.seconds
+              + (extra_score.seconds if extra_score is not None else 0.0),
               "held_out_questions": len(held), "curve": progress.curve,
               "resumed_at": [*(cut_record or {}).get("resumed_at", []), *([cut_record["steps"]] if cut_record else [])],
               "reward": [h.get("sampling/iid_reward", h.get("reward")) for h in logs]}
@@ -487,7 +501,7 @@ def main(argv=None) -> dict:
                    or (done[arm.name][seed].get("cut") and not args.keep_cut)]
         print(f"[compare] {len(pending)} runs to train ({len(arms) * len(args.seeds) - len(pending)} already in "
               f"{args.output_dir}/results)", flush=True)
-        clock = Deadline(args.deadline_s, args.jobs)
+        clock = Deadline(args.deadline_s, args.jobs, continued=not args.keep_cut)
         if args.jobs <= 1:
             for arm, seed in pending:
                 if not clock.may_start():
@@ -512,10 +526,12 @@ def main(argv=None) -> dict:
 
 class Deadline:
     """Whether another run may start: it must be expected to end before `seconds` (the mean duration of the runs
-    finished so far; until one has finished, the first wave of `jobs` runs starts)."""
+    finished so far; until one has finished, the first wave of `jobs` runs starts). When cut runs are `continued`,
+    a run that will not end in time still makes progress: it starts while `min_left` seconds remain."""
 
-    def __init__(self, seconds: float | None, jobs: int):
+    def __init__(self, seconds: float | None, jobs: int, continued: bool = False, min_left: float = 1200.0):
         self.seconds, self.jobs, self.start = seconds, max(jobs, 1), time.time()
+        self.continued, self.min_left = continued, min_left
         self.durations: list[float] = []
         self.started = self.refused = 0
 
@@ -523,6 +539,8 @@ class Deadline:
         if self.seconds is not None:
             elapsed = time.time() - self.start
             expected = sum(self.durations) / len(self.durations) if self.durations else 0.0
+            if self.continued:
+                expected = min(expected, self.min_left)
             first_wave = not self.durations and self.started < self.jobs
             if elapsed >= self.seconds or (not first_wave and elapsed + expected > self.seconds):
                 self.refused += 1
