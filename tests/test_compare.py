@@ -127,6 +127,32 @@ def test_paired_difference_resamples_seeds_and_questions():
     assert paired.interpolate_items(curve, "samples", "items", 30) is None
 
 
+def test_the_evaluation_before_training_is_scored_once_per_model_and_read_back_exactly(tiny_model, tmp_path):
+    """HeldOutScore(cache_dir=...): a reuse call keys its scores by the model's weights and every setting they depend
+    on; a second call with the same key reads them (shown by planting other scores under the key), another model or
+    setting scores afresh, and a call without reuse never reads the cache."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ada.compare import HeldOutScore
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    held = Dataset.from_list([{"prompt": [{"role": "user", "content": f"question {i}"}]} for i in range(3)])
+    cache = tmp_path / "eval_cache"
+    score = HeldOutScore(tokenizer, held, [length_reward], None, 8, 1234, str(cache))
+    fresh = score(model, reuse=True)
+    [entry] = cache.iterdir()
+    assert json.loads(entry.read_text()) == fresh == score(model)  # the same noise: cache or not, the same scores
+    entry.write_text(json.dumps([7.0, 7.0, 7.0]))  # plant other scores: a hit must return them
+    assert score(model, reuse=True) == [7.0, 7.0, 7.0] and score(model) == fresh
+    assert score(model, k=2, temperature=1.0, reuse=True) != [7.0, 7.0, 7.0]  # another setting: another key
+    with torch.no_grad():
+        model.model.norm.weight.add_(1.0)  # another model
+    assert score(model, reuse=True) != [7.0, 7.0, 7.0] and len(list(cache.iterdir())) == 3
+
+
 def test_the_deadline_starts_no_run_that_would_end_after_it():
     import time
 

@@ -15,8 +15,9 @@ its own recipe: `--arm mine path/to/recipe.yaml field=value`); the first arm is 
   built-in tasks' own held-out split, else `--eval_fraction` of the training rows, split off by a hash of their
   prompt. Each question's score is the recipe's reward (the weighted sum of its reward functions: accuracy for 0/1
   rewards) of a greedy answer, before training, every `--eval_every` optimizer steps and at the end; avg@k
-  (`--eval_k` samples at temperature 1) at the end too. Evaluation runs under fixed sampling noise and does not
-  touch the run's random state.
+  (`--eval_k` samples at temperature 1) before and at the end too. Evaluation runs under fixed sampling noise and
+  does not touch the run's random state, so the evaluation before training is scored once per initial model
+  (`<output_dir>/eval_cache`, keyed by its weights) and read back by every run that starts from it.
 - **Every generated completion counted**, and its tokens: the trainer's own count (`trl_ada.generation_count`, logged
   as `sampling/generated_completions_total` and `sampling/generated_tokens_total`), made where samples are made on
   every path: each row the generation backend returns (rounds, refills, budget top-ups, multi-process padding,
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
 import json
 import os
 import subprocess
@@ -106,15 +108,46 @@ def held_out_split(args, script_args, train):
     return train, held.select(range(min(args.eval_examples, len(held))))
 
 
-class HeldOutScore:
-    """Each held-out question's score: the recipe's weighted reward of its answers (greedy, or k samples at T=1)."""
+def weights_digest(model) -> str:
+    """A digest of every weight's bytes: two models with the same digest answer every prompt alike."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
-    def __init__(self, tokenizer, dataset, reward_funcs, reward_weights, max_new_tokens, seed):
+
+class HeldOutScore:
+    """Each held-out question's score: the recipe's weighted reward of its answers (greedy, or k samples at T=1).
+
+    With a `cache_dir`, a call with `reuse=True` keeps its scores there under a key of the model's weights and
+    everything else the scores depend on, and a later call with the same key reads them: the evaluation before
+    training is the same for every arm (and, from one model folder, every seed), and on the hard set it costs more
+    than ten minutes a run (a greedy pass and avg@k, one thread). The noise is fixed (`eval_seed`), so a hit is exact.
+    """
+
+    def __init__(self, tokenizer, dataset, reward_funcs, reward_weights, max_new_tokens, seed, cache_dir=None):
         self.tokenizer, self.dataset, self.reward_funcs = tokenizer, dataset, reward_funcs
         self.weights = reward_weights or [1.0] * len(reward_funcs)
         self.max_new_tokens, self.seed, self.seconds = max_new_tokens, seed, 0.0
+        self.cache_dir = cache_dir
 
-    def __call__(self, model, k: int = 1, temperature: float = 0.0) -> list[float]:
+    def __call__(self, model, k: int = 1, temperature: float = 0.0, reuse: bool = False) -> list[float]:
+        if not reuse or self.cache_dir is None:
+            return self._score(model, k, temperature)
+        key = hashlib.sha256(json.dumps([
+            weights_digest(model), self.tokenizer.chat_template, self.dataset.to_list(), [getattr(f, "__name__", repr(f)) for f in self.reward_funcs],
+            self.weights, self.max_new_tokens, self.seed, k, temperature,
+        ], sort_keys=True, default=str).encode()).hexdigest()
+        path = os.path.join(self.cache_dir, f"{key}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                return json.load(f)
+        items = self._score(model, k, temperature)
+        write_json(path, items)
+        return items
+
+    def _score(self, model, k: int, temperature: float) -> list[float]:
         from .evaluate import _generate_transformers, evaluation_noise
 
         start = time.time()
@@ -165,14 +198,15 @@ class Progress(TrainerCallback):
         return time.time() - self.started - evaluating
 
     def _point(self, step, model, final=False):
+        reuse = step == 0  # the model every run starts from: scored once per comparison (see HeldOutScore)
         point = {"step": step, "samples": self.count.completions, "tokens": self.count.tokens,
-                 "seconds": self.training_seconds(), "items": self.score(model)}
+                 "seconds": self.training_seconds(), "items": self.score(model, reuse=reuse)}
         point["greedy"] = sum(point["items"]) / len(point["items"])
         if self.extra_score is not None:
-            extra = self.extra_score(model)
+            extra = self.extra_score(model, reuse=reuse)
             point["extra_greedy"] = sum(extra) / len(extra)
         if final and self.eval_k > 0:
-            point["avg_items"] = self.score(model, k=self.eval_k, temperature=1.0)
+            point["avg_items"] = self.score(model, k=self.eval_k, temperature=1.0, reuse=reuse)
             point["avg@k"] = sum(point["avg_items"]) / len(point["avg_items"])
         self.curve.append(point)
         print(f"[compare] {self.label} step {step:3d}  {point['samples']} completions generated  "
@@ -223,15 +257,16 @@ def run_one(args, arm: Arm, seed: int) -> dict:
         training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype}
     train, held = held_out_split(args, script_args, load_train_dataset(script_args, args.task_seed))
     reward_funcs = load_reward_funcs(script_args.reward_funcs)
+    cache_dir = os.path.join(args.output_dir, "eval_cache")
     score = HeldOutScore(AutoTokenizer.from_pretrained(model), held, reward_funcs, training_args.reward_weights,
-                         training_args.max_completion_length, args.eval_seed)
+                         training_args.max_completion_length, args.eval_seed, cache_dir)
     extra_score = None
     if args.eval_extra_split is not None:  # e.g. the easy questions a run on hard ones could forget
         extra = load_train_dataset(ScriptArguments(**{**vars(script_args), "dataset_split": args.eval_extra_split}),
                                    args.task_seed)
         extra_score = HeldOutScore(AutoTokenizer.from_pretrained(model), extra.select(range(min(args.eval_examples,
                                    len(extra)))), reward_funcs, training_args.reward_weights,
-                                   training_args.max_completion_length, args.eval_seed)
+                                   training_args.max_completion_length, args.eval_seed, cache_dir)
     progress = Progress(score, args.eval_every, args.eval_k, f"{arm.name} seed {seed}",
                         stop_at=args.stop_at, max_completions=args.max_completions, extra_score=extra_score,
                         continue_cut=not args.keep_cut)
@@ -288,9 +323,10 @@ def result_path(output_dir: str, arm: str, seed: int) -> str:
 
 def write_json(path: str, data) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w") as f:
+    temporary = f"{path}.{os.getpid()}.tmp"  # parallel runs may write the same file (the evaluation cache)
+    with open(temporary, "w") as f:
         json.dump(data, f)
-    os.replace(path + ".tmp", path)  # a cut run leaves no half-written result
+    os.replace(temporary, path)  # a cut run leaves no half-written result
 
 
 # ---------------------------------------------------------------------------------------------------------------------
