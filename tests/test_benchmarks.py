@@ -376,13 +376,19 @@ def test_hard_set_compare_sizes_the_design_from_the_pilot():
     assert table[-1] == "| all measured arms | | | | | 40.0 |"  # ada_balance holds no measured steps: left out
     argv = bench.compare_argv(bench.main.__globals__["argparse"].Namespace(
         pilot=True, model="m", set=[], seeds=[0], max_steps=5, eval_every=5, eval_examples=8, eval_k=0, jobs=1,
-        threads=1, output_dir="out", deadline_s=None, report_only=False, vllm=False))
+        threads=1, output_dir="out", deadline_s=None, report_only=False, vllm=False, arms=None))
     arms = [argv[i + 1] for i, token in enumerate(argv) if token == "--arm"]
     assert arms == ["grpo_n4", "grpo_n16", "ada_balance"] and "test_hard" in argv and "test_easy" in argv
     assert "use_vllm=true" not in argv
     with_vllm = bench.compare_argv(bench.main.__globals__["argparse"].Namespace(
         pilot=False, model="m", set=["learning_rate=1e-4"], seeds=[0], max_steps=5, eval_every=5, eval_examples=8,
-        eval_k=0, jobs=1, threads=1, output_dir="out", deadline_s=None, report_only=False, vllm=True))
+        eval_k=0, jobs=1, threads=1, output_dir="out", deadline_s=None, report_only=False, vllm=True, arms=None))
     shared = with_vllm[with_vllm.index("--set") + 1:with_vllm.index("--seeds")]  # every arm, before the user's own
     assert shared == ["model_name_or_path=m", *bench.VLLM_SET, "learning_rate=1e-4"]
     assert len([t for t in with_vllm if t == "--arm"]) == len(bench.ARMS)
+    one = bench.compare_argv(bench.main.__globals__["argparse"].Namespace(  # a newcomer's rerun of one arm-seed
+        pilot=False, model="m", set=[], seeds=[0], max_steps=5, eval_every=5, eval_examples=8, eval_k=0, jobs=1,
+        threads=1, output_dir="out", deadline_s=None, report_only=False, vllm=True, arms=["ada_balance"]))
+    assert [one[i + 1] for i, token in enumerate(one) if token == "--arm"] == ["ada_balance"]
+    assert bench.record_path(bench.OUTPUT_DIR) == os.path.join(bench.HERE, "hard_set_compare.json")
+    assert bench.record_path("runs/mine") == os.path.join("runs/mine", "hard_set_compare.json")
