@@ -133,7 +133,8 @@ def test_every_session_fits_the_device_budget_with_room_for_a_rerun(kit):
 
 def test_the_comparison_call_is_a_trl_ada_compare_command_of_the_papers_arms(kit):
     """The device's comparison runs trl-ada-compare with the plan's arms: GRPO at n=4, 8, 16 and Reinforce-Ada's two
-    exit rules, every arm 4 prompts a step and the same optimizer steps, on the SmolLM2 recipes."""
+    exit rules, every arm 4 prompts a step and the same optimizer steps, on the hard set's SmolLM2 recipe, evaluated
+    on its held-out hard questions (and the easy slice beside them)."""
     from trl import ModelConfig, TrlParser
 
     from trl_ada.compare import Arm, build_parser
@@ -146,9 +147,10 @@ def test_the_comparison_call_is_a_trl_ada_compare_command_of_the_papers_arms(kit
     assert [a.name for a in arms] == ["grpo_n4", "grpo_n8", "grpo_n16", "ada_pos", "ada_balanced"]
     assert "model_name_or_path=/m" in args.set and "use_cpu=false" in args.set
     assert len(args.seeds) >= 20 and args.jobs >= 8
-    from trl_ada.data import arithmetic_problems
+    from trl_ada.data import hard_arithmetic
 
-    assert len(arithmetic_problems(args.eval_examples, args.task_seed, split="test")) == args.eval_examples  # exists
+    assert (args.eval_split, args.eval_extra_split) == ("test_hard", "test_easy")
+    assert len(hard_arithmetic(args.eval_split)) >= 128 and len(hard_arithmetic(args.eval_extra_split)) == 64
     seen = {}
     for arm in arms:
         argv = ["--config", os.path.join(ROOT, arm.recipe or args.config), *Arm("set", None, args.set).argv(),
@@ -156,7 +158,7 @@ def test_the_comparison_call_is_a_trl_ada_compare_command_of_the_papers_arms(kit
         script, config, model = TrlParser((ScriptArguments, AdaGRPOConfig, ModelConfig)).parse_args_and_config(
             args=argv)
         assert config.per_device_train_batch_size // config.num_generations == 4, arm.name  # 4 prompts a step
-        assert model.model_name_or_path == "/m" and not config.use_cpu and script.dataset_name == "arithmetic"
+        assert model.model_name_or_path == "/m" and not config.use_cpu and script.dataset_name == "hard_arithmetic"
         seen[arm.name] = (config.num_generations, config.multiround_adaptive_downsampling,
                           config.reinforce_ada_choice if config.multiround_adaptive_downsampling else None)
     assert seen == {"grpo_n4": (4, False, None), "grpo_n8": (8, False, None), "grpo_n16": (16, False, None),

@@ -496,24 +496,28 @@ MEASURE_CALLS = [
      **MEASURE_TIME},
 ]
 
-# The real-model comparison (issue 44): SmolLM2-135M-Instruct on chat arithmetic, the recipes of
-# recipes/SmolLM2-135M-Instruct/ on the GPU, GRPO at n=4, 8 and 16 against Reinforce-Ada's two exit rules, every arm 4
-# prompts a step for the same optimizer steps, paired seeds, many runs on the GPU at once. trl-ada-compare writes each
-# run's JSON as it ends and stops the runs still training at its deadline (kept as cut, evaluated where they were);
-# results committed under benchmarks/gpu/results/compare/ are copied in first, so a later session adds seeds.
+# The real-model comparison (issues 44, 50): SmolLM2-135M-Instruct on the HARD chat-arithmetic set (questions the
+# base model answers right 1 or 2 times in 16: benchmarks/hard_set/, the paper's rule), hard_grpo.yaml on the GPU,
+# GRPO at n=4, 8 and 16 against Reinforce-Ada's two exit rules, every arm 4 prompts a step for the same 40 optimizer
+# steps (the CPU comparison's design, benchmarks/hard_set_compare.py), paired seeds, many runs on the GPU at once.
+# trl-ada-compare writes each run's JSON as it ends and stops the runs still training at its deadline (kept as cut,
+# evaluated where they were); results committed under benchmarks/gpu/results/compare/ are copied in first, so a later
+# session adds seeds.
 RECIPES = "recipes/SmolLM2-135M-Instruct"
+ADA = "multiround_adaptive_downsampling=true"
 COMPARISON = {
-    "config": f"{RECIPES}/arith_grpo.yaml",
+    "config": f"{RECIPES}/hard_grpo.yaml",
     "arms": [["grpo_n4", "multiround_adaptive_downsampling=false"],
              ["grpo_n8", "multiround_adaptive_downsampling=false", "num_generations=8",
               "per_device_train_batch_size=32"],
              ["grpo_n16", "multiround_adaptive_downsampling=false", "num_generations=16",
               "per_device_train_batch_size=64"],
-             ["ada_pos", f"{RECIPES}/arith_ada_pos.yaml"],
-             ["ada_balanced", f"{RECIPES}/arith_ada_balance.yaml"]],
+             ["ada_pos", ADA, "reinforce_ada_choice=positive_focused"],
+             ["ada_balanced", ADA, "reinforce_ada_choice=balanced"]],
     "set": ["use_cpu=false"],
-    "seeds": list(range(20)), "max_steps": 100, "eval_every": 10, "eval_examples": 72, "eval_k": 4, "jobs": 10,
-    "threads": 1, "results": "benchmarks/gpu/results/compare",
+    "seeds": list(range(20)), "max_steps": 40, "eval_every": 10, "eval_split": "test_hard",
+    "eval_extra_split": "test_easy", "eval_examples": 256, "eval_k": 4, "jobs": 10, "threads": 1,
+    "results": "benchmarks/gpu/results/compare",
 }
 
 # The sessions a lent GPU can hold, in order of value: each a machine start and calls back to back, summing to at
@@ -718,7 +722,8 @@ def cmd_device_compare(args) -> None:
     c = json.load(open(PLAN))["comparison"]
     model = [f"model_name_or_path={args.model}"] if args.model else []
     argv = ["--config", c["config"]] + [a for arm in c["arms"] for a in ("--arm", *arm)] + ["--set", *c["set"], *model]
-    argv += ["--seeds", *map(str, c["seeds"])] + [a for key in ("max_steps", "eval_every", "eval_examples", "eval_k",
+    argv += ["--seeds", *map(str, c["seeds"])] + [a for key in ("max_steps", "eval_every", "eval_split",
+                                                                  "eval_extra_split", "eval_examples", "eval_k",
                                                                   "jobs", "threads") for a in (f"--{key}", str(c[key]))]
     argv += ["--keep_cut"]  # a later session adds seeds; it would cut the same runs at the same step again
     print("\n".join(argv))
