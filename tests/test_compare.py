@@ -229,6 +229,41 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, ca
     assert stopped["steps"] == 2 and stopped["generated_completions"] == 16  # 8 a step: the budget is met at step 2
 
 
+def test_runs_in_parallel_get_their_own_master_port(monkeypatch):
+    """Two runs with a colocated vLLM engine each set up a torch.distributed group; with accelerate's default port
+    (29500) for both, one failed with EADDRINUSE (the hard-set pilot, --jobs 2 --vllm). Every run at once gets its
+    own free port."""
+    import argparse
+    import socket
+    import subprocess
+
+    from trl_ada import compare
+
+    ports = compare.free_ports(3)
+    assert len(set(ports)) == 3
+    for port in ports:  # free: each can be bound
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+    started = []
+
+    class Run:  # a process that finishes at the second poll
+        def __init__(self, command, env):
+            started.append(env["MASTER_PORT"])
+            self.polls, self.returncode = 0, 0
+
+        def poll(self):
+            self.polls += 1
+            return 0 if self.polls > 1 else None
+
+    monkeypatch.setattr(subprocess, "Popen", Run)
+    monkeypatch.setattr(compare.time, "sleep", lambda seconds: None)
+    arms = [compare.Arm("a"), compare.Arm("b")]
+    args = argparse.Namespace(threads=1, jobs=2, stop_at=None)
+    failed = compare.run_parallel([], [(arm, seed) for seed in (0, 1) for arm in arms], args, compare.Deadline(None, 2))
+    assert failed == [] and len(started) == 4
+    assert started[0] != started[1] and started[2] != started[3]  # the runs that ran together
+
+
 @pytest.mark.slow
 def test_a_failed_run_in_parallel_still_leaves_the_report_of_the_others(tmp_path, monkeypatch):
     """--jobs 2: one arm's run fails (a batch its group size does not divide); the other's result and the report are

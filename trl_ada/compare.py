@@ -46,6 +46,7 @@ import glob
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -588,11 +589,27 @@ class Deadline:
         self.durations.append(seconds)
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports free now: held open together, so none is handed out twice."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def run_parallel(argv, pending, args, clock: Deadline) -> list[str]:
     """`--jobs` runs at once, each its own process with `--threads` torch threads; returns the runs that failed (the
-    others go on; a failed run's result is missing, so a rerun trains it again)."""
+    others go on; a failed run's result is missing, so a rerun trains it again).
+
+    Each run gets its own MASTER_PORT: a colocated vLLM engine (`use_vllm=True, vllm_mode="colocate"`) sets up a
+    one-process torch.distributed group, and accelerate's CPU state fills an unset MASTER_PORT with 29500, so two
+    runs starting together otherwise race for that port and one fails (EADDRINUSE)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    running: list[tuple[subprocess.Popen, str, float]] = []
+    running: list[tuple[subprocess.Popen, str, float, str]] = []  # process, label, start, MASTER_PORT
     failed = []
     queue = list(pending)
     while queue or running:
@@ -603,10 +620,13 @@ def run_parallel(argv, pending, args, clock: Deadline) -> list[str]:
             command = [sys.executable, "-m", "trl_ada.compare", *argv, "--only", arm.name, str(seed)]
             if args.stop_at is not None:
                 command += ["--stop_at", repr(args.stop_at)]
-            running.append((subprocess.Popen(command, env=env), f"{arm.name} seed {seed}", time.time()))
+            ports = {str(p) for p in free_ports(len(running) + 1)} - {e[3] for e in running}
+            port = sorted(ports)[0]  # free now, and no running run's
+            running.append((subprocess.Popen(command, env={**env, "MASTER_PORT": port}), f"{arm.name} seed {seed}",
+                            time.time(), port))
         time.sleep(1.0)
         for entry in list(running):
-            process, label, started = entry
+            process, label, started, _ = entry
             if process.poll() is not None:
                 running.remove(entry)
                 clock.finished(time.time() - started)
