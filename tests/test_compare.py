@@ -46,11 +46,14 @@ def test_compare_pairs_seeds_counts_every_completion_and_resumes(tmp_path, capsy
         assert results[("grpo", seed)]["curve"][0]["items"] == results[("balanced", seed)]["curve"][0]["items"]
     for record in results.values():
         assert [p["step"] for p in record["curve"]] == [0, 1, 2] and record["steps"] == 2
+        assert len(record["signal"]) == 2 and all(0.0 <= x <= 1.0 for x in record["signal"])  # one share a step
         assert len(record["curve"][0]["items"]) == record["held_out_questions"] == 6
         assert "avg@k" in record["curve"][0] and "avg@k" in record["curve"][-1]
     # every generated completion counted: GRPO makes 8 a step; the rounds make 8 or 16 per prompt-pair and step
     assert all(results[("grpo", s)]["generated_completions"] == 16 for s in (0, 1))
     assert all(16 <= results[("balanced", s)]["generated_completions"] <= 2 * 2 * 2 * 4 * 2 for s in (0, 1))
+    assert report["cost"]["grpo"]["signal_share"] == pytest.approx(
+        sum(x for s in (0, 1) for x in results[("grpo", s)]["signal"]) / 4)
     arm = report["arms"]["balanced"]
     assert arm["seeds"] == [0, 1] and [row["step"] for row in arm["equal_steps"]] == [0, 1, 2]
     assert arm["equal_steps"][0]["mean"] == 0.0  # step 0: the same model on both sides of every pair

@@ -299,7 +299,11 @@ def run_one(args, arm: Arm, seed: int) -> dict:
               + (extra_score.seconds if extra_score is not None else 0.0),
               "held_out_questions": len(held), "curve": progress.curve,
               "resumed_at": [*(cut_record or {}).get("resumed_at", []), *([cut_record["steps"]] if cut_record else [])],
-              "reward": [h.get("sampling/iid_reward", h.get("reward")) for h in logs]}
+              "reward": [h.get("sampling/iid_reward", h.get("reward")) for h in logs],
+              # per step, the share of trained groups whose rewards differ (TRL's frac_reward_zero_std, over the
+              # groups the step trained on): the groups that carry a gradient
+              "signal": [None if h.get("frac_reward_zero_std") is None else 1.0 - h["frac_reward_zero_std"]
+                         for h in logs]}
     write_json(result_path(args.output_dir, arm.name, seed), record)
     return record
 
@@ -396,7 +400,9 @@ def arm_cost(runs: dict[int, dict]) -> dict:
     def mean(key):
         return sum(r.get(key, 0) / n for r, n in zip(records, steps)) / len(records)
 
+    signal = [x for r in records for x in r.get("signal", []) if x is not None]
     return {"runs": len(records), "cut": sum(bool(r.get("cut")) for r in records),
+            "signal_share": sum(signal) / len(signal) if signal else None,
             "mean_steps": sum(steps) / len(steps),
             "generated_per_step": mean("generated_completions"),
             "generated_tokens_per_step": mean("generated_tokens"), "trained_per_step": mean("trained_completions"),
@@ -432,11 +438,13 @@ def print_report(report: dict) -> None:
               f"{min(at)}-{max(at)} | {paired.describe(r['equal_tokens'])} at {min(tokens)}-{max(tokens)} | "
               f"{paired.describe(last)} at step {last['step']} |")
     print("\nCost per optimizer step (mean over runs; training seconds exclude evaluation):\n")
-    print("| arm | runs (cut) | steps | generated completions | generated tokens | trained completions | seconds |\n"
-          "|---|---|---:|---:|---:|---:|---:|")
+    print("| arm | runs (cut) | steps | generated completions | generated tokens | trained completions | seconds | "
+          "trained groups with signal |\n|---|---|---:|---:|---:|---:|---:|---:|")
     for arm, c in report.get("cost", {}).items():
+        signal = "-" if c.get("signal_share") is None else f"{c['signal_share']:.2f}"
         print(f"| {arm} | {c['runs']} ({c['cut']}) | {c['mean_steps']:.0f} | {c['generated_per_step']:.1f} | "
-              f"{c['generated_tokens_per_step']:.0f} | {c['trained_per_step']:.1f} | {c['seconds_per_step']:.2f} |")
+              f"{c['generated_tokens_per_step']:.0f} | {c['trained_per_step']:.1f} | {c['seconds_per_step']:.2f} | "
+              f"{signal} |")
     extras = {arm: c for arm, c in report.get("cost", {}).items() if "extra_before" in c}
     if extras:
         print("\nThe second held-out set (--eval_extra_split), greedy, mean over runs:\n")
