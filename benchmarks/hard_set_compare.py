@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from trl_ada import compare  # noqa: E402
+from trl_ada import compare, paired  # noqa: E402
 
 RECIPE = os.path.join("recipes", "SmolLM2-135M-Instruct", "hard_grpo.yaml")  # GRPO n=4: the baseline
 ADA = ["multiround_adaptive_downsampling=true"]
@@ -142,6 +142,46 @@ def cost_table(results: dict, max_steps: int, seeds: int = 10) -> list[str]:
     return lines
 
 
+# The paper's rows for the same arms (arXiv 2510.04996v3, Qwen2.5-Math-1.5B): weighted avg@32 after training on its
+# standard prompt set (Table 2) and on its hard prompt set (Table 4); "-" where the paper gives none.
+PAPER = {"grpo_n4": ("45.3", "41.9"), "grpo_n8": ("46.1", "-"), "grpo_n16": ("47.3", "-"),
+         "ada_pos": ("46.1", "44.6"), "ada_balance": ("47.6", "45.5"), "dapo": ("45.9", "-"), "est": ("-", "-"),
+         "est_n8": ("46.5", "-")}
+
+
+def final_table(results: dict, max_steps: int, baseline: str = "grpo_n4") -> list[str]:
+    """At the end of training (runs that reached `max_steps`): per arm, the finished seeds, mean held-out hard greedy
+    before and after, avg@4 after, the easy slice's greedy after, and the paired avg@4 difference to the baseline
+    over the seeds both finished (95% bootstrap over seeds and questions); the paper's rows beside them."""
+    lines = ["| arm | finished seeds | hard greedy, step 0 -> end | hard avg@4 at the end | easy greedy at the end | "
+             f"avg@4 vs {baseline}, paired | paper: standard set / hard set (avg@32) |",
+             "|---|---:|---:|---:|---:|---|---|"]
+
+    def finished(arm):
+        return {s: r for s, r in results.get(arm, {}).items() if r["steps"] == max_steps and not r.get("cut")}
+
+    base = finished(baseline)
+    for arm, *_ in ARMS:
+        runs = finished(arm)
+        if not runs:
+            continue
+        ends = [r["curve"][-1] for r in runs.values()]
+        mean = lambda values: 100 * sum(values) / len(values)  # noqa: E731
+        start = mean([r["curve"][0]["greedy"] for r in runs.values()])
+        avg = [e["avg@k"] for e in ends if "avg@k" in e]
+        easy = [e["extra_greedy"] for e in ends if "extra_greedy" in e]
+        seeds = sorted(s for s in runs if s in base and "avg_items" in runs[s]["curve"][-1]
+                       and "avg_items" in base[s]["curve"][-1])
+        versus = "-" if arm == baseline or not seeds else paired.describe(paired.paired_difference(
+            [[a - b for a, b in zip(runs[s]["curve"][-1]["avg_items"], base[s]["curve"][-1]["avg_items"])]
+             for s in seeds])) + f" ({len(seeds)} seeds)"
+        standard, hard = PAPER.get(arm, ("-", "-"))
+        lines.append(f"| {arm} | {len(runs)} | {start:.1f} -> {mean([e['greedy'] for e in ends]):.1f} | "
+                     f"{'-' if not avg else f'{mean(avg):.1f}'} | {'-' if not easy else f'{mean(easy):.1f}'} | "
+                     f"{versus} | {standard} / {hard} |")
+    return lines
+
+
 def compare_argv(args) -> list[str]:
     chosen = args.arms or (PILOT if args.pilot else [name for name, *_ in ARMS])
     arms = [arm for arm in ARMS if arm[0] in chosen]
@@ -228,7 +268,9 @@ def main(argv=None) -> int:
     print("\nSizing (pilot): the paired difference to GRPO n=4 at the last common evaluation, held-out hard "
           "greedy, points\n")
     print("\n".join(sizing(results)))
-    print(f"\nCost of the design at {args.max_steps} steps (training only, one thread per run)\n")
+    print(f"\nAt the end ({args.max_steps} steps; held-out hard questions and the easy slice, points)\n")
+    print("\n".join(final_table(results, args.max_steps)))
+    print(f"\nCost of the design at {args.max_steps} steps (one thread per run)\n")
     print("\n".join(cost_table(results, args.max_steps)))
     print(f"\n[hard_set_compare] every run and the report: {args.json}")
     return 0

@@ -392,3 +392,26 @@ def test_hard_set_compare_sizes_the_design_from_the_pilot():
     assert [one[i + 1] for i, token in enumerate(one) if token == "--arm"] == ["ada_balance"]
     assert bench.record_path(bench.OUTPUT_DIR) == os.path.join(bench.HERE, "hard_set_compare.json")
     assert bench.record_path("runs/mine") == os.path.join("runs/mine", "hard_set_compare.json")
+
+
+def test_hard_set_compare_reports_the_end_of_training_beside_the_papers_rows():
+    """The end-of-training table: finished runs only (a cut run waits), mean greedy before and after, avg@4 and the
+    easy slice at the end, the paired avg@4 difference over the seeds both arms finished, the paper's two rows."""
+    bench = load("hard_set_compare")
+
+    def run(greedy_end, avg_items, steps=40, cut=False):
+        return {"steps": steps, "cut": cut, "curve": [
+            {"step": 0, "greedy": 0.2},
+            {"step": steps, "greedy": greedy_end, "avg_items": avg_items, "avg@k": sum(avg_items) / len(avg_items),
+             "extra_greedy": 0.5}]}
+
+    results = {"grpo_n4": {0: run(0.30, [0.0, 0.5]), 1: run(0.40, [0.5, 0.5])},
+               "ada_balance": {0: run(0.50, [0.5, 1.0]), 1: run(0.60, [0.5, 0.5]),
+                               2: run(0.9, [1.0, 1.0], steps=17, cut=True)}}
+    lines = bench.final_table(results, max_steps=40)
+    rows = {line.split(" | ")[0].strip("| "): line for line in lines[2:]}
+    assert set(rows) == {"grpo_n4", "ada_balance"}
+    assert rows["grpo_n4"].startswith("| grpo_n4 | 2 | 20.0 -> 35.0 | 37.5 | 50.0 | - | 45.3 / 41.9 |")
+    # seed 0: +0.5 and +0.5, seed 1: 0 and 0 -> mean +25 points; the cut seed 2 is not in it
+    assert rows["ada_balance"].startswith("| ada_balance | 2 | 20.0 -> 55.0 | 62.5 | 50.0 | +25.0 [")
+    assert "(2 seeds) | 47.6 / 45.5 |" in rows["ada_balance"]
