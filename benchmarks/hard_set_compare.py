@@ -102,6 +102,8 @@ def flattened_at(results: dict, arm: str = "grpo_n4", rise: float = 2.0):
 
 
 def sizing(results: dict) -> list[str]:
+    # runs a deadline cut are left out until they finish: their curves stop early (a cut is not evaluated)
+    results = {arm: {s: r for s, r in runs.items() if not r.get("cut")} for arm, runs in results.items()}
     lines = ["| arm against grpo_n4 | seeds | at step | mean difference | between-seed SD | seeds for +/-5 |",
              "|---|---:|---:|---:|---:|---:|"]
     for arm, *_ in ARMS[1:]:
@@ -127,7 +129,7 @@ def cost_table(results: dict, max_steps: int, seeds: int = 10) -> list[str]:
              f"{max_steps} steps |", "|---|---:|---:|---:|---:|---:|"]
     total = 0.0
     for arm, *_ in ARMS:
-        runs = [r for r in results.get(arm, {}).values() if r.get("steps")]
+        runs = [r for r in results.get(arm, {}).values() if r.get("steps") and r.get("train_seconds") is not None]
         if not runs:
             continue
         per_step = sorted(r["train_seconds"] / r["steps"] for r in runs)[len(runs) // 2]
@@ -260,11 +262,14 @@ def main(argv=None) -> int:
     restored = restore(args)
     if restored:
         print(f"[hard_set_compare] {restored} finished runs restored from {args.json}", flush=True)
-    report = compare.main(compare_argv(args))
-    results = compare.load_results(args.output_dir)
-    runs = [record for arm in results.values() for record in arm.values()]
-    compare.write_json(args.json, {"settings": {k: v for k, v in vars(args).items() if k not in ("jobs", "threads")},
-                                   "report": report, "runs": runs})
+    report = {}
+    try:
+        report = compare.main(compare_argv(args))
+    finally:  # a failed run (named by compare.main) loses neither the others nor this record
+        results = compare.load_results(args.output_dir)
+        runs = [record for arm in results.values() for record in arm.values()]
+        settings = {k: v for k, v in vars(args).items() if k not in ("jobs", "threads")}
+        compare.write_json(args.json, {"settings": settings, "report": report, "runs": runs})
     print("\nSizing (pilot): the paired difference to GRPO n=4 at the last common evaluation, held-out hard "
           "greedy, points\n")
     print("\n".join(sizing(results)))

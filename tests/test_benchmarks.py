@@ -366,6 +366,9 @@ def test_hard_set_compare_sizes_the_design_from_the_pilot():
     assert step == 30 and diffs == pytest.approx([9.0, 3.0])  # seed 0's balanced run stopped at step 30
     lines = bench.sizing(results)
     assert any(line.startswith("| ada_balance | 2 | 30 | +6.0 | 4.2 | 10 |") for line in lines)
+    results["grpo_n4"][2] = {"cut": True, "curve": [{"step": 0, "greedy": 0.10}]}  # cut before step 10: waits
+    results["ada_balance"][2] = run([0.10, 0.20, 0.30, 0.40, 0.50])
+    assert bench.sizing(results) == lines
     assert "flattened at step 30" in lines[-1]
     for seed, (seconds, steps) in enumerate([(300, 4), (500, 5)]):  # 75 and 100 s/step: the median is the upper
         results["grpo_n4"][seed].update(train_seconds=seconds, steps=steps, generated_completions=16 * steps)

@@ -151,9 +151,16 @@ def test_the_evaluation_before_training_is_scored_once_per_model_and_read_back_e
     entry.write_text(json.dumps([7.0, 7.0, 7.0]))  # plant other scores: a hit must return them
     assert score(model, reuse=True) == [7.0, 7.0, 7.0] and score(model) == fresh
     assert score(model, k=2, temperature=1.0, reuse=True) != [7.0, 7.0, 7.0]  # another setting: another key
+
+    def zero_reward(completions, **kwargs):
+        return [0.0] * len(completions)
+
+    zero_reward.__name__ = zero_reward.__qualname__ = length_reward.__qualname__  # same name, other code
+    other = HeldOutScore(tokenizer, held, [zero_reward], None, 8, 1234, str(cache))
+    assert other(model, reuse=True) == [0.0, 0.0, 0.0]
     with torch.no_grad():
         model.model.norm.weight.add_(1.0)  # another model
-    assert score(model, reuse=True) != [7.0, 7.0, 7.0] and len(list(cache.iterdir())) == 3
+    assert score(model, reuse=True) != [7.0, 7.0, 7.0] and len(list(cache.iterdir())) == 4
 
 
 def test_the_deadline_starts_no_run_that_would_end_after_it():
@@ -199,12 +206,17 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, ca
     assert cut["cut"] and cut["stopped"] == "deadline" and cut["steps"] == 1 and cut["max_steps"] == 3
     assert [p["step"] for p in cut["curve"]] == [0] and cut["train_seconds"] > 0  # no evaluation at the cut
     assert os.path.isdir(out / "runs" / "grpo-seed1" / "checkpoint-1")  # though the comparison saves nothing else
+    with pytest.raises(ValueError, match="continue it with --max_steps 3"):  # not silently another run
+        compare_main([*argv[:argv.index("--max_steps") + 1], "4", *argv[argv.index("--max_steps") + 2:],
+                      "--only", "grpo", "1"])
     for arm in ("grpo", "balanced"):
         compare_main(argv + ["--only", arm, "0"])
     compare_main(argv + ["--only", "balanced", "1"])
     report = compare_main(argv + ["--report_only"])
     rows = {row["step"]: row["seeds"] for row in report["arms"]["balanced"]["equal_steps"]}
     assert rows == {0: 2, 2: 1, 3: 1}  # seed 1's baseline was cut at step 1
+    # ... before any evaluation after step 0: at equal cost it would add exactly 0, so it waits until it goes on
+    assert len(report["arms"]["balanced"]["equal_completions"]["completions"]) == 1
     assert report["cost"]["grpo"]["cut"] == 1 and report["cost"]["grpo"]["trained_per_step"] == 8
     assert report["cost"]["balanced"]["generated_per_step"] >= 16  # M=4 for each of 2 prompts, at least one round
     assert "| grpo | 2 (1) |" in capsys.readouterr().out
@@ -216,11 +228,13 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, ca
     assert "1 runs to train (3 already" in printed and "continuing from the cut at step 1" in printed
     again = json.loads((out / "results" / "grpo-seed1.json").read_text())
     assert not again["cut"] and again["steps"] == 3 and again["resumed_at"] == [1]
+    assert not list((out / "runs" / "grpo-seed1").glob("checkpoint-*"))  # finished: its checkpoint is removed
     compare_main(argv[:-1] + [str(tmp_path / "uncut"), "--only", "grpo", "1"])
     whole = json.loads((tmp_path / "uncut" / "results" / "grpo-seed1.json").read_text())
     assert [(p["step"], p["samples"], p["tokens"], p["items"]) for p in again["curve"]] == [
         (p["step"], p["samples"], p["tokens"], p["items"]) for p in whole["curve"]]
     assert again["reward"] == whole["reward"] and again["generated_tokens"] == whole["generated_tokens"]
+    assert again["signal"] == whole["signal"] and len(again["signal"]) == 3
     assert whole["resumed_at"] == [] and again["train_seconds"] > cut["train_seconds"]
     assert again["eval_seconds"] > cut["eval_seconds"] > 0  # the cut part's evaluations are counted, not dropped
     assert [row["seeds"] for row in report["arms"]["balanced"]["equal_steps"]] == [2, 2, 2]

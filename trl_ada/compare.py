@@ -32,8 +32,10 @@ its own recipe: `--arm mine path/to/recipe.yaml field=value`); the first arm is 
   (`--threads` torch threads each): on a CPU give each its own core.
 - **A time limit loses nothing.** `--deadline_s` stops a run still training when it comes: the run is kept as cut,
   its evaluations count at the steps it reached, and it writes a checkpoint there; a rerun continues it from that
-  checkpoint (weights, optimizer, data order, sampler state, counts: the run an uncut one would have been), so a run
-  longer than one session finishes over several. The cut itself is not evaluated (the run's end will be), and a run
+  checkpoint (weights, optimizer, data order, sampler state, counts: with transformers generation the run an uncut
+  one would have been; a colocated vLLM engine starts its sampling stream again, so there the same run in
+  distribution), so a run longer than one session finishes over several; only the checkpoint a rerun continues from
+  is kept. The cut itself is not evaluated (the run's end will be), and a run
   may start while 20 minutes remain, though it will not finish. With `--keep_cut` a cut run is final instead: it is
   evaluated where it stopped and no run starts that would end after the deadline. `--max_completions` stops each run at the first
   step at which it has generated that many completions (every arm the same generation budget).
@@ -44,8 +46,10 @@ from __future__ import annotations
 import argparse
 import glob
 import hashlib
+import inspect
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -54,6 +58,7 @@ import zlib
 from dataclasses import dataclass, field
 
 import torch
+import transformers
 from transformers import TrainerCallback
 
 from . import paired
@@ -109,6 +114,16 @@ def held_out_split(args, script_args, train):
     return train, held.select(range(min(args.eval_examples, len(held))))
 
 
+def _function_identity(func) -> list[str]:
+    """A reward function's module, name and source: a fixed or another function of the same name is another key."""
+    try:
+        source = inspect.getsource(func)
+    except (OSError, TypeError):
+        source = repr(func)
+    return [getattr(func, "__module__", ""), getattr(func, "__qualname__", repr(func)),
+            hashlib.sha256(source.encode()).hexdigest()]
+
+
 def weights_digest(model) -> str:
     """A digest of every weight's bytes: two models with the same digest answer every prompt alike."""
     digest = hashlib.sha256()
@@ -121,8 +136,9 @@ def weights_digest(model) -> str:
 class HeldOutScore:
     """Each held-out question's score: the recipe's weighted reward of its answers (greedy, or k samples at T=1).
 
-    With a `cache_dir`, a call with `reuse=True` keeps its scores there under a key of the model's weights and
-    everything else the scores depend on, and a later call with the same key reads them: the evaluation before
+    With a `cache_dir`, a call with `reuse=True` keeps its scores there under a key of the model's weights, config,
+    generation config and device, the held-out rows, the chat template, the reward functions (module, name, source)
+    and weights, the sampling settings and the torch and transformers versions, and a later call with the same key reads them: the evaluation before
     training is the same for every arm (and, from one model folder, every seed), and on the hard set it costs more
     than ten minutes a run (a greedy pass and avg@k, one thread). The noise is fixed (`eval_seed`), so a hit is exact.
     """
@@ -137,8 +153,10 @@ class HeldOutScore:
         if not reuse or self.cache_dir is None:
             return self._score(model, k, temperature)
         key = hashlib.sha256(json.dumps([
-            weights_digest(model), self.tokenizer.chat_template, self.dataset.to_list(), [getattr(f, "__name__", repr(f)) for f in self.reward_funcs],
-            self.weights, self.max_new_tokens, self.seed, k, temperature,
+            weights_digest(model), model.config.to_json_string(), model.generation_config.to_json_string(),
+            str(model.device), self.tokenizer.chat_template, self.dataset.to_list(),
+            [_function_identity(f) for f in self.reward_funcs], self.weights, self.max_new_tokens, self.seed, k,
+            temperature, torch.__version__, transformers.__version__,
         ], sort_keys=True, default=str).encode()).hexdigest()
         path = os.path.join(self.cache_dir, f"{key}.json")
         if os.path.exists(path):
@@ -300,11 +318,17 @@ def run_one(args, arm: Arm, seed: int) -> dict:
               "held_out_questions": len(held), "curve": progress.curve,
               "resumed_at": [*(cut_record or {}).get("resumed_at", []), *([cut_record["steps"]] if cut_record else [])],
               "reward": [h.get("sampling/iid_reward", h.get("reward")) for h in logs],
-              # per step, the share of trained groups whose rewards differ (TRL's frac_reward_zero_std, over the
-              # groups the step trained on): the groups that carry a gradient
+              # per step, the share of trained groups whose rewards differ, the groups that carry a gradient: 1 - TRL's
+              # frac_reward_zero_std, which weighs each group by its samples (the same thing for equal groups; Est's
+              # groups differ in size)
               "signal": [None if h.get("frac_reward_zero_std") is None else 1.0 - h["frac_reward_zero_std"]
                          for h in logs]}
     write_json(result_path(args.output_dir, arm.name, seed), record)
+    # Full fine-tuning's checkpoints are large (weights and optimizer state): keep only the one a rerun continues from.
+    keep = os.path.join(run_dir, f"checkpoint-{trainer.state.global_step}") if record["cut"] else None
+    for path in glob.glob(os.path.join(run_dir, "checkpoint-*")):
+        if path != keep:
+            shutil.rmtree(path, ignore_errors=True)
     return record
 
 
@@ -317,9 +341,13 @@ def cut_checkpoint(args, arm: str, seed: int, run_dir: str) -> tuple[str | None,
     with open(path) as f:
         record = json.load(f)
     checkpoint = os.path.join(run_dir, f"checkpoint-{record['steps']}")
-    if record.get("cut") and os.path.isdir(checkpoint):
-        return checkpoint, record
-    return None, None
+    if not (record.get("cut") and os.path.isdir(checkpoint)):
+        return None, None
+    if record["max_steps"] != args.max_steps:
+        raise ValueError(f"{arm} seed {seed} was cut at step {record['steps']} of a {record['max_steps']}-step run: "
+                         f"continue it with --max_steps {record['max_steps']}, or delete {path} to train it anew with "
+                         f"--max_steps {args.max_steps}")
+    return checkpoint, record
 
 
 def result_path(output_dir: str, arm: str, seed: int) -> str:
@@ -384,7 +412,11 @@ def _at_equal_cost(runs, bases, axis: str, label: str) -> dict:
     """The paired difference where each seed's two runs have both generated as much (`axis`: "samples" for
     completions, "tokens"): the smaller of their final counts, each run's scores interpolated there."""
     diffs, at = [], []
-    for run, base in zip(runs, bases):
+    pairs = list(zip(runs, bases))
+    if any(min(run[-1][axis], base[-1][axis]) > 0 for run, base in pairs):
+        # a run cut before its first evaluation after step 0 would add a difference of exactly 0 (the same model)
+        pairs = [(run, base) for run, base in pairs if min(run[-1][axis], base[-1][axis]) > 0]
+    for run, base in pairs:
         x = min(run[-1][axis], base[-1][axis])
         at.append(x)
         diffs.append(paired.interpolate_items(run, axis, "items", x) - paired.interpolate_items(base, axis, "items", x))
@@ -398,7 +430,7 @@ def arm_cost(runs: dict[int, dict]) -> dict:
     steps = [max(r["steps"], 1) for r in records]
 
     def mean(key):
-        return sum(r.get(key, 0) / n for r, n in zip(records, steps)) / len(records)
+        return sum((r.get(key) or 0) / n for r, n in zip(records, steps)) / len(records)
 
     signal = [x for r in records for x in r.get("signal", []) if x is not None]
     return {"runs": len(records), "cut": sum(bool(r.get("cut")) for r in records),
@@ -637,9 +669,10 @@ def run_parallel(argv, pending, args, clock: Deadline) -> list[str]:
             process, label, started, _ = entry
             if process.poll() is not None:
                 running.remove(entry)
-                clock.finished(time.time() - started)
                 if process.returncode != 0:
                     failed.append(label)
+                else:  # a run that failed early says nothing of how long runs take
+                    clock.finished(time.time() - started)
     return failed
 
 
