@@ -35,10 +35,10 @@ its own recipe: `--arm mine path/to/recipe.yaml field=value`); the first arm is 
   checkpoint (weights, optimizer, data order, sampler state, counts: with transformers generation the run an uncut
   one would have been; a colocated vLLM engine starts its sampling stream again, so there the same run in
   distribution), so a run longer than one session finishes over several; only the checkpoint a rerun continues from
-  is kept. The cut itself is not evaluated (the run's end will be), and a run
-  may start while 20 minutes remain, though it will not finish. With `--keep_cut` a cut run is final instead: it is
-  evaluated where it stopped and no run starts that would end after the deadline. `--max_completions` stops each run at the first
-  step at which it has generated that many completions (every arm the same generation budget).
+  is kept. The cut itself is not evaluated (the run's end will be), and a run may start while 20 minutes remain,
+  though it will not finish. With `--keep_cut` a cut run is final instead: it is evaluated where it stopped and no
+  run starts that would end after the deadline. `--max_completions` stops each run at the first step at which it has
+  generated that many completions (every arm the same generation budget).
 """
 
 from __future__ import annotations
@@ -138,9 +138,10 @@ class HeldOutScore:
 
     With a `cache_dir`, a call with `reuse=True` keeps its scores there under a key of the model's weights, config,
     generation config and device, the held-out rows, the chat template, the reward functions (module, name, source)
-    and weights, the sampling settings and the torch and transformers versions, and a later call with the same key reads them: the evaluation before
-    training is the same for every arm (and, from one model folder, every seed), and on the hard set it costs more
-    than ten minutes a run (a greedy pass and avg@k, one thread). The noise is fixed (`eval_seed`), so a hit is exact.
+    and weights, the sampling settings and the torch and transformers versions, and a later call with the same key
+    reads them: the evaluation before training is the same for every arm (and, from one model folder, every seed),
+    and on the hard set it costs more than ten minutes a run (a greedy pass and avg@k, one thread). The noise is
+    fixed (`eval_seed`), so a hit is exact.
     """
 
     def __init__(self, tokenizer, dataset, reward_funcs, reward_weights, max_new_tokens, seed, cache_dir=None):
