@@ -239,11 +239,49 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, ca
     assert again["eval_seconds"] > cut["eval_seconds"] > 0  # the cut part's evaluations are counted, not dropped
     assert [row["seeds"] for row in report["arms"]["balanced"]["equal_steps"]] == [2, 2, 2]
 
+    final = tmp_path / "final"  # --keep_cut (a lent GPU's session): the cut is final, scored greedily, not saved
+    compare_main(argv[:argv.index("--eval_k") + 1] + ["1"] + argv[argv.index("--eval_k") + 2:-1]
+                 + [str(final), "--only", "grpo", "1", "--keep_cut", "--stop_at", repr(time.time())])
+    kept = json.loads((final / "results" / "grpo-seed1.json").read_text())
+    assert kept["cut"] and kept["steps"] == 1 and [p["step"] for p in kept["curve"]] == [0, 1]
+    assert "avg@k" in kept["curve"][0] and "avg@k" not in kept["curve"][1] and "greedy" in kept["curve"][1]
+    assert not list((final / "runs" / "grpo-seed1").glob("checkpoint-*"))
+
     budget = tmp_path / "budget"
     compare_main(argv[:-1] + [str(budget), "--only", "grpo", "0", "--max_completions", "16"])
     stopped = json.loads((budget / "results" / "grpo-seed0.json").read_text())
     assert stopped["stopped"] == "max_completions" and not stopped["cut"]
     assert stopped["steps"] == 2 and stopped["generated_completions"] == 16  # 8 a step: the budget is met at step 2
+
+
+def test_a_final_cut_stops_early_enough_for_its_evaluation():
+    """With --keep_cut a cut is evaluated where it stops, within the deadline: training stops 1.5 times the last grid
+    evaluation's duration before it (on the first GPU session ten cuts evaluated past the call's end and 8 of 10
+    records were lost). A cut that will be continued is not evaluated, so it trains up to the deadline."""
+    import time
+
+    from transformers import TrainerControl, TrainerState
+
+    from trl_ada.compare import Progress
+
+    def step(progress, global_step=5):
+        state, control = TrainerState(), TrainerControl()
+        state.global_step, state.max_steps = global_step, 40
+        progress._point = lambda *args, **kwargs: None  # the stopping rule alone: no model to score here
+        progress.on_step_end(None, state, control)
+        return progress.stopped, control.should_training_stop, control.should_save
+
+    def progress(stop_in, estimate, continue_cut):
+        p = Progress(score=None, every=10, eval_k=4, label="x", stop_at=time.time() + stop_in, continue_cut=continue_cut)
+        p.count, p.started, p.eval_estimate = None, time.time(), estimate
+        p.training_seconds = lambda: 1.0
+        return p
+
+    assert step(progress(80.0, 60.0, continue_cut=False)) == ("deadline", True, False)  # 90 s of scoring needed
+    assert step(progress(80.0, 60.0, continue_cut=True)) == (None, False, False)  # continued: trains on
+    assert step(progress(80.0, 30.0, continue_cut=False)) == (None, False, False)  # 45 s needed: trains on
+    assert step(progress(80.0, None, continue_cut=False)) == (None, False, False)  # nothing measured yet
+    assert step(progress(-1.0, None, continue_cut=True)) == ("deadline", True, True)  # continued: checkpointed
 
 
 def test_runs_in_parallel_get_their_own_master_port(monkeypatch):
@@ -296,3 +334,18 @@ def test_a_failed_run_in_parallel_still_leaves_the_report_of_the_others(tmp_path
                       "--jobs", "2", "--output_dir", str(out)])
     assert (out / "results" / "grpo-seed0.json").exists() and not (out / "results" / "bad-seed0.json").exists()
     assert json.loads((out / "report.json").read_text())["cost"]["grpo"]["runs"] == 1
+
+
+def test_runs_scored_on_other_held_out_sets_are_refused_by_name(tmp_path):
+    """A comparison's folder holding runs of another design (the GPU kit's dry run met the committed GPU runs: 4
+    questions against 131) fails with the reason and the fix, not a numpy broadcast error in the report."""
+    from trl_ada.compare import load_results
+
+    (tmp_path / "results").mkdir()
+    for arm, n in (("a", 4), ("b", 131)):
+        record = {"arm": arm, "seed": 0, "curve": [{"step": 0, "items": [0.0] * n}]}
+        (tmp_path / "results" / f"{arm}-seed0.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=r"\[4, 131\] questions.*own --output_dir"):
+        load_results(str(tmp_path))
+    (tmp_path / "results" / "b-seed0.json").unlink()
+    assert list(load_results(str(tmp_path))) == ["a"]

@@ -166,7 +166,7 @@ def test_the_comparison_call_is_a_trl_ada_compare_command_of_the_papers_arms(kit
 
 
 def test_working_tree_leaves_room_for_a_piece(kit):
-    """Each call carries a 60 MiB piece plus the working tree: the tracked tree must stay under the 4 MiB kept for it
+    """Each call carries a 56 MiB piece plus the working tree: the tracked tree must stay under the 8 MiB kept for it
     (if it grows, lower kit.PIECE and rerun prepare.sh; `kit.py verify` also counts untracked files, which travel)."""
     try:
         tree = kit.tree_bytes(untracked=False)
@@ -269,3 +269,21 @@ def test_slim_wheel_drops_members_and_their_record_lines_and_keeps_the_rest_byte
             "pkg/__init__.py,sha256=x,6", "pkg/tool,sha256=x,10", "pkg-1.0.dist-info/RECORD,,"]
     with pytest.raises(SystemExit, match="has no member"):  # a drop list that no longer matches the wheel fails loudly
         kit.slim_vllm_wheel(str(source), ["pkg/gone.so"], str(tmp_path / "slim" / "again.whl"))
+
+
+
+def test_call_one_measures_only_what_no_session_measured(kit, tmp_path, capsys):
+    """The first GPU session measured GRPO n=4 on both paths and ran out of time in balanced: a later call 1 measures
+    the arms still missing (with the committed ones as the ratios' base), and all of them once every one is in."""
+    def arms_after(*measured):
+        results = [{"arm": a, "status": "ok"} for a in measured] + [{"arm": "ada_balanced", "status": "failed: x"}]
+        (tmp_path / "transformers-1.json").write_text(json.dumps({"results": results}))
+        kit.main(["device-arms", "--results", str(tmp_path)])
+        return capsys.readouterr().out.split()
+
+    plan = json.load(open(kit.PLAN))["calls"][0]["arms"]
+    assert arms_after("trl_grpo_n4", "ada_grpo_path_n4") == ["ada_balanced", "ada_positive_focused"]
+    assert arms_after() == plan
+    assert arms_after(*plan) == plan  # every one measured: call 1 measures them again
+    kit.main(["device-arms"])  # the committed session's: balanced and positive_focused are still to measure
+    assert capsys.readouterr().out.split() == [a for a in plan if a not in kit.measured_transformers_arms()]

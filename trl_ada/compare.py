@@ -36,8 +36,10 @@ its own recipe: `--arm mine path/to/recipe.yaml field=value`); the first arm is 
   one would have been; a colocated vLLM engine starts its sampling stream again, so there the same run in
   distribution), so a run longer than one session finishes over several; only the checkpoint a rerun continues from
   is kept. The cut itself is not evaluated (the run's end will be), and a run may start while 20 minutes remain,
-  though it will not finish. With `--keep_cut` a cut run is final instead: it is evaluated where it stopped and no
-  run starts that would end after the deadline. `--max_completions` stops each run at the first step at which it has
+  though it will not finish. With `--keep_cut` a cut run is final instead (sessions of a fixed length whose
+  checkpoints do not outlive them, such as a lent GPU's): no run starts that would end after the deadline, a run
+  stops early enough for its cut's greedy evaluation (as long as its last one took, 1.5 times over) to end by the
+  deadline, and no checkpoint is written. `--max_completions` stops each run at the first step at which it has
   generated that many completions (every arm the same generation budget).
 """
 
@@ -204,6 +206,10 @@ class Progress(TrainerCallback):
         self.stopped = None  # None: ran its max_steps; "deadline" or "max_completions"
         self.resumed_seconds = None  # training seconds before the cut this run continues from
         self.end_seconds = None  # training seconds when it stopped (evaluations excluded)
+        # What the last greedy evaluation on the grid took: a final cut (continue_cut off) stops this much earlier,
+        # 1.5 times over, so that its own evaluation ends by the deadline. On the first GPU session ten runs cut at
+        # once and evaluated past the call's end: 8 of 10 records were lost (benchmarks/gpu/README.md).
+        self.eval_estimate = None
 
     def resume(self, record: dict) -> None:
         """Continue a cut run's curve: its evaluations on the `every` grid (and step 0) up to the cut, the cut's own
@@ -219,6 +225,7 @@ class Progress(TrainerCallback):
 
     def _point(self, step, model, final=False):
         reuse = step == 0  # the model every run starts from: scored once per comparison (see HeldOutScore)
+        started = time.time()
         point = {"step": step, "samples": self.count.completions, "tokens": self.count.tokens,
                  "seconds": self.training_seconds(), "items": self.score(model, reuse=reuse)}
         point["greedy"] = sum(point["items"]) / len(point["items"])
@@ -228,6 +235,8 @@ class Progress(TrainerCallback):
         if final and self.eval_k > 0:
             point["avg_items"] = self.score(model, k=self.eval_k, temperature=1.0, reuse=reuse)
             point["avg@k"] = sum(point["avg_items"]) / len(point["avg_items"])
+        if not reuse and not final:
+            self.eval_estimate = time.time() - started
         self.curve.append(point)
         print(f"[compare] {self.label} step {step:3d}  {point['samples']} completions generated  "
               f"held-out greedy {point['greedy']:.3f}" + (f"  avg@{self.eval_k} {point['avg@k']:.3f}"
@@ -243,19 +252,27 @@ class Progress(TrainerCallback):
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if self.max_completions is not None and self.count.completions >= self.max_completions:
             self.stopped = "max_completions"
-        elif self.stop_at is not None and time.time() >= self.stop_at and state.global_step < state.max_steps:
+        elif self.stop_at is not None and time.time() + self.cut_margin() >= self.stop_at \
+                and state.global_step < state.max_steps:
             self.stopped = "deadline"
         final = state.global_step >= state.max_steps or self.stopped is not None
         if final:
             self.end_seconds = self.training_seconds()
-        if self.stopped == "deadline" and self.continue_cut:
+        cut = self.stopped == "deadline"
+        if cut and self.continue_cut:
             final = False  # its end, evaluated then, is a later session's: here only the grid's evaluation
         if final or state.global_step % self.every == 0:
-            self._point(state.global_step, model, final=final)
+            # a final cut is scored greedily, as the grid is: avg@k over the held-out set would outlast the deadline
+            self._point(state.global_step, model, final=final and not cut)
         if self.stopped is not None:
             control.should_training_stop = True
-        if self.stopped == "deadline":  # a rerun continues from here (written whatever the save strategy)
+        if cut and self.continue_cut:  # a rerun continues from here (written whatever the save strategy)
             control.should_save = True
+
+    def cut_margin(self) -> float:
+        """Seconds before the deadline at which training stops: none when the cut is continued (it is not evaluated),
+        else room for its greedy evaluation."""
+        return 0.0 if self.continue_cut or self.eval_estimate is None else 1.5 * self.eval_estimate
 
 
 def run_one(args, arm: Arm, seed: int) -> dict:
@@ -372,6 +389,11 @@ def load_results(output_dir: str) -> dict[str, dict[int, dict]]:
         with open(path) as f:
             record = json.load(f)
         results.setdefault(record["arm"], {})[record["seed"]] = record
+    sizes = {len(r["curve"][0]["items"]) for runs in results.values() for r in runs.values() if r.get("curve")}
+    if len(sizes) > 1:  # paired differences over questions need the same questions in every run
+        raise ValueError(f"{output_dir}/results: the runs there were scored on held-out sets of different sizes "
+                         f"({sorted(sizes)} questions): one comparison's runs share --eval_split and --eval_examples; "
+                         "give a comparison with other settings its own --output_dir")
     return results
 
 
@@ -545,7 +567,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "(evaluated where they stopped, kept as cut, checkpointed: a rerun continues them)")
     parser.add_argument("--keep_cut", action="store_true",
                         help="a rerun trains only the missing runs and keeps those a deadline cut (sessions of a fixed "
-                             "length add seeds instead of cutting the same runs again)")
+                             "length add seeds instead of cutting the same runs again); a cut then stops early enough "
+                             "for its greedy evaluation to end by the deadline, and writes no checkpoint")
     parser.add_argument("--max_completions", type=int, default=None,
                         help="stop each run at the first step at which it has generated this many completions")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")

@@ -91,28 +91,46 @@ $PY benchmarks/gpu/kit.py device-check --json "$OUT/requirements_check-$CALL.jso
 if [ "$STAGE" = transformers ]; then
   $PY -c "import trl_ada, trl, datasets, math_verify, torch; print('imports ok: trl', trl.__version__, 'from', trl.__file__, 'datasets', datasets.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available())" || exit 1
   size=0.5b; [ "$LOCAL" = 1 ] && size=toy
-  arms=$($PY -c "import json; print(' '.join(json.load(open('benchmarks/gpu/plan.json'))['calls'][0]['arms']))")
+  # the arms no committed session measured; the committed ones are the ratios' base
+  arms=$($PY benchmarks/gpu/kit.py device-arms) || exit 1
   $PY benchmarks/gpu/measure.py --stage transformers --size "$size" --deadline_s "$(remaining)" --arms $arms \
-      --json "$OUT/transformers.json" ${GPUKIT_MEASURE_ARGS:-}
+      --json "$OUT/transformers-$(date -u +%Y%m%dT%H%M).json" --base_json benchmarks/gpu/results/transformers*.json \
+      ${GPUKIT_MEASURE_ARGS:-}
   exit $?
 fi
 
 if [ "$STAGE" = compare-last ]; then
   # The real-model comparison. Runs committed by earlier sessions are copied in first (trl-ada-compare trains only
   # what is missing, and again what a deadline cut); every run's JSON lands in $OUT as it ends.
+  # The runs write under /tmp (checkpoints and run folders stay there); $OUT gets one tar of results/, eval_cache/
+  # and the report, renewed every 15 s: the device brings back 8 files at most (the first session's ten runs and
+  # their cache were more).
   MODEL="$GPUKIT_DIR/models/SmolLM2-135M-Instruct"
+  CMP="$GPUKIT_DIR/compare"
   $PY -m trl_ada.models smollm2 --output_dir "$MODEL" || exit 1
-  mkdir -p "$OUT/compare/results"
-  cp benchmarks/gpu/results/compare/results/*.json "$OUT/compare/results/" 2>/dev/null || true
+  mkdir -p "$CMP/results" "$CMP/eval_cache"
+  if [ "$LOCAL" != 1 ]; then  # the dry run's toy design is another comparison
+    cp benchmarks/gpu/results/compare/results/*.json "$CMP/results/" 2>/dev/null || true
+    cp benchmarks/gpu/results/compare/eval_cache/*.json "$CMP/eval_cache/" 2>/dev/null || true
+  fi
+  pack_compare() {
+    tar -cf "$OUT/compare.tar.tmp" -C "$CMP" results eval_cache $(cd "$CMP" && ls report.json compare.png 2>/dev/null) \
+      && mv "$OUT/compare.tar.tmp" "$OUT/compare.tar"
+  }
+  ( while sleep 15; do pack_compare; done ) &
+  PACKER=$!
   mapfile -t ARGS < <($PY benchmarks/gpu/kit.py device-compare --model "$MODEL")
   if [ "$LOCAL" = 1 ]; then  # the dry run here: every arm, one seed, one step, short answers, on the CPU
     ARGS+=(--set use_cpu=true "model_name_or_path=$MODEL" max_completion_length=8 round_repeat=4 max_rounds=2
            --seeds 0 --max_steps 1 --eval_every 1 --eval_examples 4 --eval_k 0 --jobs 1)
   fi
   # the deadline leaves a minute for the runs it stops (their last evaluation) and the report
-  $PY -m trl_ada.compare "${ARGS[@]}" --deadline_s "$(( $(remaining) - 60 ))" --output_dir "$OUT/compare" \
+  $PY -m trl_ada.compare "${ARGS[@]}" --deadline_s "$(( $(remaining) - 60 ))" --output_dir "$CMP" \
       ${GPUKIT_COMPARE_ARGS:-}
-  exit $?
+  rc=$?
+  kill "$PACKER" 2>/dev/null
+  pack_compare
+  exit $rc
 fi
 
 # core-last or extras-last: vLLM is installed
