@@ -274,7 +274,8 @@ def test_slim_wheel_drops_members_and_their_record_lines_and_keeps_the_rest_byte
 
 def test_call_one_measures_only_what_no_session_measured(kit, tmp_path, capsys):
     """The first GPU session measured GRPO n=4 on both paths and ran out of time in balanced: a later call 1 measures
-    the arms still missing (with the committed ones as the ratios' base), and all of them once every one is in."""
+    TRL's GRPO n=4 again (the ratios compare arms of one call) and the arms still missing, and all of them once every
+    one is in."""
     def arms_after(*measured):
         results = [{"arm": a, "status": "ok"} for a in measured] + [{"arm": "ada_balanced", "status": "failed: x"}]
         (tmp_path / "transformers-1.json").write_text(json.dumps({"results": results}))
@@ -282,8 +283,9 @@ def test_call_one_measures_only_what_no_session_measured(kit, tmp_path, capsys):
         return capsys.readouterr().out.split()
 
     plan = json.load(open(kit.PLAN))["calls"][0]["arms"]
-    assert arms_after("trl_grpo_n4", "ada_grpo_path_n4") == ["ada_balanced", "ada_positive_focused"]
+    assert plan[0] == "trl_grpo_n4"  # the base of the ratios: measured again in every call, on the same machine
+    assert arms_after("trl_grpo_n4", "ada_grpo_path_n4") == ["trl_grpo_n4", "ada_balanced", "ada_positive_focused"]
     assert arms_after() == plan
     assert arms_after(*plan) == plan  # every one measured: call 1 measures them again
     kit.main(["device-arms"])  # the committed session's: balanced and positive_focused are still to measure
-    assert capsys.readouterr().out.split() == [a for a in plan if a not in kit.measured_transformers_arms()]
+    assert capsys.readouterr().out.split() == ["trl_grpo_n4", "ada_balanced", "ada_positive_focused"]

@@ -751,12 +751,13 @@ def measured_transformers_arms(results_dir: str = os.path.join(HERE, "results"))
 
 
 def cmd_device_arms(args) -> None:
-    """Call 1's arms still to measure, in the plan's order (all of them if every one is measured: a rerun). The first
-    GPU session measured GRPO n=4 (TRL's and Ada's path) and ran out of time in balanced: a later call 1 spends its
-    minutes on what is missing, with the committed arms as the ratios' base (run.sh's --base_json)."""
-    arms = json.load(open(PLAN))["calls"][0]["arms"]
+    """Call 1's arms: TRL's GRPOTrainer n=4 first, always (the ratios' base, measured in the same call on the same
+    machine), then the plan's other arms still to measure, in its order (all of them if every one is measured: a
+    rerun). The first GPU session measured GRPO n=4 (TRL's and Ada's path) and ran out of time in balanced: a later
+    call 1 spends its minutes on what is missing."""
+    base, *others = json.load(open(PLAN))["calls"][0]["arms"]
     done = measured_transformers_arms(args.results)
-    print(" ".join([a for a in arms if a not in done] or arms))
+    print(" ".join([base] + ([a for a in others if a not in done] or others)))
 
 
 def cmd_device_check(args) -> None:

@@ -91,11 +91,10 @@ $PY benchmarks/gpu/kit.py device-check --json "$OUT/requirements_check-$CALL.jso
 if [ "$STAGE" = transformers ]; then
   $PY -c "import trl_ada, trl, datasets, math_verify, torch; print('imports ok: trl', trl.__version__, 'from', trl.__file__, 'datasets', datasets.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available())" || exit 1
   size=0.5b; [ "$LOCAL" = 1 ] && size=toy
-  # the arms no committed session measured; the committed ones are the ratios' base
+  # TRL's GRPO n=4 (the ratios' base, in the same call) and the arms no committed session measured
   arms=$($PY benchmarks/gpu/kit.py device-arms) || exit 1
   $PY benchmarks/gpu/measure.py --stage transformers --size "$size" --deadline_s "$(remaining)" --arms $arms \
-      --json "$OUT/transformers-$(date -u +%Y%m%dT%H%M).json" --base_json benchmarks/gpu/results/transformers*.json \
-      ${GPUKIT_MEASURE_ARGS:-}
+      --json "$OUT/transformers-$(date -u +%Y%m%dT%H%M).json" ${GPUKIT_MEASURE_ARGS:-}
   exit $?
 fi
 
