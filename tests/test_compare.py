@@ -146,7 +146,7 @@ def test_the_evaluation_before_training_is_scored_once_per_model_and_read_back_e
     cache = tmp_path / "eval_cache"
     score = HeldOutScore(tokenizer, held, [length_reward], None, 8, 1234, str(cache))
     fresh = score(model, reuse=True)
-    [entry] = cache.iterdir()
+    [entry] = cache.glob("*.json")
     assert json.loads(entry.read_text()) == fresh == score(model)  # the same noise: cache or not, the same scores
     entry.write_text(json.dumps([7.0, 7.0, 7.0]))  # plant other scores: a hit must return them
     assert score(model, reuse=True) == [7.0, 7.0, 7.0] and score(model) == fresh
@@ -160,7 +160,46 @@ def test_the_evaluation_before_training_is_scored_once_per_model_and_read_back_e
     assert other(model, reuse=True) == [0.0, 0.0, 0.0]
     with torch.no_grad():
         model.model.norm.weight.add_(1.0)  # another model
-    assert score(model, reuse=True) != [7.0, 7.0, 7.0] and len(list(cache.iterdir())) == 4
+    assert score(model, reuse=True) != [7.0, 7.0, 7.0] and len(list(cache.glob("*.json"))) == 4
+
+
+def test_runs_starting_together_score_the_initial_model_once(tiny_model, tmp_path):
+    """Runs that start at once (a parallel comparison's first wave) wait for the first to score the model they all
+    start from and read its scores: the first GPU session's ten runs each scored it, at the same time."""
+    import threading
+    import time
+
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ada.compare import HeldOutScore
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    held = Dataset.from_list([{"prompt": [{"role": "user", "content": f"question {i}"}]} for i in range(3)])
+    scored, results = [], {}
+
+    models = {name: AutoModelForCausalLM.from_pretrained(tiny_model) for name in ("a", "b")}  # the same weights
+
+    def run(name):
+        model = models[name]
+        score = HeldOutScore(tokenizer, held, [length_reward], None, 8, 1234, str(tmp_path / "eval_cache"))
+        own = score._score
+
+        def slow_score(*args):
+            scored.append(name)
+            time.sleep(1.0)  # long enough for the other run to arrive while this one scores
+            return own(*args)
+
+        score._score = slow_score
+        results[name] = score(model, reuse=True)
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 2  # both ended (an exception in a thread would leave its result out)
+    assert len(scored) == 1 and results["a"] == results["b"] and len(results["a"]) == 3
 
 
 def test_the_deadline_starts_no_run_that_would_end_after_it():

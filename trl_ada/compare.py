@@ -139,11 +139,12 @@ class HeldOutScore:
     """Each held-out question's score: the recipe's weighted reward of its answers (greedy, or k samples at T=1).
 
     With a `cache_dir`, a call with `reuse=True` keeps its scores there under a key of the model's weights, config,
-    generation config and device, the held-out rows, the chat template, the reward functions (module, name, source)
+    generation config and device (a GPU by name), the held-out rows, the chat template, the reward functions (module, name, source)
     and weights, the sampling settings and the torch and transformers versions, and a later call with the same key
     reads them: the evaluation before training is the same for every arm (and, from one model folder, every seed),
     and on the hard set it costs more than ten minutes a run (a greedy pass and avg@k, one thread). The noise is
-    fixed (`eval_seed`), so a hit is exact.
+    fixed (`eval_seed`), so a hit is exact. Runs that miss together (a parallel first wave) score once: the others
+    wait on a lock beside the entry and read it.
     """
 
     def __init__(self, tokenizer, dataset, reward_funcs, reward_weights, max_new_tokens, seed, cache_dir=None):
@@ -155,19 +156,29 @@ class HeldOutScore:
     def __call__(self, model, k: int = 1, temperature: float = 0.0, reuse: bool = False) -> list[float]:
         if not reuse or self.cache_dir is None:
             return self._score(model, k, temperature)
+        device = str(model.device)
+        if model.device.type == "cuda":  # an H100 and an H200 run other kernels: greedy answers may differ
+            device += " " + torch.cuda.get_device_name(model.device)
         key = hashlib.sha256(json.dumps([
             weights_digest(model), model.config.to_json_string(), model.generation_config.to_json_string(),
-            str(model.device), self.tokenizer.chat_template, self.dataset.to_list(),
+            device, self.tokenizer.chat_template, self.dataset.to_list(),
             [_function_identity(f) for f in self.reward_funcs], self.weights, self.max_new_tokens, self.seed, k,
             temperature, torch.__version__, transformers.__version__,
         ], sort_keys=True, default=str).encode()).hexdigest()
         path = os.path.join(self.cache_dir, f"{key}.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                return json.load(f)
-        items = self._score(model, k, temperature)
-        write_json(path, items)
-        return items
+        os.makedirs(self.cache_dir, exist_ok=True)
+        # Runs starting together wait for the first to score and read its scores: on the first GPU session ten runs
+        # each scored the same initial model at once (and each did so slower for the nine others).
+        import fcntl  # POSIX, as vLLM and the launches this tool runs
+
+        with open(f"{path}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if os.path.exists(path):
+                with open(path) as f:
+                    return json.load(f)
+            items = self._score(model, k, temperature)
+            write_json(path, items)
+            return items
 
     def _score(self, model, k: int, temperature: float) -> list[float]:
         from .evaluate import _generate_transformers, evaluation_noise
