@@ -71,15 +71,21 @@ def seeds_needed(sd: float, half_width: float = 5.0, floor: int = 10) -> int:
     return max(n, floor)
 
 
-def paired_differences(results: dict, arm: str, baseline: str) -> tuple[int, list[float]]:
-    """Per seed, the arm's held-out greedy score minus the baseline's (points) at the last step both runs of every
-    seed evaluated."""
+def common_steps(results: dict, arm: str, baseline: str) -> set[int]:
+    """The steps both runs of every seed the two arms share evaluated."""
     seeds = sorted(set(results.get(arm, {})) & set(results.get(baseline, {})))
-    steps = set.intersection(*[{p["step"] for p in results[name][s]["curve"]} for s in seeds
-                               for name in (arm, baseline)]) if seeds else set()
+    return set.intersection(*[{p["step"] for p in results[name][s]["curve"]} for s in seeds
+                              for name in (arm, baseline)]) if seeds else set()
+
+
+def paired_differences(results: dict, arm: str, baseline: str, step: int | None = None) -> tuple[int, list[float]]:
+    """Per seed, the arm's held-out greedy score minus the baseline's (points) at `step` (default: the last step both
+    runs of every seed evaluated)."""
+    seeds = sorted(set(results.get(arm, {})) & set(results.get(baseline, {})))
+    steps = common_steps(results, arm, baseline)
     if not steps:
         return 0, []
-    step = max(steps)
+    step = max(steps) if step is None else step
 
     def score(name, seed):
         return 100 * next(p["greedy"] for p in results[name][seed]["curve"] if p["step"] == step)
@@ -106,12 +112,13 @@ def sizing(results: dict) -> list[str]:
     results = {arm: {s: r for s, r in runs.items() if not r.get("cut")} for arm, runs in results.items()}
     lines = ["| arm against grpo_n4 | seeds | at step | mean difference | between-seed SD | seeds for +/-5 |",
              "|---|---:|---:|---:|---:|---:|"]
-    for arm, *_ in ARMS[1:]:
-        step, diffs = paired_differences(results, arm, "grpo_n4")
-        if len(diffs) >= 2:
-            mean = sum(diffs) / len(diffs)
-            sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1))
-            lines.append(f"| {arm} | {len(diffs)} | {step} | {mean:+.1f} | {sd:.1f} | {seeds_needed(sd)} |")
+    for arm, *_ in ARMS[1:]:  # at every common evaluation after step 0: a shorter design is sized from the same runs
+        for step in sorted(s for s in common_steps(results, arm, "grpo_n4") if s > 0):
+            _, diffs = paired_differences(results, arm, "grpo_n4", step)
+            if len(diffs) >= 2:
+                mean = sum(diffs) / len(diffs)
+                sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1))
+                lines.append(f"| {arm} | {len(diffs)} | {step} | {mean:+.1f} | {sd:.1f} | {seeds_needed(sd)} |")
     flat = flattened_at(results)
     lines.append("")
     lines.append(f"GRPO n=4's held-out curve flattened at step {flat}" if flat is not None else
@@ -270,8 +277,8 @@ def main(argv=None) -> int:
         runs = [record for arm in results.values() for record in arm.values()]
         settings = {k: v for k, v in vars(args).items() if k not in ("jobs", "threads")}
         compare.write_json(args.json, {"settings": settings, "report": report, "runs": runs})
-    print("\nSizing (pilot): the paired difference to GRPO n=4 at the last common evaluation, held-out hard "
-          "greedy, points\n")
+    print("\nSizing (pilot): the paired difference to GRPO n=4 at each common evaluation, held-out hard greedy, "
+          "points\n")
     print("\n".join(sizing(results)))
     print(f"\nAt the end ({args.max_steps} steps; held-out hard questions and the easy slice, points)\n")
     print("\n".join(final_table(results, args.max_steps)))

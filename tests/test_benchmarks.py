@@ -366,6 +366,9 @@ def test_hard_set_compare_sizes_the_design_from_the_pilot():
     assert step == 30 and diffs == pytest.approx([9.0, 3.0])  # seed 0's balanced run stopped at step 30
     lines = bench.sizing(results)
     assert any(line.startswith("| ada_balance | 2 | 30 | +6.0 | 4.2 | 10 |") for line in lines)
+    assert bench.paired_differences(results, "ada_balance", "grpo_n4", 10) == (10, pytest.approx([5.0, -2.0]))
+    rows = [line.split(" | ")[2] for line in lines if line.startswith("| ada_balance")]
+    assert rows == ["10", "20", "30"]  # every common evaluation after step 0: a shorter design is sized too
     results["grpo_n4"][2] = {"cut": True, "curve": [{"step": 0, "greedy": 0.10}]}  # cut before step 10: waits
     results["ada_balance"][2] = run([0.10, 0.20, 0.30, 0.40, 0.50])
     assert bench.sizing(results) == lines
