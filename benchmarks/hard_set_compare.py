@@ -277,6 +277,8 @@ def main(argv=None) -> int:
         runs = [record for arm in results.values() for record in arm.values()]
         settings = {k: v for k, v in vars(args).items() if k not in ("jobs", "threads")}
         compare.write_json(args.json, {"settings": settings, "report": report, "runs": runs})
+        # the curves beside the record (hard_set_compare.png): one line per run, at equal steps, completions, tokens
+        compare.plot(results, [name for name, *_ in ARMS if name in results], os.path.splitext(args.json)[0] + ".png")
     print("\nSizing (pilot): the paired difference to GRPO n=4 at each common evaluation, held-out hard greedy, "
           "points\n")
     print("\n".join(sizing(results)))
