@@ -79,18 +79,20 @@ def common_steps(results: dict, arm: str, baseline: str) -> set[int]:
 
 
 def paired_differences(results: dict, arm: str, baseline: str, step: int | None = None) -> tuple[int, list[float]]:
-    """Per seed, the arm's held-out greedy score minus the baseline's (points) at `step` (default: the last step both
-    runs of every seed evaluated)."""
+    """Per seed whose two runs both evaluated `step`, the arm's held-out greedy score minus the baseline's (points);
+    by default at the last step both runs of every seed evaluated."""
     seeds = sorted(set(results.get(arm, {})) & set(results.get(baseline, {})))
-    steps = common_steps(results, arm, baseline)
-    if not steps:
-        return 0, []
-    step = max(steps) if step is None else step
+    if step is None:
+        steps = common_steps(results, arm, baseline)
+        if not steps:
+            return 0, []
+        step = max(steps)
 
     def score(name, seed):
-        return 100 * next(p["greedy"] for p in results[name][seed]["curve"] if p["step"] == step)
+        return next((100 * p["greedy"] for p in results[name][seed]["curve"] if p["step"] == step), None)
 
-    return step, [score(arm, s) - score(baseline, s) for s in seeds]
+    pairs = [(score(arm, s), score(baseline, s)) for s in seeds]
+    return step, [a - b for a, b in pairs if a is not None and b is not None]
 
 
 def flattened_at(results: dict, arm: str = "grpo_n4", rise: float = 2.0):
@@ -108,18 +110,20 @@ def flattened_at(results: dict, arm: str = "grpo_n4", rise: float = 2.0):
 
 
 def sizing(results: dict) -> list[str]:
-    # runs a deadline cut are left out until they finish: their curves stop early (a cut is not evaluated)
-    results = {arm: {s: r for s, r in runs.items() if not r.get("cut")} for arm, runs in results.items()}
+    """At every evaluation after step 0 (a shorter design is sized from the same runs), the paired differences of
+    the seeds whose two runs reached it: a run a deadline cut counts at the grid steps it was evaluated at (the cut
+    itself is not)."""
     lines = ["| arm against grpo_n4 | seeds | at step | mean difference | between-seed SD | seeds for +/-5 |",
              "|---|---:|---:|---:|---:|---:|"]
-    for arm, *_ in ARMS[1:]:  # at every common evaluation after step 0: a shorter design is sized from the same runs
-        for step in sorted(s for s in common_steps(results, arm, "grpo_n4") if s > 0):
+    for arm, *_ in ARMS[1:]:
+        reached = {p["step"] for name in (arm, "grpo_n4") for r in results.get(name, {}).values() for p in r["curve"]}
+        for step in sorted(s for s in reached if s > 0):
             _, diffs = paired_differences(results, arm, "grpo_n4", step)
             if len(diffs) >= 2:
                 mean = sum(diffs) / len(diffs)
                 sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1))
                 lines.append(f"| {arm} | {len(diffs)} | {step} | {mean:+.1f} | {sd:.1f} | {seeds_needed(sd)} |")
-    flat = flattened_at(results)
+    flat = flattened_at({arm: {s: r for s, r in runs.items() if not r.get("cut")} for arm, runs in results.items()})
     lines.append("")
     lines.append(f"GRPO n=4's held-out curve flattened at step {flat}" if flat is not None else
                  "GRPO n=4's held-out curve had not flattened by the last evaluation: train longer")
@@ -279,8 +283,8 @@ def main(argv=None) -> int:
         compare.write_json(args.json, {"settings": settings, "report": report, "runs": runs})
         # the curves beside the record (hard_set_compare.png): one line per run, at equal steps, completions, tokens
         compare.plot(results, [name for name, *_ in ARMS if name in results], os.path.splitext(args.json)[0] + ".png")
-    print("\nSizing (pilot): the paired difference to GRPO n=4 at each common evaluation, held-out hard greedy, "
-          "points\n")
+    print("\nSizing (pilot): the paired difference to GRPO n=4 at each evaluation, over the seeds both of whose runs "
+          "reached it (cut runs at the steps they reached), held-out hard greedy, points\n")
     print("\n".join(sizing(results)))
     print(f"\nAt the end ({args.max_steps} steps; held-out hard questions and the easy slice, points)\n")
     print("\n".join(final_table(results, args.max_steps)))

@@ -373,6 +373,11 @@ def test_hard_set_compare_sizes_the_design_from_the_pilot():
     results["ada_balance"][2] = run([0.10, 0.20, 0.30, 0.40, 0.50])
     assert bench.sizing(results) == lines
     assert "flattened at step 30" in lines[-1]
+    cut = {"cut": True, "curve": run([0.10, 0.30, 0.30])["curve"]}  # cut after step 20: counts at 10 and 20
+    with_cut = {"grpo_n4": {**results["grpo_n4"], 3: cut}, "ada_balance": {**results["ada_balance"], 3: run([0.1] * 5)}}
+    rows = {line.split(" | ")[2]: line.split(" | ")[1] for line in bench.sizing(with_cut) if line.startswith("| ada")}
+    assert rows == {"10": "3", "20": "3", "30": "2"}
+    assert "flattened at step 30" in bench.sizing(with_cut)[-1]  # a cut run's curve waits out of the flattening
     for seed, (seconds, steps) in enumerate([(300, 4), (500, 5)]):  # 75 and 100 s/step: the median is the upper
         results["grpo_n4"][seed].update(train_seconds=seconds, steps=steps, generated_completions=16 * steps)
     results["grpo_n16"] = {0: {"train_seconds": 9000, "steps": 36, "generated_completions": 64 * 36,
