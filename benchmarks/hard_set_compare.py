@@ -125,8 +125,12 @@ def sizing(results: dict) -> list[str]:
                 lines.append(f"| {arm} | {len(diffs)} | {step} | {mean:+.1f} | {sd:.1f} | {seeds_needed(sd)} |")
     flat = flattened_at({arm: {s: r for s, r in runs.items() if not r.get("cut")} for arm, runs in results.items()})
     lines.append("")
-    lines.append(f"GRPO n=4's held-out curve flattened at step {flat}" if flat is not None else
-                 "GRPO n=4's held-out curve had not flattened by the last evaluation: train longer")
+    if flat == 0:  # the rule's answer when the curve only falls: there is no climb to wait for
+        lines.append("GRPO n=4's mean held-out curve never rose 2 points above its step-0 score: it does not learn "
+                     "with this recipe (no flattening step to size the run by)")
+    else:
+        lines.append(f"GRPO n=4's held-out curve flattened at step {flat}" if flat is not None else
+                     "GRPO n=4's held-out curve had not flattened by the last evaluation: train longer")
     return lines
 
 

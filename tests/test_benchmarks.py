@@ -378,6 +378,8 @@ def test_hard_set_compare_sizes_the_design_from_the_pilot():
     rows = {line.split(" | ")[2]: line.split(" | ")[1] for line in bench.sizing(with_cut) if line.startswith("| ada")}
     assert rows == {"10": "3", "20": "3", "30": "2"}
     assert "flattened at step 30" in bench.sizing(with_cut)[-1]  # a cut run's curve waits out of the flattening
+    falling = {"grpo_n4": {0: run([0.17, 0.10, 0.05, 0.05, 0.04])}}  # the pilot's seed 1 at lr 3e-5
+    assert bench.flattened_at(falling) == 0 and "does not learn" in bench.sizing(falling)[-1]
     for seed, (seconds, steps) in enumerate([(300, 4), (500, 5)]):  # 75 and 100 s/step: the median is the upper
         results["grpo_n4"][seed].update(train_seconds=seconds, steps=steps, generated_completions=16 * steps)
     results["grpo_n16"] = {0: {"train_seconds": 9000, "steps": 36, "generated_completions": 64 * 36,
