@@ -139,9 +139,9 @@ class HeldOutScore:
     """Each held-out question's score: the recipe's weighted reward of its answers (greedy, or k samples at T=1).
 
     With a `cache_dir`, a call with `reuse=True` keeps its scores there under a key of the model's weights, config,
-    generation config and device (a GPU by name), the held-out rows, the chat template, the reward functions (module, name, source)
-    and weights, the sampling settings and the torch and transformers versions, and a later call with the same key
-    reads them: the evaluation before training is the same for every arm (and, from one model folder, every seed),
+    generation config and device (a GPU by name), the held-out rows, the chat template, the reward functions
+    (module, name, source) and weights, the sampling settings and the torch and transformers versions, and a later
+    call with the same key reads them: the evaluation before training is the same for every arm (and, from one model folder, every seed),
     and on the hard set it costs more than ten minutes a run (a greedy pass and avg@k, one thread). The noise is
     fixed (`eval_seed`), so a hit is exact. Runs that miss together (a parallel first wave) score once: the others
     wait on a lock beside the entry and read it.

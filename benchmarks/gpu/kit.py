@@ -483,7 +483,7 @@ STOP_MARGIN_S = 60
 CALL_TIME = {
     # the arms still to measure at 0.5B (device-arms), each a warm-up and a timed step in its own process (imports,
     # random init, 8 prompts x 256 tokens). Measured on the H200: GRPO n=4 75 s (a step 28 s, generation 26 of them),
-    # Ada's GRPO path 54 s; balanced did not end in the 61 s left. Now the two exit rules alone, in 5 minutes.
+    # Ada's GRPO path 54 s; balanced did not end in the 61 s left. Now GRPO n=4 and the two exit rules, in 5 minutes.
     "transformers": {"timeout_s": 300, "expected_min": 4.5},
     # a carry of 60 MiB and a sha256: the transfer is not measured; tens of seconds assumed
     "compare-piece": {"timeout_s": 120, "expected_min": 0.5},

@@ -100,8 +100,7 @@ fi
 
 if [ "$STAGE" = compare-last ]; then
   # The real-model comparison. Runs committed by earlier sessions are copied in first (trl-ada-compare trains only
-  # what is missing, and again what a deadline cut); every run's JSON lands in $OUT as it ends.
-  # The runs write under /tmp (checkpoints and run folders stay there); $OUT gets one tar of results/, eval_cache/
+  # what is missing). The runs write under /tmp (checkpoints and run folders stay there); $OUT gets one tar of results/, eval_cache/
   # and the report, renewed every 15 s: the device brings back 8 files at most (the first session's ten runs and
   # their cache were more).
   MODEL="$GPUKIT_DIR/models/SmolLM2-135M-Instruct"
