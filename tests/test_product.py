@@ -88,7 +88,9 @@ def test_recipe_parses(recipe):
         task = "hard_arithmetic" if variant.startswith("hard_") else "arithmetic"  # hard_: its hard set (issue 50)
         assert script_args.dataset_name == task and script_args.reward_funcs == ["last_number_reward"]
         assert not model_args.use_peft and model_args.dtype == "float32" and not training_args.bf16
-        assert (training_args.learning_rate, training_args.lr_scheduler_type.value) == (3e-5, "constant")
+        # the hard set's rate (issue 50): GRPO n=4 lost held-out accuracy there at 3e-5 and climbed at 1e-5
+        rate = 1e-5 if variant.startswith("hard_") else 3e-5
+        assert (training_args.learning_rate, training_args.lr_scheduler_type.value) == (rate, "constant")
         assert training_args.loss_type == "dapo" and training_args.per_device_train_batch_size == 16
         assert (training_args.max_completion_length, training_args.temperature) == (96, 1.0)  # issue 32: 48 cut right prose
     elif "SmolLM2" in recipe:  # easy word problems with \boxed{} answers, LoRA over a bf16 base
