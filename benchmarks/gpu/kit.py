@@ -513,7 +513,7 @@ MEASURE_CALLS = [
 
 # The real-model comparison (issues 44, 50): SmolLM2-135M-Instruct on the HARD chat-arithmetic set (questions the
 # base model answers right 1 or 2 times in 16: benchmarks/hard_set/, the paper's rule), hard_grpo.yaml on the GPU,
-# GRPO at n=4, 8 and 16 against Reinforce-Ada's two exit rules, every arm 4 prompts a step for the same 40 optimizer
+# GRPO at n=4, 8 and 16 against Reinforce-Ada's two exit rules, every arm 4 prompts a step for the same 60 optimizer
 # steps (the CPU comparison's design, benchmarks/hard_set_compare.py), paired seeds, many runs on the GPU at once.
 # trl-ada-compare writes each run's JSON as it ends and stops the runs still training at its deadline (kept as cut,
 # evaluated where they were); results committed under benchmarks/gpu/results/compare/ are copied in first, so a later
@@ -530,7 +530,7 @@ COMPARISON = {
              ["ada_pos", ADA, "reinforce_ada_choice=positive_focused"],
              ["ada_balanced", ADA, "reinforce_ada_choice=balanced"]],
     "set": ["use_cpu=false"],
-    "seeds": list(range(20)), "max_steps": 40, "eval_every": 10, "eval_split": "test_hard",
+    "seeds": list(range(20)), "max_steps": 60, "eval_every": 10, "eval_split": "test_hard",
     "eval_extra_split": "test_easy", "eval_examples": 256, "eval_k": 4, "jobs": 10, "threads": 1,
     "results": "benchmarks/gpu/results/compare",
 }
