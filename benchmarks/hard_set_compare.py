@@ -29,6 +29,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -143,8 +144,9 @@ def cost_table(results: dict, max_steps: int, seeds: int = 10) -> list[str]:
     """What the design costs, from the runs so far: per arm, the median training seconds per optimizer step (one
     thread each; held-out evaluation not included) and generated completions per step, the median evaluation seconds
     of a whole run (runs that reached `max_steps`; older records lack them), and the CPU-hours of `seeds` runs of
-    `max_steps` steps, evaluations included. Part 5 of issue 50: past about 15 CPU-hours in all, shrink what costs
-    most first."""
+    `max_steps` steps, evaluations included. Rates come from the whole runs when an arm has one: a cut run has only
+    its early steps, which are slower while answers are still long. Part 5 of issue 50: past about 15 CPU-hours in
+    all, shrink what costs most first."""
     lines = [f"| arm | runs | s/step | generated completions/step | evaluation s/run | CPU-hours for {seeds} x "
              f"{max_steps} steps |", "|---|---:|---:|---:|---:|---:|"]
     total = 0.0
@@ -152,10 +154,12 @@ def cost_table(results: dict, max_steps: int, seeds: int = 10) -> list[str]:
         runs = [r for r in results.get(arm, {}).values() if r.get("steps") and r.get("train_seconds") is not None]
         if not runs:
             continue
-        per_step = sorted(r["train_seconds"] / r["steps"] for r in runs)[len(runs) // 2]
-        generated = sorted(r["generated_completions"] / r["steps"] for r in runs)[len(runs) // 2]
-        evals = sorted(r["eval_seconds"] for r in runs if "eval_seconds" in r and r["steps"] == max_steps)
-        evaluation = evals[len(evals) // 2] if evals else None
+        whole = [r for r in runs if r["steps"] == max_steps and not r.get("cut")]
+        rated = whole or runs
+        per_step = statistics.median(r["train_seconds"] / r["steps"] for r in rated)
+        generated = statistics.median(r["generated_completions"] / r["steps"] for r in rated)
+        evals = [r["eval_seconds"] for r in whole if "eval_seconds" in r]
+        evaluation = statistics.median(evals) if evals else None
         hours = (per_step * max_steps + (evaluation or 0.0)) * seeds / 3600
         total += hours
         lines.append(f"| {arm} | {len(runs)} | {per_step:.0f} | {generated:.0f} | "

@@ -380,13 +380,14 @@ def test_hard_set_compare_sizes_the_design_from_the_pilot():
     assert "flattened at step 30" in bench.sizing(with_cut)[-1]  # a cut run's curve waits out of the flattening
     falling = {"grpo_n4": {0: run([0.17, 0.10, 0.05, 0.05, 0.04])}}  # the pilot's seed 1 at lr 3e-5
     assert bench.flattened_at(falling) == 0 and "does not learn" in bench.sizing(falling)[-1]
-    for seed, (seconds, steps) in enumerate([(300, 4), (500, 5)]):  # 75 and 100 s/step: the median is the upper
+    for seed, (seconds, steps) in enumerate([(300, 4), (500, 5)]):  # 75 and 100 s/step: no whole run, the median
         results["grpo_n4"][seed].update(train_seconds=seconds, steps=steps, generated_completions=16 * steps)
     results["grpo_n16"] = {0: {"train_seconds": 9000, "steps": 36, "generated_completions": 64 * 36,
-                               "eval_seconds": 1800}}  # a whole run: its evaluations count, 10 x (9000 + 1800) s
-    table = bench.cost_table(results, max_steps=36)
-    assert "| grpo_n4 | 2 | 100 | 16 | - | 10.0 |" in table and "| grpo_n16 | 1 | 250 | 64 | 1800 | 30.0 |" in table
-    assert table[-1] == "| all measured arms | | | | | 40.0 |"  # ada_balance holds no measured steps: left out
+                               "eval_seconds": 1800},  # a whole run: its evaluations count, 10 x (9000 + 1800) s
+                           1: {"train_seconds": 1600, "steps": 4, "generated_completions": 64 * 4, "cut": True}}
+    table = bench.cost_table(results, max_steps=36)  # the cut run's slow early steps (400 s) rate nothing
+    assert "| grpo_n4 | 2 | 88 | 16 | - | 8.8 |" in table and "| grpo_n16 | 2 | 250 | 64 | 1800 | 30.0 |" in table
+    assert table[-1] == "| all measured arms | | | | | 38.8 |"  # ada_balance holds no measured steps: left out
     argv = bench.compare_argv(bench.main.__globals__["argparse"].Namespace(
         pilot=True, model="m", set=[], seeds=[0], max_steps=5, eval_every=5, eval_examples=8, eval_k=0, jobs=1,
         threads=1, output_dir="out", deadline_s=None, report_only=False, vllm=False, arms=None))
