@@ -140,6 +140,11 @@ def sizing(results: dict) -> list[str]:
     return lines
 
 
+def whole(run: dict, max_steps: int) -> bool:
+    """A run that trained all `max_steps` steps, not one the deadline cut."""
+    return run["steps"] == max_steps and not run.get("cut")
+
+
 def cost_table(results: dict, max_steps: int, seeds: int = 10) -> list[str]:
     """What the design costs, from the runs so far: per arm, the median training seconds per optimizer step (one
     thread each; held-out evaluation not included) and generated completions per step, the median evaluation seconds
@@ -154,11 +159,11 @@ def cost_table(results: dict, max_steps: int, seeds: int = 10) -> list[str]:
         runs = [r for r in results.get(arm, {}).values() if r.get("steps") and r.get("train_seconds") is not None]
         if not runs:
             continue
-        whole = [r for r in runs if r["steps"] == max_steps and not r.get("cut")]
-        rated = whole or runs
+        whole_runs = [r for r in runs if whole(r, max_steps)]
+        rated = whole_runs or runs
         per_step = statistics.median(r["train_seconds"] / r["steps"] for r in rated)
         generated = statistics.median(r["generated_completions"] / r["steps"] for r in rated)
-        evals = [r["eval_seconds"] for r in whole if "eval_seconds" in r]
+        evals = [r["eval_seconds"] for r in whole_runs if "eval_seconds" in r]
         evaluation = statistics.median(evals) if evals else None
         hours = (per_step * max_steps + (evaluation or 0.0)) * seeds / 3600
         total += hours
@@ -184,7 +189,7 @@ def final_table(results: dict, max_steps: int, baseline: str = "grpo_n4") -> lis
              "|---|---:|---:|---:|---:|---|---|"]
 
     def finished(arm):
-        return {s: r for s, r in results.get(arm, {}).items() if r["steps"] == max_steps and not r.get("cut")}
+        return {s: r for s, r in results.get(arm, {}).items() if whole(r, max_steps)}
 
     base = finished(baseline)
     for arm, *_ in ARMS:
