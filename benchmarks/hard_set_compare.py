@@ -146,8 +146,8 @@ def whole(run: dict, max_steps: int) -> bool:
 
 
 def cost_table(results: dict, max_steps: int, seeds: int = 10) -> list[str]:
-    """What the design costs, from the runs so far: per arm, the median training seconds per optimizer step (one
-    thread each; held-out evaluation not included) and generated completions per step, the median evaluation seconds
+    """What the design costs, from the runs so far: per arm, the median training seconds per optimizer step (of the
+    runs on one thread; held-out evaluation not included) and generated completions per step, the median evaluation seconds
     of a whole run (runs that reached `max_steps`; older records lack them), and the CPU-hours of `seeds` runs of
     `max_steps` steps, evaluations included. Rates come from the whole runs when an arm has one: a cut run has only
     its early steps, which are slower while answers are still long. Part 5 of issue 50: past about 15 CPU-hours in
@@ -156,7 +156,8 @@ def cost_table(results: dict, max_steps: int, seeds: int = 10) -> list[str]:
              f"{max_steps} steps |", "|---|---:|---:|---:|---:|---:|"]
     total = 0.0
     for arm, *_ in ARMS:
-        runs = [r for r in results.get(arm, {}).values() if r.get("steps") and r.get("train_seconds") is not None]
+        runs = [r for r in results.get(arm, {}).values()
+                if r.get("steps") and r.get("train_seconds") is not None and r.get("threads", 1) == 1]
         if not runs:
             continue
         whole_runs = [r for r in runs if whole(r, max_steps)]
@@ -240,6 +241,25 @@ def record_path(output_dir: str) -> str:
     return os.path.join(HERE if output_dir == OUTPUT_DIR else output_dir, "hard_set_compare.json")
 
 
+EVAL_CACHE = os.path.join(HERE, "hard_set", "eval_cache")  # the base model's held-out scores, committed
+
+
+def keep_scores(source: str, target: str) -> int:
+    """Copy `trl-ada-compare`'s cached evaluations of the initial model (`<output_dir>/eval_cache/<key>.json`) that
+    `target` lacks: into the comparison's folder before it runs, back to the committed copy after. A fresh checkout
+    then skips scoring the base model again (about 14 minutes on one thread, every run of the session waiting on
+    it); the key digests the weights and every setting the scores depend on, so another model or split misses."""
+    if not os.path.isdir(source):
+        return 0
+    copied = 0
+    for name in sorted(os.listdir(source)):
+        if name.endswith(".json") and not os.path.exists(os.path.join(target, name)):
+            with open(os.path.join(source, name)) as f:
+                compare.write_json(os.path.join(target, name), json.load(f))
+            copied += 1
+    return copied
+
+
 def restore(args) -> int:
     """Write the runs kept in --json back into the results folder (those not there yet): a checkout resumes."""
     if not os.path.exists(args.json):
@@ -291,6 +311,10 @@ def main(argv=None) -> int:
     restored = restore(args)
     if restored:
         print(f"[hard_set_compare] {restored} finished runs restored from {args.json}", flush=True)
+    run_cache = os.path.join(args.output_dir, "eval_cache")
+    own_folder = args.output_dir == OUTPUT_DIR  # a rerun in its own folder scores the base model itself
+    if own_folder and keep_scores(EVAL_CACHE, run_cache):
+        print(f"[hard_set_compare] the base model's held-out scores restored from {EVAL_CACHE}", flush=True)
     report = {}
     try:
         report = compare.main(compare_argv(args))
@@ -299,6 +323,8 @@ def main(argv=None) -> int:
         runs = [record for arm in results.values() for record in arm.values()]
         settings = {k: v for k, v in vars(args).items() if k not in ("jobs", "threads")}
         compare.write_json(args.json, {"settings": settings, "report": report, "runs": runs})
+        if own_folder:
+            keep_scores(run_cache, EVAL_CACHE)
         # the curves beside the record (hard_set_compare.png): one line per run, at equal steps, completions, tokens
         compare.plot(results, [name for name, *_ in ARMS if name in results], os.path.splitext(args.json)[0] + ".png")
     print("\nSizing (pilot): the paired difference to GRPO n=4 at each evaluation, over the seeds both of whose runs "

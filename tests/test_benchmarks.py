@@ -385,6 +385,8 @@ def test_hard_set_compare_sizes_the_design_from_the_pilot():
     results["grpo_n16"] = {0: {"train_seconds": 9000, "steps": 36, "generated_completions": 64 * 36,
                                "eval_seconds": 1800},  # a whole run: its evaluations count, 10 x (9000 + 1800) s
                            1: {"train_seconds": 1600, "steps": 4, "generated_completions": 64 * 4, "cut": True}}
+    results["grpo_n16"][2] = {"train_seconds": 3600, "steps": 36, "generated_completions": 64 * 36,
+                              "eval_seconds": 900, "threads": 2}  # two threads' seconds: not the design's
     table = bench.cost_table(results, max_steps=36)  # the cut run's slow early steps (400 s) rate nothing
     assert "| grpo_n4 | 2 | 88 | 16 | - | 8.8 |" in table and "| grpo_n16 | 2 | 250 | 64 | 1800 | 30.0 |" in table
     assert table[-1] == "| all measured arms | | | | | 38.8 |"  # ada_balance holds no measured steps: left out
@@ -429,3 +431,22 @@ def test_hard_set_compare_reports_the_end_of_training_beside_the_papers_rows():
     # seed 0: +0.5 and +0.5, seed 1: 0 and 0 -> mean +25 points; the cut seed 2 is not in it
     assert rows["ada_balance"].startswith("| ada_balance | 2 | 20.0 -> 55.0 | 62.5 | 50.0 | +25.0 [")
     assert "(2 seeds) | 47.6 / 45.5 |" in rows["ada_balance"]
+
+
+def test_hard_set_compare_keeps_the_base_models_scores_for_a_fresh_checkout(tmp_path):
+    """The cached evaluations of the initial model go back to the committed copy after a session and into a fresh
+    folder before the next: whole entries only (no lock, no write in progress), never over one already there."""
+    bench = load("hard_set_compare")
+    committed, run_cache = tmp_path / "committed", tmp_path / "out" / "eval_cache"
+    assert bench.keep_scores(str(committed), str(run_cache)) == 0 and not run_cache.exists()  # nothing yet
+    run_cache.mkdir(parents=True)
+    (run_cache / "key1.json").write_text("[1.0, 0.0]")
+    (run_cache / "key1.json.lock").write_text("")
+    (run_cache / "key2.json.4242.tmp").write_text("[1.0,")  # another run is writing it
+    assert bench.keep_scores(str(run_cache), str(committed)) == 1
+    assert os.listdir(committed) == ["key1.json"] and json.loads((committed / "key1.json").read_text()) == [1.0, 0.0]
+    fresh = tmp_path / "fresh" / "eval_cache"
+    assert bench.keep_scores(str(committed), str(fresh)) == 1 and (fresh / "key1.json").read_text() == "[1.0, 0.0]"
+    (fresh / "key1.json").write_text("[0.0, 0.0]")  # a folder's own entry stays its own
+    assert bench.keep_scores(str(committed), str(fresh)) == 0 and (fresh / "key1.json").read_text() == "[0.0, 0.0]"
+    assert bench.EVAL_CACHE == os.path.join(bench.HERE, "hard_set", "eval_cache")

@@ -244,6 +244,7 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, ca
     cut = json.loads((out / "results" / "grpo-seed1.json").read_text())
     assert cut["cut"] and cut["stopped"] == "deadline" and cut["steps"] == 1 and cut["max_steps"] == 3
     assert [p["step"] for p in cut["curve"]] == [0] and cut["train_seconds"] > 0  # no evaluation at the cut
+    assert cut["threads"] == 1  # what its seconds are per (--threads, as a cost table must know)
     assert os.path.isdir(out / "runs" / "grpo-seed1" / "checkpoint-1")  # though the comparison saves nothing else
     with pytest.raises(ValueError, match="continue it with --max_steps 3"):  # not silently another run
         compare_main([*argv[:argv.index("--max_steps") + 1], "4", *argv[argv.index("--max_steps") + 2:],

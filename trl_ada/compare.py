@@ -340,7 +340,7 @@ def run_one(args, arm: Arm, seed: int) -> dict:
               "generated_completions": trainer.generation_count.completions,
               "generated_tokens": trainer.generation_count.tokens,
               "trained_completions": per_step * trainer.state.global_step * trainer.accelerator.num_processes,
-              "train_seconds": progress.end_seconds,
+              "train_seconds": progress.end_seconds, "threads": args.threads,  # seconds are per this many threads
               # what the held-out evaluations cost (both sets, avg@k included; a continued run adds its cut part's)
               "eval_seconds": (cut_record or {}).get("eval_seconds", 0.0) + score.seconds
               + (extra_score.seconds if extra_score is not None else 0.0),
