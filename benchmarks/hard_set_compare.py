@@ -20,7 +20,10 @@ The pilot (`--pilot`) runs GRPO n=4, GRPO n=16 and balanced and prints what the 
 standard deviation of each arm's paired difference to GRPO n=4 at the last common evaluation, the seeds for a 95%
 interval of at most +/-5 points (t interval, never fewer than 10), and where GRPO n=4's held-out curve flattened
 (the first evaluation after which its mean over seeds never rises 2 points above that evaluation's value).
-Every finished run is kept in `--json` (committed), which a fresh checkout resumes from.
+Every finished run is kept in `--json` (committed), which a fresh checkout resumes from, and the base model's
+held-out scores in `hard_set/eval_cache` (committed), which it reads instead of scoring the model again. A cut run's
+checkpoint stays in `runs/`, so it continues only on the machine that cut it: GRPO n=16's 60 steps take 2-2.5 hours
+on one thread; start them first in a session.
 """
 
 from __future__ import annotations
