@@ -152,9 +152,9 @@ def cost_table(results: dict, max_steps: int, seeds: int = 10) -> list[str]:
     """What the design costs, from the runs so far: per arm, the median training seconds per optimizer step (of the
     runs on one thread; held-out evaluation not included) and generated completions per step, the median evaluation
     seconds of a whole run (runs that reached `max_steps`; older records lack them), and the CPU-hours of `seeds`
-    runs of `max_steps` steps, evaluations included. Rates come from the whole runs when an arm has one: a cut run has only
-    its early steps, which are slower while answers are still long. Part 5 of issue 50: past about 15 CPU-hours in
-    all, shrink what costs most first."""
+    runs of `max_steps` steps, evaluations included. Rates come from the whole runs when an arm has one: a cut run
+    has only its early steps, which are slower while answers are still long. Part 5 of issue 50: past about 15
+    CPU-hours in all, shrink what costs most first."""
     lines = [f"| arm | runs | s/step | generated completions/step | evaluation s/run | CPU-hours for {seeds} x "
              f"{max_steps} steps |", "|---|---:|---:|---:|---:|---:|"]
     total = 0.0
