@@ -359,6 +359,31 @@ def test_runs_in_parallel_get_their_own_master_port(monkeypatch):
     assert started[0] != started[1] and started[2] != started[3]  # the runs that ran together
 
 
+def test_runs_one_after_another_use_a_free_port_not_accelerates_default(monkeypatch):
+    """--jobs 1 beside another comparison: both took accelerate's default MASTER_PORT (29500) and the second failed
+    with EADDRINUSE (the hard-set pilot). Unset, the serial runs get a port free now, and the caller's environment is
+    left as it was; a MASTER_PORT the caller set is kept."""
+    import argparse
+    import socket
+
+    from trl_ada import compare
+
+    seen = []
+    monkeypatch.setattr(compare, "run_one", lambda args, arm, seed: seen.append(os.environ.get("MASTER_PORT")))
+    args = argparse.Namespace(threads=1, jobs=1, stop_at=None)
+    pending = [(compare.Arm("a"), 0), (compare.Arm("a"), 1)]
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    compare.run_serial(pending, args, compare.Deadline(None, 1))
+    assert len(seen) == 2 and seen[0] == seen[1] and seen[0] not in (None, "29500")
+    with socket.socket() as s:  # free when chosen: nothing else holds it now
+        s.bind(("127.0.0.1", int(seen[0])))
+    assert "MASTER_PORT" not in os.environ
+    monkeypatch.setenv("MASTER_PORT", "29517")
+    seen.clear()
+    compare.run_serial(pending, args, compare.Deadline(None, 1))
+    assert seen == ["29517", "29517"] and os.environ["MASTER_PORT"] == "29517"
+
+
 @pytest.mark.slow
 def test_a_failed_run_in_parallel_still_leaves_the_report_of_the_others(tmp_path, monkeypatch):
     """--jobs 2: one arm's run fails (a batch its group size does not divide); the other's result and the report are

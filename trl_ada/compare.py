@@ -615,12 +615,7 @@ def main(argv=None) -> dict:
               f"{args.output_dir}/results)", flush=True)
         clock = Deadline(args.deadline_s, args.jobs, continued=not args.keep_cut)
         if args.jobs <= 1:
-            for arm, seed in pending:
-                if not clock.may_start():
-                    break
-                started = time.time()
-                run_one(args, arm, seed)
-                clock.finished(time.time() - started)
+            run_serial(pending, args, clock)
         else:
             failed = run_parallel(argv, pending, args, clock)
         if clock.refused:
@@ -674,6 +669,25 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+def run_serial(pending, args, clock: Deadline) -> None:
+    """`--jobs 1`: the runs one after another, in this process. Unless the caller set MASTER_PORT, they use a port
+    free now rather than accelerate's default 29500: a colocated vLLM engine binds it, so a second comparison running
+    beside this one (another `--jobs 1` call) otherwise failed with EADDRINUSE."""
+    chosen = "MASTER_PORT" not in os.environ
+    if chosen:
+        os.environ["MASTER_PORT"] = str(free_ports(1)[0])
+    try:
+        for arm, seed in pending:
+            if not clock.may_start():
+                break
+            started = time.time()
+            run_one(args, arm, seed)
+            clock.finished(time.time() - started)
+    finally:
+        if chosen:
+            del os.environ["MASTER_PORT"]
 
 
 def run_parallel(argv, pending, args, clock: Deadline) -> list[str]:
