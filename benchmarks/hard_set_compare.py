@@ -23,7 +23,7 @@ interval of at most +/-5 points (t interval, never fewer than 10), and where GRP
 Every finished run is kept in `--json` (committed), which a fresh checkout resumes from, and the base model's
 held-out scores in `hard_set/eval_cache` (committed), which it reads instead of scoring the model again. A cut run's
 checkpoint stays in `runs/`, so it continues only on the machine that cut it: GRPO n=16's 60 steps take 2-2.5 hours
-on one thread; start them first in a session. A GRPO n=16 run holds about 11-12 GB resident with its vLLM engine: two
+on one thread; start them first in a session. A GRPO n=16 run held 10.7-12.5 GB resident with its vLLM engine: two
 at once do not fit in 24 GiB (the second was OOM-killed), so on such a machine pair it with another arm, e.g. two
 `--jobs 1` calls, one `--arms grpo_n16`, one the other arms (each picks its own free MASTER_PORT).
 """
