@@ -227,6 +227,7 @@ def compare_argv(args) -> list[str]:
             "--seeds", *map(str, args.seeds),
             "--max_steps", str(args.max_steps), "--eval_every", str(args.eval_every),
             "--eval_split", "test_hard", "--eval_extra_split", "test_easy", "--eval_examples", str(args.eval_examples),
+            "--eval_min_examples", str(min(20, args.eval_examples)),  # its size is this script's own choice
             "--eval_k", str(args.eval_k), "--jobs", str(args.jobs), "--threads", str(args.threads),
             "--output_dir", args.output_dir]
     if args.deadline_s is not None:

@@ -73,6 +73,7 @@ def compare_argv(regime: str, args) -> list[str]:
             # a step cap the budget always reaches first (GRPO makes 16 completions a step, an Ada arm more)
             "--max_steps", str(budget // 16 + 1), "--max_completions", str(budget),
             "--eval_every", str(args.eval_every), "--eval_examples", str(args.eval_examples),
+            "--eval_min_examples", str(min(20, args.eval_examples)),  # its size is this script's own choice
             "--eval_k", str(args.eval_k), "--jobs", str(args.jobs), "--threads", str(args.threads),
             "--output_dir", os.path.join(args.output_dir, FOLDERS[regime])]
     for name, recipe, overrides, _ in REGIMES[regime]:

@@ -37,7 +37,7 @@ def test_compare_pairs_seeds_counts_every_completion_and_resumes(tmp_path, capsy
     out = tmp_path / "compare"
     argv = ["--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false",
             "--arm", "balanced", "reinforce_ada_choice=balanced", "--seeds", "0", "1", "--max_steps", "2",
-            "--eval_every", "1", "--eval_examples", "6", "--eval_fraction", "0.2", "--eval_k", "2",
+            "--eval_every", "1", "--eval_examples", "6", "--eval_min_examples", "6", "--eval_fraction", "0.2", "--eval_k", "2",
             "--eval_extra_split", "train", "--output_dir", str(out)]
     report = compare_main(argv)
     results = {(r["arm"], r["seed"]): r for r in map(lambda p: json.load(open(p)), (out / "results").glob("*.json"))}
@@ -238,7 +238,7 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, ca
     out = tmp_path / "compare"
     argv = ["--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false",
             "--arm", "balanced", "reinforce_ada_choice=balanced", "--seeds", "0", "1", "--max_steps", "3",
-            "--eval_every", "2", "--eval_examples", "6", "--eval_fraction", "0.2", "--eval_k", "0",
+            "--eval_every", "2", "--eval_examples", "6", "--eval_min_examples", "6", "--eval_fraction", "0.2", "--eval_k", "0",
             "--output_dir", str(out)]
     compare_main(argv + ["--only", "grpo", "1", "--stop_at", repr(time.time())])  # the deadline has passed
     cut = json.loads((out / "results" / "grpo-seed1.json").read_text())
@@ -395,7 +395,7 @@ def test_a_failed_run_in_parallel_still_leaves_the_report_of_the_others(tmp_path
     with pytest.raises(RuntimeError, match=r"failed \(rerun to retry them\): \['bad seed 0'\]"):
         compare_main(["--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false",
                       "--arm", "bad", "per_device_train_batch_size=6", "--seeds", "0", "--max_steps", "1",
-                      "--eval_every", "1", "--eval_examples", "4", "--eval_fraction", "0.2", "--eval_k", "0",
+                      "--eval_every", "1", "--eval_examples", "4", "--eval_min_examples", "4", "--eval_fraction", "0.2", "--eval_k", "0",
                       "--jobs", "2", "--output_dir", str(out)])
     assert (out / "results" / "grpo-seed0.json").exists() and not (out / "results" / "bad-seed0.json").exists()
     assert json.loads((out / "report.json").read_text())["cost"]["grpo"]["runs"] == 1

@@ -11,9 +11,11 @@ its own recipe: `--arm mine path/to/recipe.yaml field=value`); the first arm is 
 
 - **Paired seeds.** Seed s gives every arm the same initial weights, the same training data and the same prompt
   order; only the sampler differs. Differences are taken per seed, so a seed's luck cancels out.
-- **A held-out set** the runs never train on: `--eval_split` (a split of the recipe's dataset, e.g. `test`), else the
-  built-in tasks' own held-out split, else `--eval_fraction` of the training rows, split off by a hash of their
-  prompt. Each question's score is the recipe's reward (the weighted sum of its reward functions: accuracy for 0/1
+- **A held-out set** the runs never train on: `--eval_dataset` (a file, folder or Hub id of its own, `--eval_split`
+  choosing its split), else `--eval_split` (a split of the recipe's dataset, e.g. `test`; refused for a single local
+  file, which holds one split), else the built-in tasks' own held-out split, else `--eval_fraction` of the training
+  rows, split off by a hash of their prompt. Its source and size are printed and reported; fewer than
+  `--eval_min_examples` (20) questions is refused, since every interval is over them. Each question's score is the recipe's reward (the weighted sum of its reward functions: accuracy for 0/1
   rewards) of a greedy answer, before training, every `--eval_every` optimizer steps and at the end; avg@k
   (`--eval_k` samples at temperature 1) before and at the end too. Evaluation runs under fixed sampling noise and
   does not touch the run's random state, so the evaluation before training is scored once per initial model
@@ -39,8 +41,9 @@ its own recipe: `--arm mine path/to/recipe.yaml field=value`); the first arm is 
   though it will not finish. With `--keep_cut` a cut run is final instead (sessions of a fixed length whose
   checkpoints do not outlive them, such as a lent GPU's): no run starts that would end after the deadline, a run
   stops early enough for its cut's greedy evaluation (as long as its last one took, 1.5 times over) to end by the
-  deadline, and no checkpoint is written. `--max_completions` stops each run at the first step at which it has
-  generated that many completions (every arm the same generation budget).
+  deadline, and no checkpoint is written. `--max_completions` and `--max_tokens` stop each run at the first step at
+  which it has generated that many completions or tokens (every arm the same generation budget: a cheap arm runs
+  more steps, so give a `--max_steps` that no arm reaches).
 """
 
 from __future__ import annotations
@@ -95,25 +98,40 @@ class Arm:
 # One run.
 
 def held_out_split(args, script_args, train):
-    """(training rows, held-out rows): see the module docstring for the order of the choices."""
+    """(training rows, held-out rows, where the held-out rows come from): see the module docstring for the order of
+    the choices. Fewer than `--eval_min_examples` held-out questions is an error: every interval of the comparison
+    is over these questions, and a handful of them cannot tell two samplers apart."""
     from .train import ScriptArguments, load_train_dataset
 
-    if args.eval_split is not None:
+    if args.eval_dataset is not None:
+        source = f"{args.eval_dataset}" + (f" (split {args.eval_split})" if args.eval_split else "")
+        eval_args = ScriptArguments(**{**vars(script_args), "dataset_name": args.eval_dataset,
+                                       "dataset_split": args.eval_split or "train", "dataset_num_examples": None})
+        held = load_train_dataset(eval_args, args.task_seed)
+    elif args.eval_split is not None:
+        source = f"{script_args.dataset_name} split {args.eval_split}"
         eval_args = ScriptArguments(**{**vars(script_args), "dataset_split": args.eval_split})
         held = load_train_dataset(eval_args, args.task_seed)
     elif script_args.dataset_name == "arithmetic":
         from .data import arithmetic_problems
 
+        source = "arithmetic split test"
         held = arithmetic_problems(args.eval_examples, args.task_seed, split="test")
     else:
         def is_held_out(row):
             return zlib.crc32(json.dumps(row["prompt"], sort_keys=True).encode()) % 1000 < 1000 * args.eval_fraction
 
+        source = f"{script_args.dataset_name}: {args.eval_fraction:g} of its rows, by a hash of the prompt"
         held = train.filter(is_held_out)
         train = train.filter(lambda row: not is_held_out(row))
-    if len(held) == 0:
-        raise ValueError("the held-out set is empty: raise --eval_fraction or give --eval_split.")
-    return train, held.select(range(min(args.eval_examples, len(held))))
+    held = held.select(range(min(args.eval_examples, len(held))))
+    if len(held) < args.eval_min_examples:
+        raise ValueError(
+            f"the held-out set ({source}) has {len(held)} questions, fewer than --eval_min_examples "
+            f"{args.eval_min_examples}: every interval of the comparison is over held-out questions, and so few "
+            "cannot tell two samplers apart. Give a larger one (--eval_dataset FILE, --eval_split, --eval_examples, "
+            "--eval_fraction), or lower --eval_min_examples knowingly.")
+    return train, held, source
 
 
 def _function_identity(func) -> list[str]:
@@ -205,16 +223,16 @@ class Progress(TrainerCallback):
     generated. `count` is the trainer's `generation_count`, set once the trainer exists."""
 
     def __init__(self, score: HeldOutScore, every: int, eval_k: int, label: str,
-                 stop_at: float | None = None, max_completions: int | None = None,
+                 stop_at: float | None = None, max_completions: int | None = None, max_tokens: int | None = None,
                  extra_score: HeldOutScore | None = None, continue_cut: bool = True):
         self.count = None
         self.continue_cut = continue_cut  # a deadline's cut is continued later: evaluate at the real end only
         self.score, self.every, self.eval_k, self.label = score, every, eval_k, label
         self.extra_score = extra_score  # --eval_extra_split: a second held-out set, watched, not compared
-        self.stop_at, self.max_completions = stop_at, max_completions
+        self.stop_at, self.max_completions, self.max_tokens = stop_at, max_completions, max_tokens
         self.curve: list[dict] = []
         self.started = 0.0
-        self.stopped = None  # None: ran its max_steps; "deadline" or "max_completions"
+        self.stopped = None  # None: ran its max_steps; "deadline", "max_completions" or "max_tokens"
         self.resumed_seconds = None  # training seconds before the cut this run continues from
         self.end_seconds = None  # training seconds when it stopped (evaluations excluded)
         # What the last greedy evaluation on the grid took: a final cut (continue_cut off) stops this much earlier,
@@ -263,6 +281,8 @@ class Progress(TrainerCallback):
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if self.max_completions is not None and self.count.completions >= self.max_completions:
             self.stopped = "max_completions"
+        elif self.max_tokens is not None and self.count.tokens >= self.max_tokens:
+            self.stopped = "max_tokens"
         elif self.stop_at is not None and time.time() + self.cut_margin() >= self.stop_at \
                 and state.global_step < state.max_steps:
             self.stopped = "deadline"
@@ -303,20 +323,25 @@ def run_one(args, arm: Arm, seed: int) -> dict:
     model = resolve_model(model_args.model_name_or_path, training_args, script_args.warm_start_steps)
     if model_args.dtype not in (None, "auto"):
         training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype}
-    train, held = held_out_split(args, script_args, load_train_dataset(script_args, args.task_seed))
+    train, held, held_source = held_out_split(args, script_args, load_train_dataset(script_args, args.task_seed))
+    print(f"[compare] held-out: {held_source}, {len(held)} questions", flush=True)
     reward_funcs = load_reward_funcs(script_args.reward_funcs)
     cache_dir = os.path.join(args.output_dir, "eval_cache")
     score = HeldOutScore(AutoTokenizer.from_pretrained(model), held, reward_funcs, training_args.reward_weights,
                          training_args.max_completion_length, args.eval_seed, cache_dir)
     extra_score = None
-    if args.eval_extra_split is not None:  # e.g. the easy questions a run on hard ones could forget
-        extra = load_train_dataset(ScriptArguments(**{**vars(script_args), "dataset_split": args.eval_extra_split}),
-                                   args.task_seed)
+    if args.eval_extra_split is not None or args.eval_extra_dataset is not None:
+        # e.g. the easy questions a run on hard ones could forget
+        extra_args = {"dataset_split": args.eval_extra_split or "train"}
+        if args.eval_extra_dataset is not None:
+            extra_args.update(dataset_name=args.eval_extra_dataset, dataset_num_examples=None)
+        extra = load_train_dataset(ScriptArguments(**{**vars(script_args), **extra_args}), args.task_seed)
         extra_score = HeldOutScore(AutoTokenizer.from_pretrained(model), extra.select(range(min(args.eval_examples,
                                    len(extra)))), reward_funcs, training_args.reward_weights,
                                    training_args.max_completion_length, args.eval_seed, cache_dir)
     progress = Progress(score, args.eval_every, args.eval_k, f"{arm.name} seed {seed}",
-                        stop_at=args.stop_at, max_completions=args.max_completions, extra_score=extra_score,
+                        stop_at=args.stop_at, max_completions=args.max_completions, max_tokens=args.max_tokens,
+                        extra_score=extra_score,
                         continue_cut=not args.keep_cut)
     checkpoint, cut_record = cut_checkpoint(args, arm.name, seed, run_dir)
     if checkpoint is not None:
@@ -344,7 +369,7 @@ def run_one(args, arm: Arm, seed: int) -> dict:
               # what the held-out evaluations cost (both sets, avg@k included; a continued run adds its cut part's)
               "eval_seconds": (cut_record or {}).get("eval_seconds", 0.0) + score.seconds
               + (extra_score.seconds if extra_score is not None else 0.0),
-              "held_out_questions": len(held), "curve": progress.curve,
+              "held_out_questions": len(held), "held_out_source": held_source, "curve": progress.curve,
               "resumed_at": [*(cut_record or {}).get("resumed_at", []), *([cut_record["steps"]] if cut_record else [])],
               "reward": [h.get("sampling/iid_reward", h.get("reward")) for h in logs],
               # per step, the share of trained groups whose rewards differ, the groups that carry a gradient: 1 - TRL's
@@ -439,6 +464,9 @@ def compare(results: dict[str, dict[int, dict]], arms: list[str]) -> dict:
             "baseline_tokens_per_step": per_step(baseline, "generated_tokens"),
         }
     report["cost"] = {name: arm_cost(results.get(name, {})) for name in arms if results.get(name)}
+    records = [r for name in arms for r in results.get(name, {}).values()]
+    report["held_out"] = [list(pair) for pair in sorted({(r.get("held_out_source", "?"), r["held_out_questions"])
+                                                         for r in records})]
     return report
 
 
@@ -491,7 +519,9 @@ def _at(curve, axis, x):
 
 def print_report(report: dict) -> None:
     baseline = report["baseline"]
-    print(f"\nPaired difference to {baseline} in held-out score (points, 95% bootstrap interval over seeds and "
+    held = "; ".join(f"{source}, {n} questions" for source, n in report.get("held_out", []))
+    print(f"\nHeld-out set: {held or 'unknown'}.")
+    print(f"Paired difference to {baseline} in held-out score (points, 95% bootstrap interval over seeds and "
           "questions; an interval containing 0 reads 'no difference measured').")
     print(f"\n| arm | seeds | completions per step (vs {baseline}) | equal generated completions | equal generated "
           "tokens | equal optimizer steps (last evaluation every seed reached) |\n|---|---:|---|---|---|---|")
@@ -562,7 +592,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max_steps", type=int, required=True, help="optimizer steps per run (every arm the same)")
     parser.add_argument("--eval_every", type=int, default=5, help="optimizer steps between held-out evaluations")
     parser.add_argument("--eval_examples", type=int, default=64, help="held-out questions at most")
-    parser.add_argument("--eval_split", default=None, help="the recipe dataset's split to evaluate on (e.g. test)")
+    parser.add_argument("--eval_split", default=None,
+                        help="the split to evaluate on (e.g. test): of --eval_dataset if given, else of the recipe's "
+                             "dataset (a single local file holds one split: it is refused there)")
+    parser.add_argument("--eval_dataset", default=None,
+                        help="the held-out set from its own source (a local json/jsonl/parquet/csv file, a folder or a "
+                             "Hub id), loaded as the recipe loads its dataset (same dataset_prompt_template)")
+    parser.add_argument("--eval_extra_dataset", default=None, help="--eval_extra_split's set from its own source")
+    parser.add_argument("--eval_min_examples", type=int, default=20,
+                        help="refuse a held-out set smaller than this (its questions are what the intervals are over)")
     parser.add_argument("--eval_extra_split", default=None,
                         help="a second split scored at the same points and reported beside the comparison, not in it "
                              "(e.g. the easy questions a run on hard ones could forget)")
@@ -582,6 +620,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "for its greedy evaluation to end by the deadline, and writes no checkpoint")
     parser.add_argument("--max_completions", type=int, default=None,
                         help="stop each run at the first step at which it has generated this many completions")
+    parser.add_argument("--max_tokens", type=int, default=None,
+                        help="stop each run at the first step at which it has generated this many tokens (every arm "
+                             "the same budget on the hardware-free cost axis; give a --max_steps no arm reaches)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--output_dir", default="runs/compare")
     parser.add_argument("--report_only", action="store_true", help="recompute the report from results/, train nothing")

@@ -50,14 +50,66 @@ def load_math_dataset(
     `answer_column` defaults to the first of `gt` (training sets), `answer` (evaluation sets) or `solution` found.
     Raises a ValueError naming the columns found when the problem or answer column is missing.
     """
-    extension = os.path.splitext(name_or_path)[1].lower()
-    if extension in _LOCAL_FORMATS:
+    raw = load_raw_dataset(name_or_path, split, local_split="any")
+    return to_prompt_dataset(raw, problem_column, answer_column, source=name_or_path, num_examples=num_examples)
+
+
+def is_local_file(name_or_path: str) -> bool:
+    """Whether `name_or_path` names a single local data file (json, jsonl, parquet or csv) rather than a Hub id or a
+    data set folder."""
+    return os.path.splitext(name_or_path)[1].lower() in _LOCAL_FORMATS
+
+
+def load_raw_dataset(name_or_path: str, split: str = "train", local_split: str = "train") -> Dataset:
+    """A data set as its source holds it, columns unchanged: a Hub id or a local folder (`split` chosen there), or a
+    single local json/jsonl/parquet/csv file, which holds one split. `local_split="train"` refuses any other `split`
+    for such a file, so that a held-out split asked of it is never silently the training rows; `"any"` reads the file
+    whatever `split` says (an evaluation file is its own split)."""
+    if is_local_file(name_or_path):
         if not os.path.exists(name_or_path):
             raise FileNotFoundError(f"dataset file {name_or_path!r} does not exist.")
-        raw = load_dataset(_LOCAL_FORMATS[extension], data_files=name_or_path, split="train")
-    else:  # a Hub id or a local data set folder
-        raw = load_dataset(name_or_path, split=split)
-    return to_prompt_dataset(raw, problem_column, answer_column, source=name_or_path, num_examples=num_examples)
+        if local_split != "any" and split != local_split:
+            raise ValueError(
+                f"split {split!r}: {name_or_path!r} is a single file, which holds one split ({local_split!r}). Give "
+                "the held-out rows as a file of their own (trl-ada-compare --eval_dataset FILE), or a data set "
+                "folder with one file per split (train.jsonl, test.jsonl).")
+        return load_dataset(_LOCAL_FORMATS[os.path.splitext(name_or_path)[1].lower()], data_files=name_or_path,
+                            split="train")
+    return load_dataset(name_or_path, split=split)  # a Hub id or a local data set folder
+
+
+PROMPT_TEMPLATES = ("math", "user")
+
+
+def to_trl_dataset(raw: Dataset, prompt_template: str | None = None, problem_column: str = "problem",
+                   answer_column: str | None = None, source: str = "dataset") -> Dataset:
+    """A loaded data set in GRPOTrainer's format, as a recipe asks for it with `dataset_prompt_template`:
+
+    - None (the default): the data set is used as it is. It must have a `prompt` column (text or conversational);
+      every column keeps its name and reaches the reward functions, exactly as GRPOTrainer would hand them over.
+    - "math": the reference's math prompt (`make_prompt`: a system message asking for \\boxed{}, the problem with
+      its step-by-step suffix) built from `problem_column`, and the gold answer column renamed to `answer`, which
+      `boxed_math_reward` reads (see `to_prompt_dataset`).
+    - "user": `problem_column` as a single user message, every column unchanged.
+    """
+    columns = list(raw.column_names)
+    if prompt_template == "math":
+        return to_prompt_dataset(raw, problem_column, answer_column, source=source)
+    if prompt_template == "user":
+        if problem_column not in columns:
+            raise ValueError(f"{source}: no problem column {problem_column!r}; columns found: {columns}. Pass "
+                             "--dataset_problem_column <name>.")
+        return raw.map(lambda row: {"prompt": [{"role": "user", "content": str(row[problem_column])}]})
+    if prompt_template is not None:
+        raise ValueError(f"dataset_prompt_template={prompt_template!r}: use one of {PROMPT_TEMPLATES}, or leave it "
+                         "unset to train on the data set's own `prompt` column.")
+    if "prompt" not in columns:
+        raise ValueError(
+            f"{source}: no 'prompt' column; columns found: {columns}. GRPOTrainer trains on a 'prompt' column (text, "
+            "or a list of chat messages). Add one, or set dataset_prompt_template: user (the "
+            f"{problem_column!r} column as a user message) or math (the reference's \\boxed{{}} prompt, gold answer "
+            "renamed to 'answer'); --dataset_problem_column names the column.")
+    return raw
 
 
 def to_prompt_dataset(

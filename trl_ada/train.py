@@ -29,7 +29,8 @@ from trl import ModelConfig, TrlParser, get_peft_config
 
 from .config import AdaGRPOConfig
 from .agents import product_problems, tool_warm_start
-from .data import arithmetic_problems, hard_arithmetic, load_math_dataset, synthetic_arithmetic, word_problems
+from .data import (arithmetic_problems, hard_arithmetic, load_raw_dataset, synthetic_arithmetic, to_trl_dataset,
+                   word_problems)
 from .models import missing_model_message
 from .rewards import boxed_math_reward, check_gold_answers, last_number_reward
 from .tiny import build_tiny_model
@@ -47,9 +48,20 @@ class ScriptArguments:
                   "screened hard set (benchmarks/hard_set)."},
     )
     dataset_split: str = field(default="train", metadata={"help": "Split to train on."})
-    dataset_problem_column: str = field(default="problem", metadata={"help": "Column with the problem text."})
+    dataset_prompt_template: str | None = field(
+        default=None,
+        metadata={"help": "How the rows of a Hub id or local file become prompts. Unset (the default): as "
+                  "GRPOTrainer takes them, the data set's own `prompt` column (text or conversational), every "
+                  "column unchanged. 'math': the reference's prompt (a system message asking for \\boxed{}, the "
+                  "problem with a step-by-step suffix) built from dataset_problem_column, the gold answer column "
+                  "renamed to `answer` (boxed_math_reward reads it): the math recipes set it. 'user': "
+                  "dataset_problem_column as a single user message, every column unchanged."},
+    )
+    dataset_problem_column: str = field(
+        default="problem", metadata={"help": "With dataset_prompt_template: the column with the problem text."})
     dataset_answer_column: str | None = field(
-        default=None, metadata={"help": "Column with the gold answer (default: the first of gt, answer, solution)."}
+        default=None, metadata={"help": "With dataset_prompt_template=math: the column with the gold answer "
+                                "(default: the first of gt, answer, solution)."}
     )
     dataset_num_examples: int | None = field(default=None, metadata={"help": "Train on the first N examples only."})
     synthetic_difficulty: int = field(
@@ -115,11 +127,13 @@ def load_train_dataset(script_args: ScriptArguments, seed: int):
         return hard_arithmetic(script_args.dataset_split, num_examples=script_args.dataset_num_examples)
     if script_args.dataset_name == "products":  # the tool-use task: synthetic_difficulty does not apply
         return product_problems(script_args.synthetic_num_examples, seed)
-    dataset = load_math_dataset(
-        script_args.dataset_name, script_args.dataset_split, script_args.dataset_problem_column,
-        script_args.dataset_answer_column, script_args.dataset_num_examples,
-    )
-    check_gold_answers(dataset["answer"])  # a bad gold answer is a data error: fail before any GPU time is spent
+    raw = load_raw_dataset(script_args.dataset_name, script_args.dataset_split)
+    if script_args.dataset_num_examples is not None:
+        raw = raw.select(range(min(script_args.dataset_num_examples, len(raw))))
+    dataset = to_trl_dataset(raw, script_args.dataset_prompt_template, script_args.dataset_problem_column,
+                             script_args.dataset_answer_column, source=script_args.dataset_name)
+    if script_args.dataset_prompt_template == "math":
+        check_gold_answers(dataset["answer"])  # a bad gold answer is a data error: fail before any GPU time is spent
     return dataset
 
 
