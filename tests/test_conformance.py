@@ -259,6 +259,9 @@ CELLS = [
          rewards=lambda models: none_reward, samplers=("balanced", "positive_focused", "dynamic", "budget")),
     Cell("reward-logging", "a reward calling `log_extra` and `log_metric`", rewards=lambda models: logging_reward,
          samplers=("balanced", "dynamic")),
+    Cell("remove-unused-columns", "`remove_unused_columns=True` (the reward gets no extra column, refills included)",
+         rewards=lambda models: length_reward, config=dict(remove_unused_columns=True),
+         samplers=("dynamic", "budget")),
     # Loss and advantage settings (GRPOConfig)
     *(Cell(f"loss-{loss}", f"`loss_type=\"{loss}\"`", config=dict(loss_type=loss))
       for loss in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo")),

@@ -309,17 +309,15 @@ class Progress(TrainerCallback):
 def run_one(args, arm: Arm, seed: int) -> dict:
     """Train one (arm, seed) and return its record (also written to results/<arm>-seed<seed>.json)."""
     from transformers import AutoTokenizer, PrinterCallback
-    from trl import ModelConfig, TrlParser, get_peft_config
+    from trl import get_peft_config
 
-    from .config import AdaGRPOConfig
-    from .train import ScriptArguments, load_object, load_reward_funcs, load_train_dataset, resolve_model
+    from .train import ScriptArguments, load_object, load_reward_funcs, load_train_dataset, parse_recipe, resolve_model
     from .trainer import AdaGRPOTrainer
 
     run_dir = os.path.join(args.output_dir, "runs", f"{arm.name}-seed{seed}")
     argv = ["--config", arm.recipe or args.config, *args.set_argv, *arm.argv(), *BASE_FIELDS,
             "--seed", str(seed), "--output_dir", run_dir, "--max_steps", str(args.max_steps)]
-    parser = TrlParser((ScriptArguments, AdaGRPOConfig, ModelConfig))
-    script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
+    script_args, training_args, model_args = parse_recipe(argv)
     model = resolve_model(model_args.model_name_or_path, training_args, script_args.warm_start_steps)
     if model_args.dtype not in (None, "auto"):
         training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype}

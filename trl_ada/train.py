@@ -21,8 +21,11 @@ demonstrations (recipes/tiny/tools_ada_pos.yaml).
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import importlib
 import os
+import sys
 from dataclasses import dataclass, field
 
 from trl import ModelConfig, TrlParser, get_peft_config
@@ -107,13 +110,48 @@ def load_reward_funcs(names: list[str]):
 
 
 def load_object(path: str, field_name: str):
-    """`pkg.module:name` or `pkg.module.name`, imported; a clear error naming the field when it is not there."""
+    """`pkg.module:name` or `pkg.module.name`, imported; a clear error naming the field when it is not there.
+
+    The current folder is searched first, as `python -m trl_ada.train` searches it, so that a console script
+    (`trl-ada-train`, `trl-ada-compare`) finds a reward module the user keeps beside their recipe."""
     module, _, attribute = path.rpartition(":") if ":" in path else path.rpartition(".")
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
     try:
         return getattr(importlib.import_module(module), attribute)
     except (ImportError, AttributeError, ValueError) as error:
-        raise ValueError(f"{field_name}: cannot import {path!r} ({error}); give an import path such as "
-                         "'trl_ada.agents:multiply'.") from None
+        raise ValueError(f"{field_name}: cannot import {path!r} ({error}). Looked in the current folder ({here}) and "
+                         "the installed packages; give an import path such as 'my_task:my_reward' for my_task.py in "
+                         "the current folder, or 'trl_ada.agents:multiply'.") from None
+
+
+RECIPE_CLASSES = (ScriptArguments, AdaGRPOConfig, ModelConfig)
+
+
+def parse_recipe(argv=None, classes=RECIPE_CLASSES) -> tuple:
+    """TrlParser over the recipe's dataclasses (a YAML `--config` and command-line overrides), as TRL's scripts parse
+    them. A key that is no field, in the YAML or on the command line, is an error that names it, where it came
+    from and the closest field."""
+    parser = TrlParser(classes)
+    *parsed, from_config, from_command_line = parser.parse_args_and_config(
+        args=argv, return_remaining_strings=True, separate_remaining_strings=True)
+    if from_config or from_command_line:
+        names = [f.name for cls in classes for f in dataclasses.fields(cls)]
+        problems = []
+        for where, strings in (("the recipe", from_config), ("the command line", from_command_line)):
+            for item in strings:
+                if not item.startswith("--"):
+                    continue
+                key = item[2:].split("=", 1)[0]
+                close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+                problems.append(f"{key!r} in {where}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        stray = [item for item in (*from_config, *from_command_line) if not item.startswith("--")]
+        raise ValueError(
+            f"unknown recipe key{'s' if len(problems) > 1 else ''}: {'; '.join(problems) or stray}. A recipe's keys "
+            "are the fields of trl_ada.train.ScriptArguments, trl_ada.AdaGRPOConfig and trl.ModelConfig (`python -m "
+            "trl_ada.train --help` lists them).")
+    return tuple(parsed)
 
 
 def load_train_dataset(script_args: ScriptArguments, seed: int):
@@ -171,8 +209,7 @@ def resolve_model(name: str | None, training_args, warm_start_steps: int = 300) 
 
 
 def main(argv=None):
-    parser = TrlParser((ScriptArguments, AdaGRPOConfig, ModelConfig))
-    script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
+    script_args, training_args, model_args = parse_recipe(argv)
     model = resolve_model(model_args.model_name_or_path, training_args, script_args.warm_start_steps)
     if model_args.dtype not in (None, "auto"):
         training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype}

@@ -80,7 +80,8 @@ from .resume import (GROUP_EXPORT_FILE, MEMORY_EXPORT_FILE, export_memory, load_
 from .rollouts import (Sample, StepSampling, _nanmean, check_rollout_rows, join_rollout, merge_round_metrics,
                        split_rollout, step_metrics, weighted_sum)
 from .sampling import PromptResult, count_signs, run_adaptive_sampling
-from .support import check_trainer_arguments
+from .support import (check_prompt_column, check_trainer_arguments, checked_reward, warn_if_fewer_processes,
+                      warn_if_threshold_outside)
 from .vllm_backend import ReloadingVLLMGeneration, vllm_generation_for
 
 logger = get_logger(__name__)
@@ -146,8 +147,13 @@ class AdaGRPOTrainer(GRPOTrainer):
             )
         given = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *pos, **kwargs)
         check_trainer_arguments(args, given.arguments)  # before the model loads
+        check_prompt_column(given.arguments.get("train_dataset"))
         with vllm_generation_for(args):
             super().__init__(model, reward_funcs, args, *pos, **kwargs)
+        self.reward_funcs = [func if isinstance(func, torch.nn.Module) else checked_reward(func, name)
+                             for func, name in zip(self.reward_funcs, self.reward_func_names)]
+        self._threshold_checked = False
+        warn_if_fewer_processes(self.accelerator.num_processes)
         self._check_pipelined_reward_models()
         self._step_sampling: StepSampling | None = None
         self._last_rewards_per_func: torch.Tensor | None = None  # global rewards of the kept completions
@@ -164,6 +170,9 @@ class AdaGRPOTrainer(GRPOTrainer):
         self._refill = (
             PromptStream(len(self.train_dataset), args.seed, shuffle=self.shuffle_dataset) if refills else None
         )
+        # Refilled rows pass the column filter the dataloader's rows pass (`remove_unused_columns`, the Trainer's own
+        # collator wrapper): a reward function gets the same keyword arguments for a refilled row as for any other.
+        self._as_dataloader_rows = self._get_collator_with_removed_columns(lambda rows: rows, description="training")
         self._prompts_drawn = 0  # every prompt drawn so far (TRL's, refills, skipped): the honest consumption count
         self.generation_count = GenerationCount()
 
@@ -259,7 +268,7 @@ class AdaGRPOTrainer(GRPOTrainer):
     def _draw_refill(self, step: StepSampling, count: int) -> list[int]:
         """Draw `count` prompts from the refill stream (the same ones on every rank); return their numbers."""
         first = len(step.rows)
-        step.rows += [dict(self.train_dataset[index]) for index in self._refill.draw(count)]
+        step.rows += self._as_dataloader_rows([dict(self.train_dataset[index]) for index in self._refill.draw(count)])
         step.prompt_ids += self._tokenize(step.rows[first:])
         step.pool_rewards_per_func += [[] for _ in range(count)]
         return list(range(first, len(step.rows)))
@@ -533,6 +542,10 @@ class AdaGRPOTrainer(GRPOTrainer):
             rewards_per_func = state.selected_rewards_per_func  # scored during the rounds: never score twice
         else:
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            # the threshold decides what counts as positive in the exit rules, the selection and the memory
+            if not self._threshold_checked and (self.args.multiround_adaptive_downsampling or self.args.prompt_memory):
+                self._threshold_checked = warn_if_threshold_outside(
+                    self.args.positive_threshold, weighted_sum(rewards_per_func, self.reward_weights))
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
 
