@@ -143,7 +143,7 @@ def requested_processes(pid: int | None = None) -> int | None:
             argv = f.read().decode(errors="replace").split("\0")
     except OSError:
         return None
-    if not any(part.endswith("accelerate") or part == "launch" for part in argv[:3]):
+    if "launch" not in argv or not any(part.endswith("accelerate") for part in argv[:argv.index("launch")]):
         return None
     for index, part in enumerate(argv):
         if part.startswith("--num_processes="):
