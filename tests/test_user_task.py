@@ -249,3 +249,31 @@ def test_the_readme_task_trains_through_every_entry_point(tmp_path):
                            "trl_ada.train", "--config", "upper_ada.yaml", "--max_steps", "1", "--output_dir",
                            "out/one"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0 and "asked for --num_processes 2, but training runs on 1 process" in done.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What a reward logs: a step's value is the mean over the step's samples, however many calls the rounds made.
+
+@pytest.mark.slow
+def test_log_metric_over_rounds_is_the_mean_over_the_steps_samples(tiny_model, tmp_path):
+    calls = []  # (the step being sampled, the rewards of one call)
+
+    def logging_reward(prompts, completions, trainer_state=None, log_metric=None, **kwargs):
+        rewards = keys_reward([])(prompts, completions)
+        calls.append((trainer_state.global_step, rewards))
+        log_metric("batch_mean", sum(rewards) / len(rewards))
+        return rewards
+
+    args = AdaGRPOConfig(output_dir=str(tmp_path), max_steps=3, reinforce_ada_choice="balanced", round_repeat=4,
+                         max_rounds=3, **BASE)
+    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=logging_reward, args=args, train_dataset=dataset())
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    by_step = {}
+    for step, rewards in calls:
+        by_step.setdefault(step, []).append(rewards)
+    assert len(logs) == len(by_step) == 3
+    assert any(len({len(r) for r in rounds}) > 1 for rounds in by_step.values())  # calls of different sizes
+    for log, step in zip(logs, sorted(by_step)):
+        samples = [x for rewards in by_step[step] for x in rewards]
+        assert log["batch_mean"] == pytest.approx(sum(samples) / len(samples))

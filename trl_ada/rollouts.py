@@ -152,6 +152,20 @@ def merge_round_metrics(metrics: dict[str, list], before: dict[str, int], sizes:
         metrics[key].append(merged)
 
 
+def merge_logged_metrics(pending: dict[str, list], rows: dict[str, list[int]]) -> None:
+    """One value per step for what reward functions log with `log_metric`, each call weighted by its completions.
+
+    GRPOTrainer calls a reward function once per generation batch and logs the mean of the values it was handed;
+    with rounds the function is called once per round, on a round's samples, and TRL's plain mean would weigh a
+    round of 8 samples like one of 64. `rows[name]` holds the completions of the call behind each value."""
+    for name, values in pending.items():
+        weights = rows.get(name, [])
+        if len(values) < 2 or len(weights) != len(values) or not sum(weights):
+            continue
+        pending[name] = [sum(v * w for v, w in zip(values, weights)) / sum(weights)]
+    rows.clear()
+
+
 @dataclass
 class StepSampling:
     """Bookkeeping of one generation batch's sampling (identical on every rank but `generated`).

@@ -52,13 +52,15 @@ SEAMS: tuple[Seam, ...] = (
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "_get_train_sampler", ("self", "dataset")),
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "_save_checkpoint", ("self", "model", "trial")),
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "_load_optimizer_and_scheduler", ("self", "checkpoint")),
+    Seam("trl.trainer.grpo_trainer.GRPOTrainer", "_log_metric", ("self", "name", "value")),
     # GRPOTrainer state the rounds read or keep in step with.
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "_last_loaded_step", kind="instance"),
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "vllm_generation", kind="instance"),
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "reward_func_names", kind="instance"),  # names a sharded reward model
     # Environments: the memory key and the prompt tokenization follow TRL's per-row environment choice.
     *(Seam("trl.trainer.grpo_trainer.GRPOTrainer", name, kind="instance") for name in (
-        "environment_factories", "_multi_environment", "_batch_environments", "_pending_extra_logs")),
+        "environment_factories", "_multi_environment", "_batch_environments", "_pending_extra_logs",
+        "_pending_metrics")),
     # The vLLM backend: built as ReloadingVLLMGeneration through the grpo_trainer module's global.
     Seam("trl.trainer.grpo_trainer", "VLLMGeneration", kind="attribute"),
     Seam("trl.trainer.grpo_trainer", "gather", kind="attribute"),  # made rank-local while pipelined rounds score

@@ -31,6 +31,7 @@ what training generated (`trl_ada.generation_count`, counted in `_generate` and 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import inspect
@@ -77,8 +78,8 @@ from .pipelined_rank import check_reward_models_unsharded, sample_pipelined
 from .refill import EpochSeededSampler, PromptStream
 from .resume import (GROUP_EXPORT_FILE, MEMORY_EXPORT_FILE, export_memory, load_generation_count, load_sampling_state,
                      save_generation_count, save_sampling_state)
-from .rollouts import (Sample, StepSampling, _nanmean, check_rollout_rows, join_rollout, merge_round_metrics,
-                       split_rollout, step_metrics, weighted_sum)
+from .rollouts import (Sample, StepSampling, _nanmean, check_rollout_rows, join_rollout, merge_logged_metrics,
+                       merge_round_metrics, split_rollout, step_metrics, weighted_sum)
 from .sampling import PromptResult, count_signs, run_adaptive_sampling
 from .support import (check_prompt_column, check_trainer_arguments, checked_reward, warn_if_fewer_processes,
                       warn_if_threshold_outside)
@@ -153,6 +154,8 @@ class AdaGRPOTrainer(GRPOTrainer):
         self.reward_funcs = [func if isinstance(func, torch.nn.Module) else checked_reward(func, name)
                              for func, name in zip(self.reward_funcs, self.reward_func_names)]
         self._threshold_checked = False
+        self._reward_call_rows = 0  # completions of the reward call in progress (log_metric's weight)
+        self._logged_metric_rows: dict[str, list[int]] = collections.defaultdict(list)
         warn_if_fewer_processes(self.accelerator.num_processes)
         self._check_pipelined_reward_models()
         self._step_sampling: StepSampling | None = None
@@ -180,6 +183,7 @@ class AdaGRPOTrainer(GRPOTrainer):
     # Seam 1: the whole generation batch.
 
     def _generate_and_score_completions(self, inputs):
+        self._logged_metric_rows.clear()  # TRL flushes its pending log_metric values at the end of every batch
         if not self.model.training or not self.args.sampling_active:  # TRL's plain sampling (always in evaluation)
             output = super()._generate_and_score_completions(inputs)
             if self.model.training:
@@ -210,6 +214,7 @@ class AdaGRPOTrainer(GRPOTrainer):
                     step.chosen = [filled.sampled[i][0] for i in filled.chosen]
                     step.refill_batches, step.without_signal = filled.refill_batches, filled.without_signal
             merge_round_metrics(self._metrics["train"], metrics_before, step.rollout_sizes)
+            merge_logged_metrics(self._pending_metrics, self._logged_metric_rows)
             self._prompts_drawn += len(step.results) + step.skipped
             memory_metrics = self._update_prompt_memory(step)
 
@@ -541,6 +546,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         if state is not None and state.selected_rewards_per_func is not None:
             rewards_per_func = state.selected_rewards_per_func  # scored during the rounds: never score twice
         else:
+            self._reward_call_rows = len(prompts)
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
             # the threshold decides what counts as positive in the exit rules, the selection and the memory
             if not self._threshold_checked and (self.args.multiround_adaptive_downsampling or self.args.prompt_memory):
@@ -548,6 +554,10 @@ class AdaGRPOTrainer(GRPOTrainer):
                     self.args.positive_threshold, weighted_sum(rewards_per_func, self.reward_weights))
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
+
+    def _log_metric(self, name: str, value: float):
+        super()._log_metric(name, value)
+        self._logged_metric_rows[name].append(self._reward_call_rows)  # the step's value weighs each call by it
 
     def _replace_advantages(self, output: dict[str, Any], results: list[PromptResult] | None) -> None:
         """Swap TRL's GRPO advantages for the configured estimator's (`results`: the chosen prompts' sampling)."""
