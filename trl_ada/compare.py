@@ -67,6 +67,7 @@ import transformers
 from transformers import TrainerCallback
 
 from . import paired
+from .plotting import pyplot
 
 BASE_FIELDS = ("--report_to", "none", "--save_strategy", "no", "--logging_steps", "1", "--disable_tqdm", "true")
 
@@ -463,7 +464,7 @@ def compare(results: dict[str, dict[int, dict]], arms: list[str]) -> dict:
         }
     report["cost"] = {name: arm_cost(results.get(name, {})) for name in arms if results.get(name)}
     records = [r for name in arms for r in results.get(name, {}).values()]
-    report["held_out"] = [list(pair) for pair in sorted({(r.get("held_out_source", "?"), r["held_out_questions"])
+    report["held_out"] = [list(pair) for pair in sorted({(r.get("held_out_source", "?"), r.get("held_out_questions"))
                                                          for r in records})]
     return report
 
@@ -553,10 +554,9 @@ def print_report(report: dict) -> None:
 
 
 def plot(results: dict[str, dict[int, dict]], arms: list[str], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=True)
     for arm in arms:

@@ -344,7 +344,7 @@ def hard_arithmetic_candidates(seed: int = 0, split: str = "train", kinds=HARD_A
 
 
 HARD_SET_SPLITS = ("train", "test_hard", "test_easy")
-HARD_SET_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "hard_set")
+HARD_SET_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources", "hard_arithmetic")
 
 
 def hard_arithmetic(split: str = "train", directory: str | None = None, num_examples: int | None = None) -> Dataset:
@@ -352,15 +352,15 @@ def hard_arithmetic(split: str = "train", directory: str | None = None, num_exam
     SmolLM2-135M-Instruct answers right 1 or 2 times in 16 samples at temperature 1.0), `test_hard` (held-out
     questions kept by the same rule) or `test_easy` (held-out questions of the easy kinds of `arithmetic_problems`,
     unscreened: a run that forgets them shows it). Rows as `arithmetic_problems` gives them: `prompt` (a plain user
-    message), `answer`, `problem`, `kind`. `directory` defaults to benchmarks/hard_set of this repository
-    (the files are not in the wheel: run from a checkout, or pass the folder)."""
+    message), `answer`, `problem`, `kind`. `directory` defaults to the copy that ships in the package
+    (trl_ada/resources/hard_arithmetic; benchmarks/hard_set links to it)."""
     if split not in HARD_SET_SPLITS:
         raise ValueError(f"hard_arithmetic: split must be one of {HARD_SET_SPLITS}, got {split!r}")
     path = os.path.join(directory or HARD_SET_DIR, f"{split}.jsonl")
     if not os.path.exists(path):
         raise FileNotFoundError(
-            f"hard_arithmetic: {path} does not exist. It is committed in the repository's benchmarks/hard_set/ "
-            "(run from a checkout), or build it with: OMP_NUM_THREADS=1 python benchmarks/hard_set.py --deadline_s 3600")
+            f"hard_arithmetic: {path} does not exist. It ships in the package (trl_ada/resources/hard_arithmetic); "
+            "rebuild it from a checkout with: OMP_NUM_THREADS=1 python benchmarks/hard_set.py --deadline_s 3600")
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     if num_examples is not None:

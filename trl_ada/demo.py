@@ -32,12 +32,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, ProgressCallback, 
 
 from .data import arithmetic_problems, synthetic_arithmetic
 from .evaluate import avg_at_k, held_out_accuracy
+from .plotting import pyplot
 from .tiny import build_tiny_model
 from .train import ScriptArguments, load_reward_funcs, load_train_dataset
 from .trainer import AdaGRPOTrainer
 from .warm_start import warm_start
 
-RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes")
+RECIPES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources", "recipes")  # in the wheel too
 DEFAULT_RECIPE = os.path.join(RECIPES, "tiny", "ada_balance.yaml")  # --model tiny
 DEFAULT_REAL_RECIPE = os.path.join(RECIPES, "SmolLM2-135M-Instruct", "arith_ada_pos.yaml")  # --model smollm2
 REAL_DEMO_STEPS = 8  # 333 s after the installs on 2 threads with the 64-token training cap (10 steps at 96: 643 s)
@@ -83,10 +84,9 @@ def _mean(values) -> float:
 
 
 def plot(history: list[dict], path: str, title: str, window: int = 10) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return
 
     rows = [h for h in history if "sampling/iid_reward" in h]
     steps = [h["step"] for h in rows]
