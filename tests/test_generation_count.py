@@ -235,3 +235,27 @@ def test_counts_are_summed_over_processes_and_survive_a_checkpoint():
     again = GenerationCount()
     again.load_state_dict(json.loads(json.dumps(count.state_dict())))
     assert again.state_dict() == count.state_dict() == {"completions": 23, "tokens": 211}
+
+
+@pytest.mark.parametrize("sampler", [dict(multiround_adaptive_downsampling=False),
+                                     dict(reinforce_ada_choice="balanced", round_repeat=4, max_rounds=2),
+                                     dict(reinforce_ada_est=True)], ids=["grpo", "balanced", "est"])
+def test_trained_tokens_are_the_completion_tokens_of_every_training_batch(tiny_model, tmp_path, sampler):
+    from trl_ada.generation_count import TRAINED_TOKENS_METRIC
+
+    class Batches(AdaGRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            self.trained = getattr(self, "trained", 0) + int(output["completion_mask"].sum())
+            return output
+
+    reward = make_recording_reward()
+    trainer = Batches(model=tiny_model, reward_funcs=reward, train_dataset=pass_rate_dataset([0.5, 0.2]),
+                      args=tiny_args(tmp_path, per_device_train_batch_size=8, max_steps=2, **sampler))
+    trainer.train()
+    last = [h for h in trainer.state.log_history if TRAINED_TOKENS_METRIC in h][-1]
+    assert last[TRAINED_TOKENS_METRIC] == trainer.trained > 0  # the loss's completion tokens, every batch
+    if not sampler.get("reinforce_ada_choice") and not sampler.get("reinforce_ada_est"):
+        assert last[TRAINED_TOKENS_METRIC] == last[TOKENS_METRIC]  # GRPO trains on every token it generates
+    else:
+        assert last[TRAINED_TOKENS_METRIC] <= last[TOKENS_METRIC]

@@ -257,6 +257,7 @@ class Progress(TrainerCallback):
         reuse = step == 0  # the model every run starts from: scored once per comparison (see HeldOutScore)
         started = time.time()
         point = {"step": step, "samples": self.count.completions, "tokens": self.count.tokens,
+                 "trained_tokens": self.count.trained_tokens,
                  "seconds": self.training_seconds(), "items": self.score(model, reuse=reuse)}
         point["greedy"] = sum(point["items"]) / len(point["items"])
         if self.extra_score is not None:
@@ -457,6 +458,7 @@ def compare(results: dict[str, dict[int, dict]], arms: list[str]) -> dict:
             "seeds": seeds, "equal_steps": by_step,
             "equal_completions": _at_equal_cost(runs, bases, "samples", "completions"),
             "equal_tokens": _at_equal_cost(runs, bases, "tokens", "tokens"),
+            **_trained_axes(runs, bases),
             "completions_per_step": per_step(arm, "generated_completions"),
             "baseline_completions_per_step": per_step(baseline, "generated_completions"),
             "tokens_per_step": per_step(arm, "generated_tokens"),
@@ -482,6 +484,29 @@ def _at_equal_cost(runs, bases, axis: str, label: str) -> dict:
         at.append(x)
         diffs.append(paired.interpolate_items(run, axis, "items", x) - paired.interpolate_items(base, axis, "items", x))
     return {label: at, **paired.paired_difference(diffs)}
+
+
+# The GPU cost model (docs/compare.md): a step's cost is generated tokens plus trained tokens, weighed so that the
+# rollout is ROLLOUT_SHARE of a GRPO step, where every generated token is trained once. Seer (arXiv 2511.14617),
+# RollPacker (2509.21009) and APRIL (2509.18521) measure the rollout at 63-90% of a synchronous step; 0.75 is the
+# Reinforce-Ada paper's own Table 3 (8 H100s): balanced's step 2.8x GRPO n=4's while it generates about 3.5x the
+# tokens and trains as many, i.e. 0.75 * 3.5 + 0.25 * 1 = 2.9. The unit: one token of a GRPO step.
+ROLLOUT_SHARE = 0.75
+
+
+def gpu_cost(point: dict, rollout_share: float = ROLLOUT_SHARE) -> float:
+    """The modelled GPU cost of a run up to a curve point, in GRPO-token units."""
+    return rollout_share * point["tokens"] + (1.0 - rollout_share) * point["trained_tokens"]
+
+
+def _trained_axes(runs, bases) -> dict:
+    """At equal trained tokens and at equal modelled GPU cost, for runs that counted their trained tokens."""
+    if not all("trained_tokens" in p for curve in runs + bases for p in curve):
+        return {}
+    with_cost = [[{**p, "gpu_cost": gpu_cost(p)} for p in curve] for curve in runs + bases]
+    runs, bases = with_cost[:len(runs)], with_cost[len(runs):]
+    return {"equal_trained_tokens": _at_equal_cost(runs, bases, "trained_tokens", "trained_tokens"),
+            "equal_gpu_cost": _at_equal_cost(runs, bases, "gpu_cost", "gpu_cost")}
 
 
 def arm_cost(runs: dict[int, dict]) -> dict:
@@ -532,6 +557,14 @@ def print_report(report: dict) -> None:
               f"({r['baseline_completions_per_step']:.1f}) | {paired.describe(r['equal_completions'])} at "
               f"{min(at)}-{max(at)} | {paired.describe(r['equal_tokens'])} at {min(tokens)}-{max(tokens)} | "
               f"{paired.describe(last)} at step {last['step']} |")
+    modelled = {arm: r for arm, r in report["arms"].items() if "equal_gpu_cost" in r}
+    if modelled:
+        print(f"\nAt equal trained tokens, and at equal modelled GPU cost (generated tokens x {ROLLOUT_SHARE} + "
+              f"trained tokens x {1 - ROLLOUT_SHARE:g}: the rollout {ROLLOUT_SHARE:.0%} of a GRPO step; "
+              "docs/compare.md):\n")
+        print("| arm | equal trained tokens | equal modelled GPU cost |\n|---|---|---|")
+        for arm, r in modelled.items():
+            print(f"| {arm} | {paired.describe(r['equal_trained_tokens'])} | {paired.describe(r['equal_gpu_cost'])} |")
     print("\nCost per optimizer step (mean over runs; training seconds exclude evaluation):\n")
     print("| arm | runs (cut) | steps | generated completions | generated tokens | trained completions | seconds | "
           "trained groups with signal |\n|---|---|---:|---:|---:|---:|---:|---:|")

@@ -511,8 +511,10 @@ class AdaGRPOTrainer(GRPOTrainer):
                 raise RuntimeError(
                     f"AdaGRPOTrainer: TRL asked for {len(prompts)} completions, {len(samples)} were kept for this rank."
                 )
+            kept = join_rollout(samples)
+            self.generation_count.add(trained_tokens=model_tokens(kept[1]))
             self.generation_count.flush(self.accelerator)  # the step's sampling is over, on every rank at once
-            return join_rollout(samples)
+            return kept
         counting = self._counting_generation()
         with counting_rollout_func(self, counting):
             generated = super()._generate(prompts)
@@ -522,6 +524,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             self._rollout_capture = (prompts, generated)
             raise _RolloutTaken
         if counting:  # plain sampling: this generation batch is all there is, and every rank is here
+            self.generation_count.add(trained_tokens=model_tokens(generated[1]))  # every sample is trained on
             self.generation_count.flush(self.accelerator)
         return generated
 
