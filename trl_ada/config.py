@@ -26,7 +26,90 @@ class AdaGRPOConfig(GRPOConfig):
 
     Inherited `GRPOConfig` fields keep TRL's defaults; the recipes in `recipes/` carry the paper's values (n=4,
     clip 0.2/0.28, no KL, lr 1e-6, ...). Set `num_generations` (n, the kept group size) explicitly: TRL's default
-    of 8 is twice the paper's.
+    of 8 is twice the paper's. Every field's full help is in `docs/knobs.md` (generated from the fields).
+
+    Parameters:
+        > Rounds and exit rule (the reference's defaults)
+
+        multiround_adaptive_downsampling (`bool`, *optional*, defaults to `True`):
+            Sample in rounds with successive elimination; `False` is GRPO's plain sampling.
+        reinforce_ada_choice (`str`, *optional*, defaults to `"balanced"`):
+            Exit rule: `"balanced"` (floor(n/2) positives and the rest negatives in the pool) or `"positive_focused"`
+            (one positive).
+        positive_threshold (`float`, *optional*, defaults to `0.7`):
+            A sample is positive iff its reward is strictly greater.
+        max_rounds (`int`, *optional*, defaults to `4`):
+            Rounds at most; a prompt that never meets its exit rule keeps a fallback group.
+        round_repeat (`int`, *optional*, defaults to `8`):
+            Samples per active prompt per round (at least `num_generations`).
+
+        > Advantages
+
+        global_stat_est (`bool`, *optional*, defaults to `True`):
+            Baseline from the prompt's whole pool (`False`: GRPO statistics of the kept group).
+        pool_std_scaling (`bool`, *optional*, defaults to `False`):
+            Divide pooled advantages by the pool's standard deviation (a deviation from the reference).
+        advantage_estimator (`str` or `None`, *optional*, defaults to `None`):
+            `"reinforce_ada"`, `"grpo"`, `"reinforce_rej"`, `"raft"` or `"est"`; `None` picks the sampler's own.
+        pool_baseline (`str`, *optional*, defaults to `"threshold_fraction"`):
+            The pooled baseline: the share of positives (reference) or `"mean_reward"` (for shaped rewards).
+        pool_selection (`str`, *optional*, defaults to `"earliest"`):
+            Which pool samples form the kept group: the earliest (reference) or a seeded `"random"` subset.
+
+        > Barrier-free rounds on a colocated vLLM engine
+
+        pipelined_rounds (`bool`, *optional*, defaults to `False`):
+            Each prompt starts its next round as soon as its own samples are scored; the same groups.
+        pipelined_speculation (`bool`, *optional*, defaults to `False`):
+            With `pipelined_rounds`: idle engine slots run a prompt's likely next round ahead of time.
+
+        > Reinforce-Ada-Est
+
+        reinforce_ada_est (`bool`, *optional*, defaults to `False`):
+            Est instead of rounds: N_x samples per prompt from its remembered pass rate, one generation call.
+        est_exponent (`float`, *optional*, defaults to `0.5`):
+            N_x proportional to (p + eps)^-exponent.
+        est_min_samples (`int`, *optional*, defaults to `2`):
+            Smallest N_x.
+        est_max_samples (`int` or `None`, *optional*, defaults to `None`):
+            Largest N_x (`None`: no cap).
+        est_epsilon (`float`, *optional*, defaults to `1e-6`):
+            The eps of the allocation and of the advantage's weight.
+
+        > DAPO dynamic sampling
+
+        dynamic_sampling (`bool`, *optional*, defaults to `False`):
+            Drop prompts whose kept group has no signal and sample others from the training set in their place.
+        max_refill_batches (`int`, *optional*, defaults to `10`):
+            Extra generation batches per step at most.
+        dynamic_sampling_tolerance (`float`, *optional*, defaults to `1e-6`):
+            A group whose rewards all lie within this distance has no signal.
+
+        > Prompt memory
+
+        prompt_memory (`bool`, *optional*, defaults to `False`):
+            Remember each prompt's pass rate across steps (decayed Beta counts, saved in checkpoints).
+        prompt_memory_decay (`float` or `None`, *optional*, defaults to `None`):
+            Factor on a prompt's old counts at each visit (`None`: 0.5, or 0.9 with Est).
+        prompt_memory_prior_alpha (`float` or `None`, *optional*, defaults to `None`):
+            Beta prior pseudo-count of positives (`None`: 1.0).
+        prompt_memory_prior_beta (`float` or `None`, *optional*, defaults to `None`):
+            Beta prior pseudo-count of negatives (`None`: 1.0, or 16.0 with Est).
+        prompt_memory_group_column (`str` or `None`, *optional*, defaults to `None`):
+            A dataset column grouping prompts; an unseen prompt starts from its group's fitted pass rates.
+
+        > Budgeted adaptive sampling
+
+        sampling_budget (`float` or `None`, *optional*, defaults to `None`):
+            Completions generated per trained prompt per step, a hard cap (`4.0` with n=4 is GRPO parity).
+        budget_top_up (`int`, *optional*, defaults to `2`):
+            Samples per prompt per top-up round.
+        budget_skip_threshold (`float`, *optional*, defaults to `0.5`):
+            Skip a remembered prompt whose predicted chance of a uniform group exceeds this.
+        budget_skip_decay (`float`, *optional*, defaults to `0.9`):
+            A skipped prompt's remembered counts are multiplied by this.
+        budget_explore_floor (`float`, *optional*, defaults to `0.05`):
+            A prompt that would be skipped is sampled anyway with this probability.
 
     Example:
 
