@@ -12,7 +12,7 @@ logging. For every cell, on tiny offline models, one or two steps each:
   completions Ada kept (`ReplayGRPO`), and both batches are trapped and compared tensor by tensor, rewards included;
 - `test_bad_input_fails_as_grpo_does` (`BAD_INPUTS`): the same error GRPOTrainer gives, before any weight moves.
 
-`compatibility_table()` renders the matrix as the README's compatibility table; a test keeps the README in step:
+`compatibility_table()` renders the matrix as docs/compatibility.md's table; a test keeps that page in step:
     python tests/test_conformance.py    # prints the table
 """
 
@@ -830,7 +830,7 @@ def test_sampling_metrics_reach_wandb_offline_run_files(models, tmp_path, monkey
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# The README's compatibility table, generated from the matrix.
+# The compatibility table of docs/compatibility.md (the README links to it), generated from the matrix.
 
 def compatibility_table() -> str:
     samplers = list(SAMPLERS)
@@ -855,9 +855,9 @@ def compatibility_table() -> str:
     return "\n".join(lines)
 
 
-def test_readme_carries_the_generated_compatibility_table():
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
-    assert compatibility_table() in readme, "README.md's compatibility table is stale: python tests/test_conformance.py"
+def test_the_docs_carry_the_generated_compatibility_table():
+    page = open(os.path.join(os.path.dirname(__file__), "..", "docs", "compatibility.md")).read()
+    assert compatibility_table() in page, "docs/compatibility.md's table is stale: python tests/test_conformance.py"
 
 
 if __name__ == "__main__":

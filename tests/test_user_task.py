@@ -74,6 +74,7 @@ def test_every_row_reaches_the_reward_with_the_keys_grpo_trainer_hands(sampler, 
 
 import json  # noqa: E402
 import os  # noqa: E402
+import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -200,7 +201,7 @@ def upper(completions, solution, **kwargs):
 def readme_blocks():
     with open(os.path.join(ROOT, "README.md")) as f:
         text = f.read()
-    section = text[text.index("**Your own task.**"):text.index("**Notebook.**")]
+    section = text[text.index("## Your own task"):text.index("## Which sampling")]
     blocks = re.findall(r"```(\w+)\n(.*?)```", section, flags=re.S)
     files = {body.split("\n", 1)[0].split(":")[0].removeprefix("# "): body for kind, body in blocks
              if kind in ("python", "yaml")}
@@ -224,8 +225,11 @@ def test_the_readme_task_trains_through_every_entry_point(tmp_path):
     for name, body in files.items():
         (tmp_path / name).write_text(body)
     bin_dir = os.path.dirname(sys.executable)
+    with socket.socket() as probe:  # torchrun's port (PET_MASTER_PORT), free: other launches may run beside it
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": ""}  # the console scripts must find task.py themselves
+           "PYTHONPATH": "", "PET_MASTER_PORT": port}  # the console scripts must find task.py themselves
     for command in commands:
         done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True)
         assert done.returncode == 0, f"{command}\n{done.stderr[-3000:]}"
@@ -277,3 +281,18 @@ def test_log_metric_over_rounds_is_the_mean_over_the_steps_samples(tiny_model, t
     for log, step in zip(logs, sorted(by_step)):
         samples = [x for rewards in by_step[step] for x in rewards]
         assert log["batch_mean"] == pytest.approx(sum(samples) / len(samples))
+
+
+@pytest.mark.slow
+def test_the_readme_quick_start_runs(tiny_model, tmp_path, monkeypatch):
+    """The README's first Python snippet, as written but for the model (the tiny offline one for the Hub id) and a
+    shorter run."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        snippet = re.search(r"```python\n(from datasets import Dataset.*?)```", f.read(), flags=re.S).group(1)
+    assert '"HuggingFaceTB/SmolLM2-135M-Instruct"' in snippet and "max_steps=10" in snippet
+    snippet = snippet.replace('"HuggingFaceTB/SmolLM2-135M-Instruct"', repr(tiny_model)).replace(
+        "max_steps=10", "max_steps=1, report_to='none'").replace("max_completion_length=64", "max_completion_length=8")
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(snippet, "README.md", "exec"), namespace)
+    assert namespace["trainer"].state.global_step == 1
