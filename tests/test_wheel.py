@@ -3,6 +3,7 @@ editable path, no repository beside it), every console script that needs a file 
 
 import glob
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -16,8 +17,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def installed(tmp_path_factory):
     """(site folder, bin folder, wheel) of the wheel built from this tree and installed into a folder of its own."""
     tmp = tmp_path_factory.mktemp("wheel")
+    source = tmp / "source"  # what a build reads, copied: setuptools writes build/ beside the sources
+    shutil.copytree(os.path.join(ROOT, "trl_ada"), source / "trl_ada",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        shutil.copy(os.path.join(ROOT, name), source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp / "dist"), ROOT], check=True)
+                    str(tmp / "dist"), str(source)], check=True)
     (wheel,) = glob.glob(str(tmp / "dist" / "trl_ada-*.whl"))
     site = tmp / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), wheel],
