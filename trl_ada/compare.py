@@ -186,8 +186,8 @@ class HeldOutScore:
         ], sort_keys=True, default=str).encode()).hexdigest()
         path = os.path.join(self.cache_dir, f"{key}.json")
         os.makedirs(self.cache_dir, exist_ok=True)
-        # Runs starting together wait for the first to score and read its scores: on the first GPU session ten runs
-        # each scored the same initial model at once (and each did so slower for the nine others).
+        # Runs starting together wait for the first to score and read its scores: otherwise each scores the same
+        # initial model at once, each slower for the others.
         import fcntl  # POSIX, as vLLM and the launches this tool runs
 
         with open(f"{path}.lock", "w") as lock:
@@ -237,8 +237,7 @@ class Progress(TrainerCallback):
         self.resumed_seconds = None  # training seconds before the cut this run continues from
         self.end_seconds = None  # training seconds when it stopped (evaluations excluded)
         # What the last greedy evaluation on the grid took: a final cut (continue_cut off) stops this much earlier,
-        # 1.5 times over, so that its own evaluation ends by the deadline. On the first GPU session ten runs cut at
-        # once and evaluated past the call's end: 8 of 10 records were lost (benchmarks/gpu/README.md).
+        # 1.5 times over, so that its own evaluation ends by the deadline (a record evaluated past it is lost).
         self.eval_estimate = None
 
     def resume(self, record: dict) -> None:

@@ -266,7 +266,7 @@ def arithmetic_problems(num_examples: int = 2048, seed: int = 0, split: str = "t
     })
 
 
-# --- Hard chat arithmetic (issue 50): harder kinds and the screened hard prompt set -----------------------------
+# --- Hard chat arithmetic: harder kinds and the screened hard prompt set ----------------------------------------
 # ARITHMETIC_KINDS above stay as they are (the demo, tests and benchmarks depend on their questions). These kinds are
 # candidates for a hard prompt set built the Reinforce-Ada paper's way: benchmarks/hard_set.py samples the base model
 # 16 times per question at temperature 1.0 and keeps the questions it answers right once or twice. Same question form
@@ -281,7 +281,7 @@ HARD_ARITHMETIC_KINDS = (
     "3-term 1-digit +",   # 7 + 5 + 8
     "3-term 2-digit +",   # 47 + 38 + 12
     "3-digit +",          # 472 + 386
-    "2-digit + no carry", # 43 + 25: easier than a carry (the pilot: harder kinds are almost never right at T=1.0)
+    "2-digit + no carry", # 43 + 25: easier than a carry (harder kinds are almost never right at T=1.0)
     "2-digit + 1-digit",  # 47 + 8
 )
 _TERMS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "x": lambda a, b: a * b}

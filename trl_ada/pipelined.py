@@ -1,4 +1,4 @@
-"""Barrier-free rounds: each prompt moves to its next round as soon as its own round is scored (issue 23, pure core).
+"""Barrier-free rounds: each prompt moves to its next round as soon as its own round is scored (the pure core).
 
 `trl_ada.sampling.run_adaptive_sampling` runs a round as one batch over every active prompt, so a round waits for
 the slowest completion of the whole batch before any prompt can be checked and resampled. A prompt's exit rule

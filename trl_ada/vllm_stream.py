@@ -1,4 +1,4 @@
-"""A colocated vLLM engine as the pipelined driver's `Engine`: one request per sample, stepped by hand (issue 23).
+"""A colocated vLLM engine as the pipelined driver's `Engine`: one request per sample, stepped by hand.
 
 `trl_ada.pipelined.run_pipelined_sampling` needs an engine that takes single samples and hands them back as they
 finish. TRL's colocated backend (`vllm_generation.llm`, a `vllm.LLM`) only offers `generate`, which returns when the
