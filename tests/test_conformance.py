@@ -434,9 +434,9 @@ def assert_same_batch(ours: dict, theirs: dict, skip=()) -> None:
 VOLATILE = ("step_time", "runtime", "per_second", "seconds")
 
 
-# What AdaGRPOTrainer adds to GRPOTrainer's logs with sampling off: the cost it generated (issue 50), logged on
-# every sampling path so that a GRPO run and an adaptive one share the axis.
-GENERATED = ("sampling/generated_completions_total", "sampling/generated_tokens_total")
+# What AdaGRPOTrainer adds to GRPOTrainer's logs with sampling off: the cost it generated and trained, logged on
+# every sampling path so that a GRPO run and an adaptive one share the axes.
+GENERATED = ("sampling/generated_completions_total", "sampling/generated_tokens_total", "sampling/trained_tokens_total")
 
 
 def comparable_logs(trainer) -> list[dict]:

@@ -15,7 +15,8 @@ import torch
 from conftest import make_recording_reward, pass_rate_dataset
 from test_trainer import tiny_args
 from trl_ada import AdaGRPOTrainer
-from trl_ada.generation_count import COMPLETIONS_METRIC, TOKENS_METRIC, GenerationCount, model_tokens
+from trl_ada.generation_count import (COMPLETIONS_METRIC, TOKENS_METRIC, TRAINED_TOKENS_METRIC, GenerationCount,
+                                      model_tokens)
 
 # lock_only: the count is our bookkeeping over TRL 1.16 (the same in every CI set); the newest and oldest sets
 # check the release-sensitive paths through the rest of the suite.
@@ -69,13 +70,14 @@ def test_plain_grpo_sampling_is_counted_and_checkpointed(tiny_model, tmp_path):
 
     checkpoint = tmp_path / "out" / "checkpoint-1"
     saved = json.loads((checkpoint / "ada_generation_count.json").read_text())
-    assert saved == {"completions": 8, "tokens": logs[0][TOKENS_METRIC]}
+    assert saved == {"completions": 8, "tokens": logs[0][TOKENS_METRIC], "trained_tokens": logs[0][TOKENS_METRIC]}
     resumed = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(),
                              args=tiny_args(tmp_path, **args), train_dataset=pass_rate_dataset([0.5, 0.3]))
     counter = GenerateCounter(resumed)
     resumed.train(resume_from_checkpoint=str(checkpoint))
     assert counter.rows == 8  # step 2 only
-    assert resumed.generation_count.state_dict() == {"completions": 16, "tokens": saved["tokens"] + counter.tokens}
+    assert resumed.generation_count.state_dict() == {"completions": 16, "tokens": saved["tokens"] + counter.tokens,
+                                                     "trained_tokens": saved["tokens"] + counter.tokens}
     assert resumed.state.log_history[-2][COMPLETIONS_METRIC] == 16  # step 2's log (the last is the run summary)
 
 
@@ -227,22 +229,21 @@ def test_counts_are_summed_over_processes_and_survive_a_checkpoint():
     count.add(completions=2, tokens=model_tokens([[1, 2, 3], [4]]))
     count.add(completions=1, tokens=model_tokens([[5, 6, 7, 8]], [[1, 0, 0, 1]]))
     count.add(tokens=5)
-    fake = SimpleNamespace(device="cpu", gather=lambda t: torch.cat([t, torch.tensor([[10, 100]])]))  # 2 processes
+    count.add(trained_tokens=3)
+    fake = SimpleNamespace(device="cpu", gather=lambda t: torch.cat([t, torch.tensor([[10, 100, 7]])]))  # 2 processes
     count.flush(fake)
-    assert count.metrics() == {COMPLETIONS_METRIC: 3 + 10, TOKENS_METRIC: 4 + 2 + 5 + 100}
+    assert count.metrics() == {COMPLETIONS_METRIC: 3 + 10, TOKENS_METRIC: 4 + 2 + 5 + 100, TRAINED_TOKENS_METRIC: 3 + 7}
     count.flush(fake)  # nothing pending here: only the other process's
     assert (count.completions, count.tokens) == (23, 211)
     again = GenerationCount()
     again.load_state_dict(json.loads(json.dumps(count.state_dict())))
-    assert again.state_dict() == count.state_dict() == {"completions": 23, "tokens": 211}
+    assert again.state_dict() == count.state_dict() == {"completions": 23, "tokens": 211, "trained_tokens": 17}
 
 
 @pytest.mark.parametrize("sampler", [dict(multiround_adaptive_downsampling=False),
                                      dict(reinforce_ada_choice="balanced", round_repeat=4, max_rounds=2),
                                      dict(reinforce_ada_est=True)], ids=["grpo", "balanced", "est"])
 def test_trained_tokens_are_the_completion_tokens_of_every_training_batch(tiny_model, tmp_path, sampler):
-    from trl_ada.generation_count import TRAINED_TOKENS_METRIC
-
     class Batches(AdaGRPOTrainer):
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)
