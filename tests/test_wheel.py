@@ -75,6 +75,9 @@ def test_console_scripts_run_from_the_installed_wheel(installed, tmp_path):
                 "--save_strategy", "no", "--output_dir", "train")
     assert train.returncode == 0, train.stderr[-3000:]
     assert (tmp_path / "train" / "model.safetensors").exists()
+    for script, word in (("trl-ada-compare", "--max_tokens"), ("trl-ada-eval", "--datasets")):  # they start and parse
+        shown = run(installed, tmp_path, str(bin_dir / script), "--help")
+        assert shown.returncode == 0 and word in shown.stdout, (script, shown.stderr[-2000:])
 
 
 def test_plotting_without_matplotlib_names_the_extra(monkeypatch, capsys, tmp_path):
