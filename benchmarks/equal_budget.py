@@ -55,11 +55,11 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 import learning  # noqa: E402  (benchmarks/learning.py: recipe split, held-out measure, table helpers)
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
 from trl_ada.data import make_prompt  # noqa: E402
-from trl_ada.demo import DEFAULT_RECIPE  # noqa: E402
-from trl_ada.warm_start import warm_start  # noqa: E402
-from trl_ada.evaluate import _generate_transformers  # noqa: E402
+from trl_ada.cli.demo import DEFAULT_RECIPE  # noqa: E402
+from trl_ada.examples.warm_start import warm_start  # noqa: E402
+from trl_ada.cli.evaluate import _generate_transformers  # noqa: E402
 from trl_ada.rewards import boxed_math_reward  # noqa: E402
-from trl_ada.tiny import build_tiny_model  # noqa: E402
+from trl_ada.examples.tiny import build_tiny_model  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -9,7 +9,7 @@ Rounds of many questions share one batched generation call: the script's own sam
 left-padded), or vLLM's engine (`--sampler vllm`, 2.6x faster on one CPU thread). Every screened question
 appends one JSON line to benchmarks/hard_set/screen.jsonl, so a rerun resumes where the last one stopped (questions
 still in flight at a stop are screened again from scratch). Candidates come from
-`trl_ada.data.hard_arithmetic_candidates`: the training set from the train split of the content hash, the hard
+`trl_ada.examples.arithmetic.hard_arithmetic_candidates`: the training set from the train split of the content hash, the hard
 held-out set from the test split, so the two never share a question (nor with `arithmetic_problems`' other split).
 
     OMP_NUM_THREADS=1 python benchmarks/hard_set.py --pilot          # a few minutes: pass rate per kind, batch sizes
@@ -19,7 +19,7 @@ held-out set from the test split, so the two never share a question (nor with `a
     OMP_NUM_THREADS=1 python benchmarks/hard_set.py --sampler vllm --target_train 0 --deadline_s 3600 &
 
 Writes benchmarks/hard_set/: screen.jsonl (every screened candidate), train.jsonl, test_hard.jsonl, test_easy.jsonl
-(what `trl_ada.data.hard_arithmetic` and `dataset_name: hard_arithmetic` read), hard_set.json (the record: time,
+(what `trl_ada.examples.arithmetic.hard_arithmetic` and `dataset_name: hard_arithmetic` read), hard_set.json (the record: time,
 candidates per kind, the pass-rate histogram with its censoring, completions/s) and hard_set.png; --pilot writes
 pilot.json. `--write_only` rewrites the files from screen.jsonl without loading the model.
 """
@@ -37,7 +37,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from trl_ada.data import (  # noqa: E402
+from trl_ada.examples.arithmetic import (  # noqa: E402
     HARD_ARITHMETIC_KINDS, arithmetic_problems, arithmetic_split_of, hard_arithmetic_candidates,
 )
 

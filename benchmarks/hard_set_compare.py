@@ -41,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from trl_ada import compare, paired  # noqa: E402
+from trl_ada.cli import compare, paired  # noqa: E402
 
 RECIPE = os.path.join("recipes", "SmolLM2-135M-Instruct", "hard_grpo.yaml")  # GRPO n=4: the baseline
 ADA = ["multiround_adaptive_downsampling=true"]
@@ -311,7 +311,7 @@ def main(argv=None) -> int:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     if args.model is None:
-        from trl_ada.models import KNOWN_MODELS, materialize
+        from trl_ada.examples.models import KNOWN_MODELS, materialize
 
         args.model = materialize("smollm2", KNOWN_MODELS["smollm2"].default_dir)
     restored = restore(args)

@@ -3,7 +3,7 @@
     python benchmarks/learning.py                  # 17 min on 2 CPU cores; not run in CI
     python benchmarks/learning.py --from_json benchmarks/learning.json   # tables and plot of a finished run
 
-Every run starts from the demo's warm-started tiny model (`trl_ada.warm_start.warm_start`, same steps and seed, cached
+Every run starts from the demo's warm-started tiny model (`trl_ada.examples.warm_start.warm_start`, same steps and seed, cached
 in <output_dir>/warm-model) and uses the demo's recipe (`recipes/tiny/ada_balance.yaml`): the same prompts per
 step for a given seed (16 prompts of 64 kept completions), the same optimiser, loss and learning rate. The method
 differs: the sampling and its advantage estimator.
@@ -41,13 +41,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, T
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
-from trl_ada.data import synthetic_arithmetic  # noqa: E402
-from trl_ada.demo import DEFAULT_RECIPE  # noqa: E402
-from trl_ada.warm_start import warm_start  # noqa: E402
-from trl_ada.evaluate import avg_at_k, evaluation_noise  # noqa: E402
+from trl_ada.examples.arithmetic import synthetic_arithmetic  # noqa: E402
+from trl_ada.cli.demo import DEFAULT_RECIPE  # noqa: E402
+from trl_ada.examples.warm_start import warm_start  # noqa: E402
+from trl_ada.cli.evaluate import avg_at_k, evaluation_noise  # noqa: E402
 from trl_ada.rewards import boxed_math_reward  # noqa: E402
-from trl_ada.tiny import build_tiny_model  # noqa: E402
-from trl_ada.train import ScriptArguments  # noqa: E402
+from trl_ada.examples.tiny import build_tiny_model  # noqa: E402
+from trl_ada.cli.train import ScriptArguments  # noqa: E402
 
 METHODS = {"grpo": None, "ada_pos": "positive_focused", "ada_balance": "balanced"}
 COLORS = {"grpo": "#777777", "ada_pos": "#d95f02", "ada_balance": "#1b63c6"}

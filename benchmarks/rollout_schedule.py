@@ -6,8 +6,8 @@
                                                                          # measured on the engine present
 
 A discrete-event simulation that drives the project's own samplers, not a model of them: the synchronous rounds are
-`trl_ada.sampling.run_adaptive_sampling` (a round is a batch that ends when its last sample ends) and the pipelined
-ones are `trl_ada.pipelined.run_pipelined_sampling` (each prompt resamples as soon as its own round is scored), both
+`trl_ada.core.sampling.run_adaptive_sampling` (a round is a batch that ends when its last sample ends) and the pipelined
+ones are `trl_ada.core.pipelined.run_pipelined_sampling` (each prompt resamples as soon as its own round is scored), both
 against `SimulatedEngine`: every running sequence decodes one token per engine step, a step takes
 `step_time(running sequences)` seconds, at most `--max_num_seqs` run at once (first come, first served). Completion
 lengths are lognormal (median `--median_tokens`, p99 `--p99_ratio` x the median, capped at `--max_tokens`), pass rates
@@ -31,8 +31,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from trl_ada.pipelined import run_pipelined_sampling  # noqa: E402
-from trl_ada.sampling import run_adaptive_sampling  # noqa: E402
+from trl_ada.core.pipelined import run_pipelined_sampling  # noqa: E402
+from trl_ada.core.sampling import run_adaptive_sampling  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEDULES = ("synchronous", "pipelined", "pipelined + certain continuation", "+ speculative round")
@@ -54,7 +54,7 @@ def linear_curve(points):
 
 
 class SimulatedEngine:
-    """The `trl_ada.pipelined.Engine` protocol on a simulated clock; `poll` jumps to the next finishing sequence (the
+    """The `trl_ada.core.pipelined.Engine` protocol on a simulated clock; `poll` jumps to the next finishing sequence (the
     set of running sequences, hence the step time, is constant in between)."""
 
     def __init__(self, lengths, step_time, max_num_seqs):

@@ -10,13 +10,13 @@ method we measure, per prompt of the training batch:
   generation buys;
 - for Reinforce-Ada: the share of prompts that never met the exit rule within max_rounds.
 
-Reinforce-Ada runs through the package's own `trl_ada.sampling.run_adaptive_sampling` and
-`trl_ada.advantages.pooled_advantages`, so the numbers measure the code that trains, not a re-implementation.
+Reinforce-Ada runs through the package's own `trl_ada.core.sampling.run_adaptive_sampling` and
+`trl_ada.core.advantages.pooled_advantages`, so the numbers measure the code that trains, not a re-implementation.
 
 Section 4 is a multi-epoch simulation over a FIXED prompt set whose pass rates drift upward between epochs (the
-policy learns), where memory across steps can pay: GRPO n=4, DAPO dynamic sampling (`trl_ada.dynamic`),
+policy learns), where memory across steps can pay: GRPO n=4, DAPO dynamic sampling (`trl_ada.core.dynamic`),
 Reinforce-Ada pos/balance, and the budgeted mode at 4 samples per trained prompt with and without prompt memory
-(`trl_ada.budget`, `trl_ada.memory`, `trl_ada.refill`: the trainer's own code). It reports signal per 1000 samples
+(`trl_ada.core.budget`, `trl_ada.core.memory`, `trl_ada.integration.refill`: the trainer's own code). It reports signal per 1000 samples
 per epoch and the share of samples spent on prompts with true p < 0.05 or > 0.95, and writes
 benchmarks/sampling_budget.png.
 
@@ -40,13 +40,13 @@ matplotlib.use("Agg")  # headless: the figure goes to a file
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from trl_ada.advantages import pooled_advantages  # noqa: E402
-from trl_ada.budget import run_budgeted_sampling  # noqa: E402
-from trl_ada.dynamic import fill_with_signal  # noqa: E402
-from trl_ada.est import allocate, est_advantages  # noqa: E402
-from trl_ada.memory import PromptMemory  # noqa: E402
-from trl_ada.refill import PromptStream  # noqa: E402
-from trl_ada.sampling import PromptResult, run_adaptive_sampling  # noqa: E402
+from trl_ada.core.advantages import pooled_advantages  # noqa: E402
+from trl_ada.core.budget import run_budgeted_sampling  # noqa: E402
+from trl_ada.core.dynamic import fill_with_signal  # noqa: E402
+from trl_ada.core.est import allocate, est_advantages  # noqa: E402
+from trl_ada.core.memory import PromptMemory  # noqa: E402
+from trl_ada.integration.refill import PromptStream  # noqa: E402
+from trl_ada.core.sampling import PromptResult, run_adaptive_sampling  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -315,7 +315,7 @@ def multi_epoch(method: str, p0: np.ndarray, args, seed: int) -> list[dict]:
                 filled = fill_with_signal(batch, stream.draw, plain, g, cap)
                 sampled = [(h, r) for h, r in filled.sampled]
                 chosen = [filled.sampled[i] for i in filled.chosen]
-            elif method.startswith("Est"):  # N_x from the remembered pass rates, all trained (trl_ada.est)
+            elif method.startswith("Est"):  # N_x from the remembered pass rates, all trained (trl_ada.core.est)
                 counts = allocate([est_memory.pass_rate(h) for h in batch], N * g)
                 pools = [sample_round([h], c)[0] for h, c in zip(batch, counts)]
                 est_memory.update(batch, counts, [sum(x > THRESHOLD for x in pool) for pool in pools], step=epoch)

@@ -30,8 +30,8 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
 from trl_ada.data import make_prompt  # noqa: E402
-from trl_ada.sampling import run_adaptive_sampling  # noqa: E402
-from trl_ada.tiny import build_tiny_model  # noqa: E402
+from trl_ada.core.sampling import run_adaptive_sampling  # noqa: E402
+from trl_ada.examples.tiny import build_tiny_model  # noqa: E402
 
 
 def hash_reward(completions, pass_rate, **kwargs):

@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from trl_ada.data import make_prompt  # noqa: E402
-from trl_ada.tiny import build_tiny_model  # noqa: E402
+from trl_ada.examples.tiny import build_tiny_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +25,7 @@ def smollm2(tmp_path_factory):
     """SmolLM2-135M-Instruct materialised once per worker into a temporary folder (538 MB; tests using it carry
     xdist_group("smollm2") so one worker does it). No skip when the package is missing: `make test` installs it,
     and a missing package must fail CI loudly."""
-    from trl_ada.models import materialize
+    from trl_ada.examples.models import materialize
 
     return materialize("smollm2", str(tmp_path_factory.mktemp("models") / "SmolLM2-135M-Instruct"))
 
@@ -74,7 +74,7 @@ def pass_rate_dataset(rates, repeat=8):
 
 def small_tiny_recipe(tmp_path, **overrides) -> str:
     """The demo's recipe (recipes/tiny/ada_balance.yaml) at toy size: 2 prompts per step; returns its path."""
-    from trl_ada.demo import DEFAULT_RECIPE
+    from trl_ada.cli.demo import DEFAULT_RECIPE
 
     with open(DEFAULT_RECIPE) as f:
         recipe = yaml.safe_load(f)

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import torch
 
-from trl_ada.vllm_backend import ReloadingVLLMGeneration
+from trl_ada.integration.vllm_backend import ReloadingVLLMGeneration
 
 
 def completion_for(prompt_ids, slot, version, vocab_size, eos):
@@ -67,7 +67,7 @@ class DeterministicLLM:
 
 
 class StandInStream:
-    """`trl_ada.pipelined.Engine` plus `take`, finishing running requests in a seeded random order; `pace` is the
+    """`trl_ada.core.pipelined.Engine` plus `take`, finishing running requests in a seeded random order; `pace` is the
     chance that a running request finishes at a poll (a slow rank has a small one)."""
 
     def __init__(self, llm, prompt_ids, seed, capacity=12, pace=0.5):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_ada.advantages import pool_statistics, pooled_advantages, raft_advantages, reinforce_rej_advantages
+from trl_ada.core.advantages import pool_statistics, pooled_advantages, raft_advantages, reinforce_rej_advantages
 
 
 def test_pooled_is_reward_minus_fraction_of_positives():

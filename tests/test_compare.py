@@ -1,12 +1,12 @@
-"""`trl-ada-compare` end to end at toy size, and the paired bootstrap it reports with (`trl_ada.paired`)."""
+"""`trl-ada-compare` end to end at toy size, and the paired bootstrap it reports with (`trl_ada.cli.paired`)."""
 
 import json
 import os
 
 import pytest
 
-from trl_ada import paired
-from trl_ada.compare import main as compare_main
+from trl_ada.cli import paired
+from trl_ada.cli.compare import main as compare_main
 
 
 def length_reward(completions, **kwargs):
@@ -82,7 +82,7 @@ def test_the_report_compares_at_equal_generated_completions_and_tokens(capsys, t
     """Each seed is compared where both its runs have generated as much, on each cost axis: here the arm is a point
     ahead at every evaluation per completion, but spends 4 times the tokens per completion, so at equal tokens it
     is compared with the baseline's later, better scores and falls behind."""
-    from trl_ada.compare import compare, plot, print_report
+    from trl_ada.cli.compare import compare, plot, print_report
 
     def run(arm, seed, tokens_per_completion, offset):
         curve = [{"step": step, "samples": 8 * step, "tokens": 8 * step * tokens_per_completion,
@@ -138,7 +138,7 @@ def test_the_evaluation_before_training_is_scored_once_per_model_and_read_back_e
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_ada.compare import HeldOutScore
+    from trl_ada.cli.compare import HeldOutScore
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
@@ -172,7 +172,7 @@ def test_runs_starting_together_score_the_initial_model_once(tiny_model, tmp_pat
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trl_ada.compare import HeldOutScore
+    from trl_ada.cli.compare import HeldOutScore
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     held = Dataset.from_list([{"prompt": [{"role": "user", "content": f"question {i}"}]} for i in range(3)])
@@ -205,7 +205,7 @@ def test_runs_starting_together_score_the_initial_model_once(tiny_model, tmp_pat
 def test_the_deadline_starts_no_run_that_would_end_after_it():
     import time
 
-    from trl_ada.compare import Deadline
+    from trl_ada.cli.compare import Deadline
 
     assert all(Deadline(None, 1).may_start() for _ in range(5))
     clock = Deadline(100.0, jobs=2)
@@ -302,7 +302,7 @@ def test_a_final_cut_stops_early_enough_for_its_evaluation():
 
     from transformers import TrainerControl, TrainerState
 
-    from trl_ada.compare import Progress
+    from trl_ada.cli.compare import Progress
 
     def step(progress, global_step=5):
         state, control = TrainerState(), TrainerControl()
@@ -332,7 +332,7 @@ def test_runs_in_parallel_get_their_own_master_port(monkeypatch):
     import socket
     import subprocess
 
-    from trl_ada import compare
+    from trl_ada.cli import compare
 
     ports = compare.free_ports(3)
     assert len(set(ports)) == 3
@@ -366,7 +366,7 @@ def test_runs_one_after_another_use_a_free_port_not_accelerates_default(monkeypa
     import argparse
     import socket
 
-    from trl_ada import compare
+    from trl_ada.cli import compare
 
     seen = []
     monkeypatch.setattr(compare, "run_one", lambda args, arm, seed: seen.append(os.environ.get("MASTER_PORT")))
@@ -404,7 +404,7 @@ def test_a_failed_run_in_parallel_still_leaves_the_report_of_the_others(tmp_path
 def test_runs_scored_on_other_held_out_sets_are_refused_by_name(tmp_path):
     """A comparison's folder holding runs of another design (the GPU kit's dry run met the committed GPU runs: 4
     questions against 131) fails with the reason and the fix, not a numpy broadcast error in the report."""
-    from trl_ada.compare import load_results
+    from trl_ada.cli.compare import load_results
 
     (tmp_path / "results").mkdir()
     for arm, n in (("a", 4), ("b", 131)):

@@ -48,7 +48,7 @@ _MODELS: dict[str, str] = {}
 
 
 def model_path(kind: str, root) -> str:
-    from trl_ada.tiny import build_tiny_model, build_tiny_qwen2_vl, build_tiny_vlm
+    from trl_ada.examples.tiny import build_tiny_model, build_tiny_qwen2_vl, build_tiny_vlm
 
     if kind not in _MODELS:
         folder = str(root / kind)
@@ -62,7 +62,7 @@ def build_reward_model(folder: str) -> str:
     """A tiny sequence classifier (one score) with the tiny tokenizer: a reward model TRL loads from its path."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, Qwen2Config
 
-    from trl_ada.tiny import build_tiny_model
+    from trl_ada.examples.tiny import build_tiny_model
 
     text = build_tiny_model(folder + "-text")
     tokenizer = AutoTokenizer.from_pretrained(text)
@@ -332,7 +332,7 @@ def config_of(cell: Cell, config_class, tmp_path, **extra):
 def processing_class(cell: Cell, models):
     if cell.model != "qwen2_vl":
         return None
-    from trl_ada.tiny import tiny_qwen2_vl_processor
+    from trl_ada.examples.tiny import tiny_qwen2_vl_processor
 
     return tiny_qwen2_vl_processor(models("qwen2_vl"))
 
@@ -690,7 +690,7 @@ def _pipelined_with_a_sharded_reward_model():
     them): a trainer whose reward model has a ZeRO-3 partitioned parameter."""
     from types import SimpleNamespace
 
-    from trl_ada.pipelined_rank import check_reward_models_unsharded
+    from trl_ada.integration.pipelined_rank import check_reward_models_unsharded
 
     reward_model = torch.nn.Linear(2, 1)
     reward_model.weight.ds_tensor = torch.zeros(1)  # what deepspeed.zero.Init leaves on a partitioned parameter

@@ -11,7 +11,7 @@ from datasets import Dataset
 from conftest import hash_reward_value, make_recording_reward, pass_rate_dataset
 from test_trainer import Recorder, decode_groups, tiny_args
 from trl_ada import AdaGRPOTrainer
-from trl_ada.memory import prompt_key
+from trl_ada.core.memory import prompt_key
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Reinforce-Ada-Est (trl_ada.est): the allocation against a brute-force reference, the advantage, the config's
+"""Reinforce-Ada-Est (trl_ada.core.est): the allocation against a brute-force reference, the advantage, the config's
 refusals, and the real trainer end to end (rows per prompt = N_x, advantages, TRL's metrics, the memory, resume)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from conftest import hash_reward_value, make_recording_reward, pass_rate_dataset
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
-from trl_ada.est import allocate, allocation_metrics, allocation_weights, est_advantages
+from trl_ada.core.est import allocate, allocation_metrics, allocation_weights, est_advantages
 
 # ---------------------------------------------------------------------------------------------------------------------
 # The allocation: a brute-force reference.
@@ -199,7 +199,7 @@ class EstRecorder(AdaGRPOTrainer):
 
 def groups_of(trainer, output):
     """Consecutive rows of one prompt: (memory key, pass rate, rewards recomputed from the completions, advantages)."""
-    from trl_ada.memory import prompt_key
+    from trl_ada.core.memory import prompt_key
 
     tok = trainer.processing_class
     rows = []
@@ -269,7 +269,7 @@ def test_est_trains_every_allocated_sample_with_its_advantage(tiny_model, tmp_pa
 @pytest.mark.lock_only  # Est end to end runs in every set once (the test above); these add our bookkeeping
 def test_est_allocation_follows_the_remembered_rates(tiny_model, tmp_path):
     """The rows TRL trains on per prompt are exactly `allocate` of the pass rates remembered before the step."""
-    from trl_ada.memory import prompt_key
+    from trl_ada.core.memory import prompt_key
 
     trainer = EstRecorder(model=tiny_model, reward_funcs=make_recording_reward(), args=est_config(tmp_path),
                           train_dataset=pass_rate_dataset([0.0, 1.0, 1.0, 0.5], repeat=2))

@@ -104,7 +104,7 @@ def test_fsdp_with_a_colocated_vllm_engine_per_rank(tmp_path, pipelined):
     agree with the trainer's (TRL's `sampling/sampling_logp_difference`, mean per token) after the weights moved.
     `pipelined`: with `pipelined_rounds=True` each rank drives its own engine request by request."""
     pytest.importorskip("vllm")
-    from trl_ada.tiny import VLLM_CPU_TINY, build_tiny_model
+    from trl_ada.examples.tiny import VLLM_CPU_TINY, build_tiny_model
 
     model = build_tiny_model(str(tmp_path / "model"), **VLLM_CPU_TINY)  # head_dim 64: vLLM's CPU attention needs it
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",

@@ -1,5 +1,5 @@
 """The cost a comparison reports holds on every path (issue 50): the trainer's generated completions and tokens
-(`trl_ada.generation_count`, logged as `sampling/generated_*_total`) against an independent count.
+(`trl_ada.integration.generation_count`, logged as `sampling/generated_*_total`) against an independent count.
 
 The independent count sits below trl-ada, where the samples come from: the model's `generate` (each returned row cut
 after its first EOS, as TRL cuts it), a `rollout_func` counting what it returns, the stand-in vLLM engine's
@@ -15,7 +15,7 @@ import torch
 from conftest import make_recording_reward, pass_rate_dataset
 from test_trainer import tiny_args
 from trl_ada import AdaGRPOTrainer
-from trl_ada.generation_count import (COMPLETIONS_METRIC, TOKENS_METRIC, TRAINED_TOKENS_METRIC, GenerationCount,
+from trl_ada.integration.generation_count import (COMPLETIONS_METRIC, TOKENS_METRIC, TRAINED_TOKENS_METRIC, GenerationCount,
                                       model_tokens)
 
 # lock_only: the count is our bookkeeping over TRL 1.16 (the same in every CI set); the newest and oldest sets
@@ -140,7 +140,7 @@ def test_tool_loop_counts_a_sample_once_and_every_model_turn_s_tokens(tmp_path):
     from agents import calculator_dataset, install, multiply, product_reward
 
     from test_rollouts import CountingPolicy, tool_args
-    from trl_ada.tiny import build_tiny_model
+    from trl_ada.examples.tiny import build_tiny_model
 
     model = build_tiny_model(str(tmp_path / "tool-model"), tools=True)
     scored = []

@@ -137,8 +137,8 @@ def test_the_comparison_call_is_a_trl_ada_compare_command_of_the_papers_arms(kit
     on its held-out hard questions (and the easy slice beside them)."""
     from trl import ModelConfig, TrlParser
 
-    from trl_ada.compare import Arm, build_parser
-    from trl_ada.train import ScriptArguments
+    from trl_ada.cli.compare import Arm, build_parser
+    from trl_ada.cli.train import ScriptArguments
 
     argv = subprocess.run([kit.sys.executable, kit.__file__, "device-compare", "--model", "/m"], capture_output=True,
                           text=True, check=True).stdout.split("\n")
@@ -147,7 +147,7 @@ def test_the_comparison_call_is_a_trl_ada_compare_command_of_the_papers_arms(kit
     assert [a.name for a in arms] == ["grpo_n4", "grpo_n8", "grpo_n16", "ada_pos", "ada_balanced"]
     assert "model_name_or_path=/m" in args.set and "use_cpu=false" in args.set
     assert len(args.seeds) >= 20 and args.jobs >= 8
-    from trl_ada.data import hard_arithmetic
+    from trl_ada.examples.arithmetic import hard_arithmetic
 
     assert (args.eval_split, args.eval_extra_split) == ("test_hard", "test_easy")
     assert len(hard_arithmetic(args.eval_split)) >= 128 and len(hard_arithmetic(args.eval_extra_split)) == 64

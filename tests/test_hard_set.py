@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from trl_ada.data import (
+from trl_ada.examples.arithmetic import (
     ARITHMETIC_KINDS, HARD_ARITHMETIC_KINDS, arithmetic_problems, arithmetic_split_of, hard_arithmetic,
     hard_arithmetic_candidates, hard_arithmetic_problem,
 )
-from trl_ada.train import ScriptArguments, load_train_dataset
+from trl_ada.cli.train import ScriptArguments, load_train_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))

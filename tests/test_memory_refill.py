@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_ada.dynamic import fill_with_signal, has_signal
-from trl_ada.memory import GroupPrior, PromptMemory, prompt_key
-from trl_ada.refill import PromptStream
-from trl_ada.sampling import run_adaptive_sampling
+from trl_ada.core.dynamic import fill_with_signal, has_signal
+from trl_ada.core.memory import GroupPrior, PromptMemory, prompt_key
+from trl_ada.integration.refill import PromptStream
+from trl_ada.core.sampling import run_adaptive_sampling
 
 # -- prompt memory ---------------------------------------------------------------------------------------------------
 
@@ -25,7 +25,7 @@ def test_key_is_a_stable_content_hash():
     assert prompt_key([1, 2, 3]) == prompt_key(np.array([1, 2, 3], dtype=np.int32))
     assert prompt_key([1, 2, 3]) != prompt_key([1, 2, 4]) and prompt_key([1, 2]) != prompt_key([1, 2, 0])
     # Not Python's salted hash(): two interpreters with different hash seeds agree.
-    code = "from trl_ada.memory import prompt_key; print(prompt_key([5, 7, 11]), hash('x'))"
+    code = "from trl_ada.core.memory import prompt_key; print(prompt_key([5, 7, 11]), hash('x'))"
     outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout.split() for seed in ("1", "2")]
     assert outs[0][1] != outs[1][1]  # the salted hash differs...
@@ -197,7 +197,7 @@ def test_refill_batch_is_sized_to_close_the_gap():
 
 # -- budgeted sampling -----------------------------------------------------------------------------------------------
 
-from trl_ada.budget import predictive_missing_class, predictive_uniform, run_budgeted_sampling  # noqa: E402
+from trl_ada.core.budget import predictive_missing_class, predictive_uniform, run_budgeted_sampling  # noqa: E402
 
 
 def test_predictive_probabilities_against_monte_carlo():
@@ -381,11 +381,11 @@ def test_budget_with_a_group_prior_screens_unseen_prompts_of_an_extreme_group():
 # -- checkpoint files ------------------------------------------------------------------------------------------------
 
 def test_a_checkpoint_written_before_the_resume_module_still_resumes(tmp_path):
-    """The sampling state as trl-ada wrote it into checkpoints before `trl_ada.resume` existed (2026-11-25: the JSON
+    """The sampling state as trl-ada wrote it into checkpoints before `trl_ada.integration.resume` existed (2026-11-25: the JSON
     below, key for key, and the memory's arrays through np.savez) loads into today's objects unchanged."""
     import json
 
-    from trl_ada.resume import load_sampling_state, save_sampling_state
+    from trl_ada.integration.resume import load_sampling_state, save_sampling_state
 
     (tmp_path / "ada_sampling_state.json").write_text(json.dumps({
         "prompts_drawn": 37, "refill": {"pass_index": 1, "position": 5, "drawn": 21},

@@ -14,7 +14,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from trl_ada import AdaGRPOConfig, AdaGRPOTrainer, seams
+from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+from trl_ada.integration import seams
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

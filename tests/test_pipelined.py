@@ -1,4 +1,4 @@
-"""Barrier-free rounds (trl_ada.pipelined) against the synchronous driver, on a fake engine that finishes requests in
+"""Barrier-free rounds (trl_ada.core.pipelined) against the synchronous driver, on a fake engine that finishes requests in
 adversarial orders: the results must be equal, whatever the order, the admission cap and the exit rule."""
 
 import doctest
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_ada import pipelined, sampling
-from trl_ada.pipelined import run_pipelined_sampling
-from trl_ada.sampling import run_adaptive_sampling
+from trl_ada.core import pipelined, sampling
+from trl_ada.core.pipelined import run_pipelined_sampling
+from trl_ada.core.sampling import run_adaptive_sampling
 
 ORDERS = ("random", "last_first", "first_first", "all_at_once", "highest_prompt_first", "stall_then_burst")
 

@@ -10,8 +10,9 @@ from trl import ModelConfig, TrlParser
 
 from conftest import small_tiny_recipe
 from trl_ada import AdaGRPOConfig
-from trl_ada.data import ARITHMETIC_KINDS, SYSTEM_PROMPT, arithmetic_problems, load_math_dataset, synthetic_arithmetic
-from trl_ada.train import ScriptArguments, load_train_dataset, main as train_main
+from trl_ada.data import SYSTEM_PROMPT, load_math_dataset
+from trl_ada.examples.arithmetic import ARITHMETIC_KINDS, arithmetic_problems, synthetic_arithmetic
+from trl_ada.cli.train import ScriptArguments, load_train_dataset, main as train_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPES = sorted(glob.glob(os.path.join(ROOT, "recipes", "*", "*.yaml")))
@@ -102,7 +103,7 @@ def test_recipe_parses(recipe):
             (1e-6, 0.2, 0.28), (1e-5, 0.2, 0.28))
         assert training_args.beta == 0.0 and training_args.loss_type == "dapo"
     if variant.startswith("tools_"):  # the offline tool-use recipe: an environment whose tool computes the product
-        assert script_args.environment_factory == "trl_ada.agents:CalculatorEnv"
+        assert script_args.environment_factory == "trl_ada.examples.agents:CalculatorEnv"
         assert script_args.dataset_name == "products" and model_args.model_name_or_path == "tiny-tools-warm"
     variant = variant.removeprefix("arith_").removeprefix("tools_").removeprefix("hard_")
     expected = {"grpo.yaml": (False, "grpo"), "ada_pos.yaml": (True, "positive_focused"),
@@ -142,20 +143,20 @@ def test_recipe_runs_one_step_offline(recipe, tmp_path, tiny_model):
 
 
 def test_tools_and_environments_load_by_import_path():
-    from trl_ada.agents import CalculatorEnv, multiply
-    from trl_ada.train import load_object
+    from trl_ada.examples.agents import CalculatorEnv, multiply
+    from trl_ada.cli.train import load_object
 
-    assert load_object("trl_ada.agents:multiply", "tools") is multiply
-    assert load_object("trl_ada.agents.CalculatorEnv", "environment_factory") is CalculatorEnv
-    with pytest.raises(ValueError, match="tools: cannot import 'trl_ada.agents:nothing'"):
-        load_object("trl_ada.agents:nothing", "tools")
+    assert load_object("trl_ada.examples.agents:multiply", "tools") is multiply
+    assert load_object("trl_ada.examples.agents.CalculatorEnv", "environment_factory") is CalculatorEnv
+    with pytest.raises(ValueError, match="tools: cannot import 'trl_ada.examples.agents:nothing'"):
+        load_object("trl_ada.examples.agents:nothing", "tools")
 
 
 @pytest.mark.slow
 def test_train_takes_tools_by_import_path(tmp_path):
     out = tmp_path / "out"
     train_main(["--model_name_or_path", "tiny-tools", "--dataset_name", "products", "--synthetic_num_examples", "32",
-                "--reward_funcs", "last_number_reward", "--tools", "trl_ada.agents:multiply", "--output_dir", str(out),
+                "--reward_funcs", "last_number_reward", "--tools", "trl_ada.examples.agents:multiply", "--output_dir", str(out),
                 "--use_cpu", "true", "--bf16", "false", "--report_to", "none", "--max_steps", "1",
                 "--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "16",
                 "--save_strategy", "steps", "--save_steps", "1", "--max_rounds", "2", "--logging_steps", "1"])
@@ -186,7 +187,7 @@ def test_imports_run_one_way_no_package_module_imports_the_demo():
                 names = [node.module or ""] + [f"{node.module or ''}.{a.name}" for a in node.names]
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
-            if any(n.split(".")[-1] == "demo" or n.endswith("trl_ada.demo") for n in names):
+            if any(n.split(".")[-1] == "demo" or n.endswith("trl_ada.cli.demo") for n in names):
                 importers.append(os.path.basename(path))
     assert importers == []
 
@@ -207,7 +208,7 @@ def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_demo_main_job_runs_and_reports(tmp_path, capsys):
-    from trl_ada.demo import main as demo_main
+    from trl_ada.cli.demo import main as demo_main
 
     out = tmp_path / "demo"
     demo_main(["--model", "tiny", "--output_dir", str(out),

@@ -12,8 +12,9 @@ import pytest
 from datasets import Dataset
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
-from trl_ada.data import SYSTEM_PROMPT, make_prompt, word_problems
-from trl_ada.models import gguf_path, materialize, main as models_main
+from trl_ada.data import SYSTEM_PROMPT, make_prompt
+from trl_ada.examples.arithmetic import word_problems
+from trl_ada.examples.models import gguf_path, materialize, main as models_main
 from trl_ada.rewards import boxed_math_reward
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,10 +47,10 @@ def test_missing_gguf_reader_says_how_to_install(monkeypatch, tmp_path):
 
 
 def test_missing_model_folder_names_the_command(tmp_path):
-    from trl_ada.train import main as train_main
+    from trl_ada.cli.train import main as train_main
 
     missing = str(tmp_path / "models" / "SmolLM2-135M-Instruct")
-    with pytest.raises(FileNotFoundError, match=r"python -m trl_ada\.models smollm2 --output_dir .*SmolLM2-135M"):
+    with pytest.raises(FileNotFoundError, match=r"python -m trl_ada\.examples\.models smollm2 --output_dir .*SmolLM2-135M"):
         train_main(["--config", os.path.join(ROOT, "recipes", "SmolLM2-135M-Instruct", "arith_ada_balance.yaml"),
                     "--model_name_or_path", missing, "--output_dir", str(tmp_path / "out")])
 
@@ -165,8 +166,8 @@ def test_one_adaptive_step_on_the_real_model(smollm2, tmp_path):
 @pytest.mark.lock_only  # the recipe path runs in every set on the tiny model (tests/test_product.py); the real model
 @pytest.mark.xdist_group("smollm2")  # loads, generates and trains in every set (the tests above)
 def test_smollm2_recipe_one_step_and_eval_entry_point(smollm2, tmp_path, capsys):
-    from trl_ada.evaluate import main as eval_main
-    from trl_ada.train import main as train_main
+    from trl_ada.cli.evaluate import main as eval_main
+    from trl_ada.cli.train import main as train_main
 
     out = tmp_path / "out"
     train_main(["--config", os.path.join(ROOT, "recipes", "SmolLM2-135M-Instruct", "arith_ada_balance.yaml"),
@@ -196,8 +197,8 @@ def test_demo_on_the_real_model_reports_held_out_accuracy_per_kind(smollm2, tmp_
     recipe with shorter answers and at most two rounds (at 96 tokens and four rounds this test took 213 s)."""
     import yaml
 
-    from trl_ada.demo import DEFAULT_REAL_RECIPE
-    from trl_ada.demo import main as demo_main
+    from trl_ada.cli.demo import DEFAULT_REAL_RECIPE
+    from trl_ada.cli.demo import main as demo_main
 
     recipe = yaml.safe_load(open(DEFAULT_REAL_RECIPE))
     recipe.update(max_completion_length=24, max_rounds=2)

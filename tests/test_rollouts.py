@@ -21,9 +21,9 @@ from trl import GRPOConfig, GRPOTrainer
 from agents import (ReplayPolicy, ScriptedPolicy, calculator_dataset, install, multiply,
                     product_reward)
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
-from trl_ada.memory import prompt_key
-from trl_ada.rollouts import join_rollout, merge_round_metrics, split_rollout
-from trl_ada.tiny import build_tiny_model
+from trl_ada.core.memory import prompt_key
+from trl_ada.integration.rollouts import join_rollout, merge_round_metrics, split_rollout
+from trl_ada.examples.tiny import build_tiny_model
 
 ENVIRONMENTS = Version(transformers.__version__) >= Version("5.2.0")  # TRL's environment_factory needs it
 CONTINUOUS_BATCHING = Version(transformers.__version__) >= Version("5.8.0")  # TRL's continuous batching needs it
@@ -404,7 +404,7 @@ def color_reward(completions, color, **kwargs):
 
 @pytest.fixture(scope="module")
 def tiny_vlm(tmp_path_factory):
-    from trl_ada.tiny import build_tiny_vlm
+    from trl_ada.examples.tiny import build_tiny_vlm
 
     return build_tiny_vlm(str(tmp_path_factory.mktemp("vlm") / "model"))
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_ada.advantages import pooled_advantages
-from trl_ada.sampling import (
+from trl_ada.core.advantages import pooled_advantages
+from trl_ada.core.sampling import (
     exit_rule,
     normalize_choice,
     run_adaptive_sampling,

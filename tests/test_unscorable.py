@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_ada.advantages import pool_statistics, pooled_advantages, raft_advantages, reinforce_rej_advantages
-from trl_ada.budget import run_budgeted_sampling
-from trl_ada.dynamic import has_signal
-from trl_ada.memory import GroupPrior, PromptMemory, observe_step
-from trl_ada.sampling import (
+from trl_ada.core.advantages import pool_statistics, pooled_advantages, raft_advantages, reinforce_rej_advantages
+from trl_ada.core.budget import run_budgeted_sampling
+from trl_ada.core.dynamic import has_signal
+from trl_ada.core.memory import GroupPrior, PromptMemory, observe_step
+from trl_ada.core.sampling import (
     PromptRounds,
     count_signs,
     exit_rule,

@@ -79,9 +79,9 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-from trl_ada.compare import main as compare_main  # noqa: E402
-from trl_ada.support import requested_processes  # noqa: E402
-from trl_ada.train import ScriptArguments, load_train_dataset, parse_recipe  # noqa: E402
+from trl_ada.cli.compare import main as compare_main  # noqa: E402
+from trl_ada.integration.support import requested_processes  # noqa: E402
+from trl_ada.cli.train import ScriptArguments, load_train_dataset, parse_recipe  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHAT = [{"prompt": [{"role": "user", "content": f"Write the word w{i} in capitals."}], "solution": f"W{i}",
@@ -239,7 +239,7 @@ def test_the_readme_task_trains_through_every_entry_point(tmp_path):
     assert report["held_out"] == [["upper_test.jsonl", 32]] and "balanced" in report["arms"]
     # The reward sees the prompt as written, on both processes of a 2-process run.
     (tmp_path / "marker.py").write_text(MARKER)
-    done = subprocess.run([os.path.join(bin_dir, "torchrun"), "--nproc_per_node", "2", "-m", "trl_ada.train",
+    done = subprocess.run([os.path.join(bin_dir, "torchrun"), "--nproc_per_node", "2", "-m", "trl_ada.cli.train",
                            "--config", "upper_ada.yaml", "--reward_funcs", "task.upper_reward", "marker.seen",
                            "--max_steps", "1", "--output_dir", "out/marked"], cwd=tmp_path, env=env,
                           capture_output=True, text=True)
@@ -250,7 +250,7 @@ def test_the_readme_task_trains_through_every_entry_point(tmp_path):
         assert seen and all(prompt in written for prompt in seen)
     # One process where two were asked: said, not silent.
     done = subprocess.run([os.path.join(bin_dir, "accelerate"), "launch", "--cpu", "--num_processes", "2", "-m",
-                           "trl_ada.train", "--config", "upper_ada.yaml", "--max_steps", "1", "--output_dir",
+                           "trl_ada.cli.train", "--config", "upper_ada.yaml", "--max_steps", "1", "--output_dir",
                            "out/one"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0 and "asked for --num_processes 2, but training runs on 1 process" in done.stderr
 

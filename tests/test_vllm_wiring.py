@@ -19,8 +19,8 @@ from trl.generation import vllm_generation
 from conftest import make_recording_reward, pass_rate_dataset
 from test_trainer import tiny_args
 from trl_ada import AdaGRPOTrainer
-from trl_ada import vllm_backend
-from trl_ada.vllm_backend import ReloadingVLLMGeneration
+from trl_ada.integration import vllm_backend
+from trl_ada.integration.vllm_backend import ReloadingVLLMGeneration
 
 pytestmark = pytest.mark.slow
 

