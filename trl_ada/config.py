@@ -10,6 +10,20 @@ from trl import GRPOConfig
 from trl_ada.core.advantages import BASELINES
 from trl_ada.core.sampling import CHOICES, SELECTIONS, normalize_choice
 
+PAPER = {  # what TRL's model card cites for a trainer trained with these defaults
+    "title": "Reinforce-Ada: An Adaptive Sampling Framework for Reinforce-Style LLM Training",
+    "id": "2510.04996",
+    "citation": (
+        "@article{xiong2025reinforceada,\n"
+        "    title        = {{Reinforce-Ada: An Adaptive Sampling Framework for Reinforce-Style LLM Training}},\n"
+        "    author       = {Wei Xiong and Chenlu Ye and Baohao Liao and Hanze Dong and Xinxing Xu and Christof Monz "
+        "and Jiang Bian and Nan Jiang and Tong Zhang},\n"
+        "    year         = 2025,\n"
+        "    eprint       = {arXiv:2510.04996},\n"
+        "}"
+    ),
+}
+
 ADVANTAGE_ESTIMATORS = ("reinforce_ada", "grpo", "reinforce_rej", "raft", "est")
 
 
@@ -577,3 +591,19 @@ def _is_number(value) -> bool:
 def _check_one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"{name}={value!r} is not valid: use one of {list(allowed)}.")
+
+
+def trainer_config(args, model) -> AdaGRPOConfig:
+    """The trainer's config: as GRPOTrainer does without one, a default config with its output folder named after
+    the model; a plain GRPOConfig is refused with the fix."""
+    if args is None:
+        from trl.trainer.utils import get_config_model_id
+
+        model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+        return AdaGRPOConfig(f"{model_name.split('/')[-1]}-AdaGRPO")
+    if not isinstance(args, AdaGRPOConfig):
+        raise TypeError(
+            f"AdaGRPOTrainer needs args=AdaGRPOConfig(...), got {type(args).__name__}. Replace GRPOConfig with "
+            "trl_ada.AdaGRPOConfig (it takes the same fields)."
+        )
+    return args

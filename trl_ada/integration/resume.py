@@ -18,6 +18,9 @@ from __future__ import annotations
 import json
 import os
 
+from trl_ada.core.memory import GroupPrior, PromptMemory
+from trl_ada.integration.refill import PromptStream
+
 SAMPLING_STATE_FILE = "ada_sampling_state.json"  # refill cursor and counters, in every checkpoint
 MEMORY_STATE_FILE = "prompt_memory.npz"  # the prompt memory, in every checkpoint
 MEMORY_EXPORT_FILE = "prompt_memory.parquet"  # the readable export, in output_dir at the end of training
@@ -100,6 +103,44 @@ def export_memory(memory, texts: dict[str, str], path: str):
     return dataset
 
 
+def sampling_state(args, train_dataset, shuffle: bool):
+    """The state sampling carries from step to step for these settings: the prompt memory, the group prior and the
+    refill stream (None where the settings do not use one)."""
+    memory = None
+    if args.prompt_memory:
+        memory = PromptMemory(args.prompt_memory_decay, args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta)
+    group_prior = GroupPrior() if args.prompt_memory_group_column is not None else None
+    refills = args.dynamic_sampling or args.sampling_budget is not None
+    return memory, group_prior, PromptStream(len(train_dataset), args.seed, shuffle=shuffle) if refills else None
+
+
+def save_trainer_state(trainer, folder: str) -> None:
+    """What an `AdaGRPOTrainer` adds to the checkpoint TRL just wrote in `folder`."""
+    save_generation_count(folder, trainer.generation_count)  # sampling off too: a GRPO run's cost continues as well
+    if trainer.args.sampling_active:
+        save_sampling_state(folder, trainer._prompts_drawn, trainer._refill, trainer.group_prior,
+                            trainer.prompt_memory)
+
+
+def load_trainer_state(trainer, checkpoint: str, warn) -> None:
+    """Restore what `save_trainer_state` wrote into an `AdaGRPOTrainer` resuming from `checkpoint`."""
+    if not load_generation_count(checkpoint, trainer.generation_count):
+        warn(f"{checkpoint} holds no generated totals (written by an earlier trl-ada): "
+             "sampling/generated_*_total count from 0 in this run.")
+    if trainer._refill is not None or trainer.prompt_memory is not None:
+        trainer._prompts_drawn = load_sampling_state(checkpoint, trainer._refill, trainer.group_prior,
+                                                     trainer.prompt_memory)
+
+
+def export_at_end(trainer) -> None:
+    """At the end of training, the readable tables of the prompt memory and the group prior, in output_dir."""
+    if trainer.prompt_memory is not None:
+        trainer.export_prompt_memory(os.path.join(trainer.args.output_dir, MEMORY_EXPORT_FILE))
+    if trainer.group_prior is not None:
+        with open(os.path.join(trainer.args.output_dir, GROUP_EXPORT_FILE), "w") as f:
+            json.dump(trainer.group_prior.table(), f, indent=1)
+
+
 __all__ = ["GENERATION_COUNT_FILE", "GROUP_EXPORT_FILE", "MEMORY_EXPORT_FILE", "MEMORY_STATE_FILE",
-           "SAMPLING_STATE_FILE", "export_memory", "load_generation_count", "load_sampling_state",
+           "SAMPLING_STATE_FILE", "export_at_end", "export_memory", "load_trainer_state", "sampling_state", "save_trainer_state", "load_generation_count", "load_sampling_state",
            "save_generation_count", "save_sampling_state"]

@@ -14,6 +14,7 @@ and the reward-function columns of a kept completion are exactly what GRPOTraine
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -101,10 +102,13 @@ def check_rollout_rows(prompts: list, prompt_ids: list) -> None:
             )
 
 
-def join_rollout(samples: list[Sample]) -> Rollout:
-    """The kept samples in `GRPOTrainer._generate`'s shape, so that TRL builds the training batch from them."""
+def join_rollout(samples: list[Sample], expected: int | None = None) -> Rollout:
+    """The kept samples in `GRPOTrainer._generate`'s shape, so that TRL builds the training batch from them
+    (`expected`: the completions TRL asked for)."""
     if not samples:
         raise RuntimeError("AdaGRPOTrainer: no samples to train on.")
+    if expected is not None and len(samples) != expected:
+        raise RuntimeError(f"AdaGRPOTrainer: TRL asked for {expected} completions, {len(samples)} were kept for this rank.")
     has_logprobs = all(s.logprobs is not None for s in samples)
     has_tool_mask = any(s.tool_mask is not None for s in samples)
     has_images = any(s.images is not None for s in samples)
@@ -230,7 +234,80 @@ def step_metrics(step: StepSampling, advantages: torch.Tensor, num_generations: 
         m |= {"sampling/prompts_drawn": float(sampled), "sampling/prompts_dropped": float(sampled - chosen),
               "sampling/refill_batches": float(step.refill_batches),
               "sampling/groups_without_signal": float(step.without_signal), "sampling/epochs_drawn": epochs_drawn}
-    return m
+    return m | step.est_metrics  # Est: its allocation, and round one's reward with prompts weighed equally
+
+
+@dataclass
+class Round:
+    """One round's samples: `items` are (prompt, slot) pairs, `padded` splits evenly over the ranks."""
+
+    items: list[tuple[int, int]]
+    padded: list[tuple[int, int]]
+    counts: list[int]
+    active: int
+    world: int
+
+    def share(self, rank: int) -> list[tuple[int, int]]:
+        per_rank = len(self.padded) // self.world
+        return self.padded[rank * per_rank : (rank + 1) * per_rank]
+
+
+def plan_round(state: StepSampling, active: list[int], k: int | list[int], world: int) -> Round:
+    """k samples for each active prompt (or k[i] for the i-th), padded to split evenly over `world` ranks."""
+    counts = k if isinstance(k, list) else [k] * len(active)
+    items = [(p, len(state.pool_rewards_per_func[p]) + j) for p, count in zip(active, counts) for j in range(count)]
+    per_rank = math.ceil(len(items) / world)
+    # Collectives need equal sizes: pad with extra samples of the last prompt, generated, scored and discarded.
+    padded = items + [items[-1]] * (per_rank * world - len(items))
+    state.padding_samples += len(padded) - len(items)
+    return Round(items, padded, counts, len(active), world)
+
+
+def record_round(state: StepSampling, round_: Round, rank: int, samples: list[Sample], rewards_per_func: torch.Tensor,
+                 rewards: torch.Tensor, seconds: float) -> list[list[float]]:
+    """Keep a round's samples (this rank's share, padding left out) and rewards (all ranks) in the step's
+    bookkeeping; return each prompt's rewards."""
+    state.rollout_sizes.append(len(round_.padded))
+    state.round_index += 1
+    before, prompts_active = state.rounds.get(state.round_index, (0.0, 0))
+    state.rounds[state.round_index] = (before + seconds, prompts_active + round_.active)
+    first = rank * (len(round_.padded) // round_.world)
+    for offset, (key, sample) in enumerate(zip(round_.share(rank), samples)):
+        if first + offset < len(round_.items):
+            state.generated[key] = sample
+    n = len(round_.items)
+    for (p, _), row in zip(round_.items, rewards_per_func[:n]):
+        state.pool_rewards_per_func[p].append(row)
+    values = rewards[:n].tolist()
+    ends = list(itertools.accumulate(round_.counts))
+    return [values[end - count : end] for end, count in zip(ends, round_.counts)]
+
+
+def take_extra_logs(pending: dict[str, list], count: int, warned: set[str], warn) -> list[dict[str, Any]]:
+    """The log_extra columns the reward functions just wrote for `count` samples, taken out of TRL's buffer
+    (`pending`), one dict per sample.
+
+    They belong to these samples and follow their completion, kept or not (TRL would otherwise flush every
+    round's values into the completions table, next to the wrong completions). A column without one value per
+    sample is dropped, with one warning per column (`warned` holds the columns warned about)."""
+    extra = {column: values for column, values in pending.items() if len(values) == count}
+    for column in set(pending) - set(extra) - warned:
+        warned.add(column)
+        warn(f"log_extra column {column!r} does not hold one value per completion; it is not logged.")
+    pending.clear()
+    return [{column: values[i] for column, values in extra.items()} for i in range(count)]
+
+
+def collect_selected(state: StepSampling, local: list[int]) -> list[Sample]:
+    """Send each selected sample of a chosen prompt to the rank that trains on it (a gather over all ranks); return
+    this rank's (`local`: its chosen prompts), in the order TRL lays their rows out."""
+    from accelerate.utils import gather_object
+
+    wanted = {(p, i) for p in state.chosen for i in state.results[p].selected}
+    selected: dict[tuple[int, int], Sample] = {}
+    for part in gather_object([{key: s for key, s in state.generated.items() if key in wanted}]):
+        selected.update(part)
+    return [selected[(p, i)] for p in local for i in state.results[p].selected]
 
 
 def weighted_sum(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

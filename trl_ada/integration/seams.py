@@ -138,4 +138,21 @@ def warn_if_unsupported_trl() -> None:
         )
 
 
-__all__ = ["SEAMS", "SUPPORTED_TRL", "Seam", "check_seams", "seam_problems", "trl_is_supported"]
+def require_trl_internals() -> None:
+    """Import the TRL internals trl-ada uses beside the seams (the pipelined rounds, the vLLM backend): a TRL that
+    moved one fails here with the supported range, not with a bare ImportError deep inside a step."""
+    try:
+        from trl.chat_template_utils import parse_response  # noqa: F401
+        from trl.data_utils import is_conversational  # noqa: F401
+        from trl.generation.vllm_generation import VLLMGeneration  # noqa: F401
+        from trl.trainer import grpo_trainer  # noqa: F401
+        from trl.trainer.utils import get_config_model_id  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            f"trl-ada needs trl{SUPPORTED_TRL} (installed: trl {trl.__version__}): {error}. "
+            f'pip install "trl{SUPPORTED_TRL}".'
+        ) from error
+
+
+__all__ = ["SEAMS", "SUPPORTED_TRL", "Seam", "check_seams", "require_trl_internals", "seam_problems",
+           "trl_is_supported", "warn_if_unsupported_trl"]

@@ -170,3 +170,15 @@ def warn_if_fewer_processes(world_size: int) -> None:
 
 __all__ = ["check_prompt_column", "check_trainer_arguments", "checked_reward", "warn_if_fewer_processes",
            "warn_if_threshold_outside"]
+
+
+def environment_names(rows: list[dict], factories: dict, multi_environment: bool) -> list:
+    """The environment each row is rendered with, checked as TRL checks it, before its tokenizer looks one up."""
+    names = [row.get("environment") if multi_environment else None for row in rows]
+    unknown = sorted({str(name) for name in names if name not in factories})
+    if unknown:
+        raise ValueError(
+            f"Example has `environment={unknown[0]!r}`, which is not among the environments passed to "
+            f"`environment_factory`. Expected one of: {list(factories)}."
+        )
+    return names

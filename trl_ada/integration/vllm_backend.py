@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from trl.generation import vllm_generation as _vllm_generation_module
 from trl.generation.vllm_generation import VLLMGeneration
 from trl.trainer import grpo_trainer as _grpo_module
 
-from trl_ada.config import AdaGRPOConfig
+if TYPE_CHECKING:  # no import of the config layer above: only its type
+    from trl_ada.config import AdaGRPOConfig
+
 
 __all__ = ["ReloadingVLLMGeneration", "vllm_generation_for"]
 
@@ -103,3 +106,32 @@ def vllm_generation_for(args: AdaGRPOConfig):
         yield
     finally:
         _grpo_module.VLLMGeneration = original
+
+
+@contextlib.contextmanager
+def awake_for_rounds(trainer):
+    """Push weights to vLLM once per step and keep a sleeping colocated engine awake across all of a step's rounds.
+
+    TRL's vLLM backend syncs weights when the global step changes and, in sleep mode, ends every generate call
+    with sleep(level=2), which discards the weights: a plain round loop would push all weights every round.
+    """
+    if not trainer.use_vllm:
+        yield
+        return
+    generation = trainer.vllm_generation
+    if trainer.state.global_step != trainer._last_loaded_step:
+        generation.sync_weights()
+        trainer._last_loaded_step = trainer.state.global_step
+    if not (generation.mode == "colocate" and generation.enable_sleep_mode):
+        yield
+        return
+    if generation._llm_weights_sleeping:
+        generation.sync_weights()  # wakes the weights up and pushes the current ones
+    generation.llm.wake_up(tags=["kv_cache"])
+    generation.enable_sleep_mode = False  # generate() then neither wakes nor sleeps between rounds
+    try:
+        yield
+    finally:
+        generation.enable_sleep_mode = True
+        generation.llm.sleep(level=2)
+        generation._llm_weights_sleeping = True

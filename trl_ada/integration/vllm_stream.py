@@ -156,3 +156,9 @@ class VLLMStream:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def colocated_stream(generation, prompt_ids: list[list[int]]) -> VLLMStream:
+    """This rank's colocated vLLM engine (TRL's `VLLMGeneration`) as a stream, one request per sample."""
+    max_num_seqs = generation.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
+    return VLLMStream(generation.llm, prompt_ids, colocate_sampling_params(generation), max_num_seqs)

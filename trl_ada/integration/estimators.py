@@ -1,0 +1,80 @@
+"""The configured advantage estimator over a step's chosen prompts (`AdaGRPOConfig.advantage_estimator`).
+
+TRL computes GRPO's group advantages; the trainer then replaces them with these, computed from the whole pool of
+each prompt's samples (`trl_ada.core.advantages`, `trl_ada.core.est`), in the order TRL laid the kept rows out.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from accelerate.logging import get_logger
+
+from trl_ada.core.advantages import pooled_advantages, raft_advantages, reinforce_rej_advantages
+from trl_ada.core.est import est_advantages
+from trl_ada.core.sampling import PromptResult
+
+logger = get_logger(__name__)
+
+
+def replaces_grpo(args) -> bool:
+    """Whether the estimator differs from TRL's own group statistics (then TRL's advantages stay as they are)."""
+    estimator = args.advantage_estimator
+    return not (estimator == "grpo" or (estimator == "reinforce_ada" and not args.global_stat_est))
+
+
+def step_advantages(args, rewards: list[float], num_generations: int,
+                    results: list[PromptResult] | None) -> list[list[float]]:
+    """Advantages of the kept samples, one list per chosen prompt (`rewards`: the kept samples' weighted rewards, in
+    TRL's order; `results`: the chosen prompts' sampling, None when sampling is off)."""
+    estimator, n = args.advantage_estimator, num_generations
+    if estimator == "est":  # every sample of the prompt, N_x of them: the kept group is the whole pool
+        return [est_advantages(r.pool_rewards, args.est_epsilon, 1.0 - args.est_exponent) for r in results]
+    if estimator == "reinforce_ada":
+        return [pooled_advantages(r.selected_rewards, r.pool_rewards, args.positive_threshold, args.pool_std_scaling,
+                                  args.pool_baseline) for r in results]
+    groups = [rewards[i : i + n] for i in range(0, len(rewards), n)]
+    if estimator == "reinforce_rej":
+        return [reinforce_rej_advantages(group) for group in groups]
+    return [raft_advantages(group) for group in groups]
+
+
+def warn_if_not_binary(args, results: list[PromptResult]) -> bool:
+    """Warn (and return True) when the pooled baseline counts positives of rewards that are not all 0 or 1."""
+    if args.advantage_estimator != "reinforce_ada" or args.pool_baseline != "threshold_fraction":
+        return False
+    if any(not math.isnan(x) and x not in (0.0, 1.0) for r in results for x in r.pool_rewards):
+        logger.warning(
+            "Rewards are not all 0 or 1: the pooled baseline is the fraction of pool rewards above "
+            f"positive_threshold={args.positive_threshold} (the reference's rule), not the mean reward. For "
+            "shaped rewards consider pool_baseline='mean_reward'."
+        )
+        return True
+    return False
+
+
+def zero_std_fraction(rewards: torch.Tensor, step) -> float:
+    """TRL's `frac_reward_zero_std` over the step's real groups (Est's N_x rows, not num_generations): the share
+    of the batch's samples whose group has zero std (`rewards`: the kept samples', all ranks)."""
+    zero = 0
+    for group in torch.split(rewards, [len(step.results[p].selected) for p in step.chosen]):
+        finite = group[~torch.isnan(group)]
+        # TRL's test: its nan-aware std close to 0 (one finite reward, or none: std NaN, not zero).
+        if finite.numel() > 1 and torch.isclose(finite.std(), torch.zeros(())):
+            zero += group.numel()
+    return zero / rewards.numel()
+
+
+def install(output: dict, values: list[list[float]], rank: int, logged: list) -> torch.Tensor:
+    """Put the step's advantages (all ranks, `values` per chosen prompt) in TRL's `output` (this rank's rows) and in
+    its completions-table log (`logged`, where TRL left its GRPO advantages); return them, all ranks."""
+    device = output["advantages"].device
+    advantages = torch.tensor([a for group in values for a in group], dtype=torch.float32, device=device)
+    advantages = torch.nan_to_num(advantages, nan=0.0)  # unscorable completions carry no signal, as in TRL
+    local_rows = output["advantages"].shape[0]
+    output["advantages"] = advantages[rank * local_rows : (rank + 1) * local_rows]
+    for _ in range(min(len(logged), advantages.numel())):
+        logged.pop()
+    logged.extend(advantages.tolist())
+    return advantages
