@@ -72,7 +72,7 @@ def test_no_library_file_reads_outside_the_package():
 @pytest.mark.slow
 def test_console_scripts_run_from_the_installed_wheel(installed, tmp_path):
     site, bin_dir, _ = installed
-    where = run(installed, tmp_path, sys.executable, "-c", "import trl_ada, trl_ada.data as d; "
+    where = run(installed, tmp_path, sys.executable, "-c", "import trl_ada, trl_ada.examples.arithmetic as d; "
                 "print(trl_ada.__file__); print(len(d.hard_arithmetic('train')))")
     assert where.returncode == 0, where.stderr
     module, rows = where.stdout.split()

@@ -11,7 +11,6 @@ examples, in `trl_ada.examples.arithmetic`.
 
 from __future__ import annotations
 
-import json
 import os
 
 from datasets import Dataset, load_dataset

@@ -16,7 +16,7 @@ import random
 
 from datasets import Dataset
 
-from trl_ada.data import SYSTEM_PROMPT, USER_SUFFIX, make_prompt
+from trl_ada.data import make_prompt
 from trl_ada.examples import RESOURCES
 
 

@@ -1,0 +1,135 @@
+"""The held-out set of `trl-ada-compare` and its scoring: each question's score is the recipe's weighted reward of
+a greedy answer (or of k samples at temperature 1), under fixed sampling noise, cached by the model's weights."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import time
+import zlib
+
+import torch
+import transformers
+
+from trl_ada.cli.records import write_json
+
+
+def held_out_split(args, script_args, train):
+    """(training rows, held-out rows, where the held-out rows come from): see the module docstring for the order of
+    the choices. Fewer than `--eval_min_examples` held-out questions is an error: every interval of the comparison
+    is over these questions, and a handful of them cannot tell two samplers apart."""
+    from trl_ada.cli.train import ScriptArguments, load_train_dataset
+
+    if args.eval_dataset is not None:
+        source = f"{args.eval_dataset}" + (f" (split {args.eval_split})" if args.eval_split else "")
+        eval_args = ScriptArguments(**{**vars(script_args), "dataset_name": args.eval_dataset,
+                                       "dataset_split": args.eval_split or "train", "dataset_num_examples": None})
+        held = load_train_dataset(eval_args, args.task_seed)
+    elif args.eval_split is not None:
+        source = f"{script_args.dataset_name} split {args.eval_split}"
+        eval_args = ScriptArguments(**{**vars(script_args), "dataset_split": args.eval_split})
+        held = load_train_dataset(eval_args, args.task_seed)
+    elif script_args.dataset_name == "arithmetic":
+        from trl_ada.examples.arithmetic import arithmetic_problems
+
+        source = "arithmetic split test"
+        held = arithmetic_problems(args.eval_examples, args.task_seed, split="test")
+    else:
+        def is_held_out(row):
+            return zlib.crc32(json.dumps(row["prompt"], sort_keys=True).encode()) % 1000 < 1000 * args.eval_fraction
+
+        source = f"{script_args.dataset_name}: {args.eval_fraction:g} of its rows, by a hash of the prompt"
+        held = train.filter(is_held_out)
+        train = train.filter(lambda row: not is_held_out(row))
+    held = held.select(range(min(args.eval_examples, len(held))))
+    if len(held) < args.eval_min_examples:
+        raise ValueError(
+            f"the held-out set ({source}) has {len(held)} questions, fewer than --eval_min_examples "
+            f"{args.eval_min_examples}: every interval of the comparison is over held-out questions, and so few "
+            "cannot tell two samplers apart. Give a larger one (--eval_dataset FILE, --eval_split, --eval_examples, "
+            "--eval_fraction), or lower --eval_min_examples knowingly.")
+    return train, held, source
+
+
+def _function_identity(func) -> list[str]:
+    """A reward function's module, name and source: a fixed or another function of the same name is another key."""
+    try:
+        source = inspect.getsource(func)
+    except (OSError, TypeError):
+        source = repr(func)
+    return [getattr(func, "__module__", ""), getattr(func, "__qualname__", repr(func)),
+            hashlib.sha256(source.encode()).hexdigest()]
+
+
+def weights_digest(model) -> str:
+    """A digest of every weight's bytes: two models with the same digest answer every prompt alike."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+class HeldOutScore:
+    """Each held-out question's score: the recipe's weighted reward of its answers (greedy, or k samples at T=1).
+
+    With a `cache_dir`, a call with `reuse=True` keeps its scores there under a key of the model's weights, config,
+    generation config and device (a GPU by name), the held-out rows, the chat template, the reward functions
+    (module, name, source) and weights, the sampling settings and the torch and transformers versions, and a later
+    call with the same key reads them: the evaluation before training is the same for every arm (and, from one model folder, every seed),
+    and on the hard set it costs more than ten minutes a run (a greedy pass and avg@k, one thread). The noise is
+    fixed (`eval_seed`), so a hit is exact. Runs that miss together (a parallel first wave) score once: the others
+    wait on a lock beside the entry and read it.
+    """
+
+    def __init__(self, tokenizer, dataset, reward_funcs, reward_weights, max_new_tokens, seed, cache_dir=None):
+        self.tokenizer, self.dataset, self.reward_funcs = tokenizer, dataset, reward_funcs
+        self.weights = reward_weights or [1.0] * len(reward_funcs)
+        self.max_new_tokens, self.seed, self.seconds = max_new_tokens, seed, 0.0
+        self.cache_dir = cache_dir
+
+    def __call__(self, model, k: int = 1, temperature: float = 0.0, reuse: bool = False) -> list[float]:
+        if not reuse or self.cache_dir is None:
+            return self._score(model, k, temperature)
+        device = str(model.device)
+        if model.device.type == "cuda":  # an H100 and an H200 run other kernels: greedy answers may differ
+            device += " " + torch.cuda.get_device_name(model.device)
+        key = hashlib.sha256(json.dumps([
+            weights_digest(model), model.config.to_json_string(), model.generation_config.to_json_string(),
+            device, self.tokenizer.chat_template, self.dataset.to_list(),
+            [_function_identity(f) for f in self.reward_funcs], self.weights, self.max_new_tokens, self.seed, k,
+            temperature, torch.__version__, transformers.__version__,
+        ], sort_keys=True, default=str).encode()).hexdigest()
+        path = os.path.join(self.cache_dir, f"{key}.json")
+        os.makedirs(self.cache_dir, exist_ok=True)
+        # Runs starting together wait for the first to score and read its scores: otherwise each scores the same
+        # initial model at once, each slower for the others.
+        import fcntl  # POSIX, as vLLM and the launches this tool runs
+
+        with open(f"{path}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if os.path.exists(path):
+                with open(path) as f:
+                    return json.load(f)
+            items = self._score(model, k, temperature)
+            write_json(path, items)
+            return items
+
+    def _score(self, model, k: int, temperature: float) -> list[float]:
+        from trl_ada.cli.evaluate import _generate_transformers, evaluation_noise
+
+        start = time.time()
+        prompts = list(self.dataset["prompt"])
+        with evaluation_noise(model, self.seed):
+            texts = _generate_transformers(model, self.tokenizer, prompts, k, self.max_new_tokens, temperature, 1.0, 64)
+        columns = {c: [v for v in self.dataset[c] for _ in range(k)]
+                   for c in self.dataset.column_names if c != "prompt"}
+        completions = [[{"role": "assistant", "content": t}] for t in texts]  # as TRL hands conversational rewards
+        total = [0.0] * len(texts)
+        for func, weight in zip(self.reward_funcs, self.weights):
+            values = func(prompts=[p for p in prompts for _ in range(k)], completions=completions, **columns)
+            total = [t + weight * (v if v is not None else 0.0) for t, v in zip(total, values)]
+        self.seconds += time.time() - start
+        return [sum(total[i * k : (i + 1) * k]) / k for i in range(len(prompts))]
