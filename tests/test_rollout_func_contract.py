@@ -10,8 +10,8 @@ error, or completions placed on another prompt's rows.
 import pytest
 from transformers import AutoTokenizer
 
-from conftest import make_recording_reward, pass_rate_dataset
-from test_trainer import tiny_args
+from tests.helpers.data import make_recording_reward, pass_rate_dataset
+from tests.helpers.trainers import tiny_args
 from trl_ada import AdaGRPOTrainer
 
 # lock_only: the contract is ours, over TRL 1.16 (the same in every CI set).

@@ -1,52 +1,16 @@
 """End to end on the tiny offline model, one process: the real AdaGRPOTrainer inside the real TRL."""
 
 import math
-import re
 
 import pytest
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from conftest import extra_column_mismatches, hash_reward_value, make_recording_reward, pass_rate_dataset
+from tests.helpers.trainers import Recorder, decode_groups, tiny_args
+from tests.helpers.data import extra_column_mismatches, hash_reward_value, make_recording_reward, pass_rate_dataset
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 
 pytestmark = pytest.mark.slow
-PROMPT_TAG = re.compile(r"q(\d+) r([\d.]+)")
-
-
-def tiny_args(tmp_path, **kwargs):
-    base = dict(
-        output_dir=str(tmp_path / "out"), num_generations=4, per_device_train_batch_size=16, max_completion_length=12,
-        max_steps=2, learning_rate=1e-2, shuffle_dataset=False, use_cpu=True, report_to="none", save_strategy="no",
-        logging_steps=1, seed=0, disable_tqdm=True,
-    )
-    base.update(kwargs)
-    return AdaGRPOConfig(**base)
-
-
-class Recorder(AdaGRPOTrainer):
-    """Keeps every generation batch TRL hands to the loss (observation only, nothing replaced)."""
-
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        self.recorded = getattr(self, "recorded", []) + [(len(self.reward_log), output)]
-        return output
-
-
-def decode_groups(trainer, output):
-    """Per group of num_generations rows: (prompt tag, pass rate, completion texts, advantages)."""
-    tok = trainer.processing_class
-    n = trainer.num_generations
-    groups = []
-    for g in range(0, output["completion_ids"].shape[0], n):
-        prompt = tok.decode(output["prompt_ids"][g][output["prompt_mask"][g].bool()])
-        tag, rate = PROMPT_TAG.search(prompt).groups()
-        texts = [tok.decode(output["completion_ids"][i][output["completion_mask"][i].bool()], skip_special_tokens=True)
-                 for i in range(g, g + n)]
-        groups.append((f"q{tag} r{rate}", float(rate), texts, output["advantages"][g:g + n].tolist()))
-    return groups
-
-
 def test_adaptive_training_end_to_end(tiny_model, tmp_path):
     reward = make_recording_reward()
     rates = [0.0, 1.0, 0.5, 0.25]  # hard, easy, mixed, mostly wrong

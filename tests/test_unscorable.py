@@ -3,7 +3,7 @@
 GRPOTrainer leaves an unscorable completion out of its group's baseline and std and gives it advantage 0. Here: it is
 neither positive nor negative in the pools and exit rules, a group takes it only when the scorable samples run out,
 the pooled baseline leaves it out, its advantage is 0, and the memory does not count it as a trial. With finite
-rewards nothing changes (tests/test_sampling.py holds the reference's worked examples and brute force).
+rewards nothing changes (tests/core/test_sampling.py holds the reference's worked examples and brute force).
 """
 
 import math

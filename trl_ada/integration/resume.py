@@ -10,7 +10,7 @@ TRL checkpoints the model, optimizer, scheduler and RNG states; these files sit 
   any sampling settings, sampling off included (a checkpoint without it resumes with the totals counted from 0).
 
 The file names and their contents are a format: a checkpoint written by an earlier trl-ada resumes with a later one
-(`tests/test_memory_refill.py`). A checkpoint saved with other sampling settings is refused with the setting to use.
+(`tests/integration/test_memory_refill.py`). A checkpoint saved with other sampling settings is refused with the setting to use.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ been loaded). So:
 - constructing `AdaGRPOTrainer` raises `RuntimeError` when a seam below is missing or its parameters changed,
   naming the seam, the installed TRL and the supported range, before any model is loaded.
 
-`SUPPORTED_TRL` is setup.cfg's range for trl (tests/test_packaging.py checks that they agree).
+`SUPPORTED_TRL` is setup.cfg's range for trl (tests/packaging/test_packaging.py checks that they agree).
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Tests of trl_ada.cli: the commands as users run them."""

@@ -1,0 +1,418 @@
+"""`trl-ada-compare` end to end at toy size, and the paired bootstrap it reports with (`trl_ada.cli.paired`)."""
+
+import json
+import os
+
+import pytest
+
+from tests.helpers import launch_env
+
+from trl_ada.cli import paired
+from trl_ada.cli.compare import main as compare_main
+
+
+def length_reward(completions, **kwargs):
+    """A reward the tiny untrained model can move: longer answers score more (1 at 8 characters)."""
+    return [min(len(c[-1]["content"]), 8) / 8 for c in completions]
+
+
+RECIPE = """model_name_or_path: tiny
+dataset_name: synthetic
+synthetic_num_examples: 64
+reward_funcs: [tests.cli.test_compare.length_reward]
+num_generations: 4
+per_device_train_batch_size: 8
+max_completion_length: 8
+learning_rate: 1.0e-3
+use_cpu: true
+bf16: false
+round_repeat: 4
+max_rounds: 2
+positive_threshold: 0.5
+"""
+
+
+@pytest.mark.slow
+def test_compare_pairs_seeds_counts_every_completion_and_resumes(tmp_path, capsys):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE)
+    out = tmp_path / "compare"
+    argv = ["--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false",
+            "--arm", "balanced", "reinforce_ada_choice=balanced", "--seeds", "0", "1", "--max_steps", "2",
+            "--eval_every", "1", "--eval_examples", "6", "--eval_min_examples", "6", "--eval_fraction", "0.2", "--eval_k", "2",
+            "--eval_extra_split", "train", "--output_dir", str(out)]
+    report = compare_main(argv)
+    results = {(r["arm"], r["seed"]): r for r in map(lambda p: json.load(open(p)), (out / "results").glob("*.json"))}
+    assert set(results) == {(arm, seed) for arm in ("grpo", "balanced") for seed in (0, 1)}
+    for seed in (0, 1):  # paired: the same initial weights and held-out questions, so the same score at step 0
+        assert results[("grpo", seed)]["curve"][0]["items"] == results[("balanced", seed)]["curve"][0]["items"]
+    for record in results.values():
+        assert [p["step"] for p in record["curve"]] == [0, 1, 2] and record["steps"] == 2
+        assert len(record["signal"]) == 2 and all(0.0 <= x <= 1.0 for x in record["signal"])  # one share a step
+        assert len(record["curve"][0]["items"]) == record["held_out_questions"] == 6
+        assert "avg@k" in record["curve"][0] and "avg@k" in record["curve"][-1]
+    # every generated completion counted: GRPO makes 8 a step; the rounds make 8 or 16 per prompt-pair and step
+    assert all(results[("grpo", s)]["generated_completions"] == 16 for s in (0, 1))
+    assert all(16 <= results[("balanced", s)]["generated_completions"] <= 2 * 2 * 2 * 4 * 2 for s in (0, 1))
+    assert report["cost"]["grpo"]["signal_share"] == pytest.approx(
+        sum(x for s in (0, 1) for x in results[("grpo", s)]["signal"]) / 4)
+    arm = report["arms"]["balanced"]
+    assert arm["seeds"] == [0, 1] and [row["step"] for row in arm["equal_steps"]] == [0, 1, 2]
+    assert arm["equal_steps"][0]["mean"] == 0.0  # step 0: the same model on both sides of every pair
+    assert arm["equal_completions"]["completions"] == [16, 16]  # where both runs of a seed have generated as many
+    # the trainer's own count, tokens too: the report's equal-tokens axis stops where the thriftier run of a seed did
+    assert arm["equal_tokens"]["tokens"] == [min(results[(a, s)]["generated_tokens"] for a in ("grpo", "balanced"))
+                                             for s in (0, 1)]
+    assert all(r["curve"][-1]["tokens"] == r["generated_tokens"] > r["generated_completions"] for r in results.values())
+    # --eval_extra_split: a second held-out set scored at every evaluation, reported beside the comparison
+    assert all(0 <= p["extra_greedy"] <= 1 for r in results.values() for p in r["curve"])
+    assert {"extra_before", "extra_after"} <= set(report["cost"]["balanced"])
+    printed = capsys.readouterr().out
+    assert "The second held-out set" in printed
+    assert "| balanced | 2 |" in printed and "no difference measured" in printed and "equal generated tokens" in printed
+    assert (out / "compare.png").stat().st_size > 0 and (out / "report.json").exists()
+
+    # Resumable: a rerun trains nothing and recomputes the same report from the results.
+    stamp = {p: p.stat().st_mtime_ns for p in (out / "results").glob("*.json")}
+    again = compare_main(argv)
+    assert {p: p.stat().st_mtime_ns for p in (out / "results").glob("*.json")} == stamp
+    assert "0 runs to train (4 already" in capsys.readouterr().out
+    assert again == json.loads((out / "report.json").read_text()) or again["arms"].keys() == report["arms"].keys()
+
+
+def test_the_report_compares_at_equal_generated_completions_and_tokens(capsys, tmp_path):
+    """Each seed is compared where both its runs have generated as much, on each cost axis: here the arm is a point
+    ahead at every evaluation per completion, but spends 4 times the tokens per completion, so at equal tokens it
+    is compared with the baseline's later, better scores and falls behind."""
+    from trl_ada.cli.compare import compare, plot, print_report
+
+    def run(arm, seed, tokens_per_completion, offset):
+        curve = [{"step": step, "samples": 8 * step, "tokens": 8 * step * tokens_per_completion,
+                  "items": [min(1.0, 0.1 * step + offset + 0.01 * q) for q in range(5)]} for step in range(6)]
+        for point in curve:
+            point["greedy"] = sum(point["items"]) / 5
+        return {"arm": arm, "seed": seed, "steps": 5, "curve": curve, "generated_completions": 40,
+                "generated_tokens": 40 * tokens_per_completion, "trained_completions": 40, "train_seconds": 1.0}
+
+    results = {"grpo": {s: run("grpo", s, 10, 0.0) for s in (0, 1)},
+               "long": {s: run("long", s, 40, 0.01 * (s + 1)) for s in (0, 1)}}
+    report = compare(results, ["grpo", "long"])
+    arm = report["arms"]["long"]
+    assert arm["equal_completions"]["completions"] == [40, 40] and arm["equal_completions"]["verdict"] == "ahead"
+    assert arm["equal_tokens"]["tokens"] == [400, 400]  # the baseline's whole run; the arm's first 10 completions
+    assert arm["equal_tokens"]["verdict"] == "behind" and arm["equal_tokens"]["mean"] < 0
+    assert (arm["tokens_per_step"], arm["baseline_tokens_per_step"]) == (320.0, 80.0)
+    assert report["cost"]["long"]["generated_tokens_per_step"] == 320.0
+    print_report(report)
+    printed = capsys.readouterr().out
+    assert "equal generated tokens" in printed and "behind at 400-400" in printed
+    plot(results, ["grpo", "long"], str(tmp_path / "compare.png"))
+    assert (tmp_path / "compare.png").stat().st_size > 0
+
+
+def test_arm_specs_are_checked():
+    with pytest.raises(ValueError, match="field=value"):
+        compare_main(["--config", "x.yaml", "--arm", "a", "oops", "--max_steps", "1"])
+    with pytest.raises(ValueError, match="names must differ"):
+        compare_main(["--config", "x.yaml", "--arm", "a", "--arm", "a", "--max_steps", "1"])
+
+
+def test_paired_difference_resamples_seeds_and_questions():
+    ahead = paired.paired_difference([[1.0, 1.0, 0.0, 1.0], [1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
+    assert ahead["verdict"] == "ahead" and ahead["mean"] == 0.75 and 0 < ahead["low"] <= 0.75 <= ahead["high"] <= 1
+    assert (ahead["seeds"], ahead["questions"]) == (3, 4)
+    level = paired.paired_difference([[1.0, -1.0, 0.0, 0.0], [0.0, 0.0, -1.0, 1.0]])
+    assert level["verdict"] == paired.NO_DIFFERENCE and level["low"] < 0 < level["high"] and level["mean"] == 0.0
+    assert paired.paired_difference([[-1.0, -1.0]])["verdict"] == "behind"
+    weighted = paired.paired_difference([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]], weights=[2.0, 1.0, 1.0])
+    assert weighted["mean"] == 0.5 and weighted["low"] <= 0.5 <= weighted["high"]  # the first question counts twice
+    assert paired.describe(ahead).endswith("ahead") and "no difference measured" in paired.describe(level)
+    curve = [{"samples": 0, "items": [0.0, 1.0]}, {"samples": 10}, {"samples": 20, "items": [1.0, 1.0]}]
+    assert list(paired.interpolate_items(curve, "samples", "items", 5)) == [0.25, 1.0]
+    assert paired.interpolate_items(curve, "samples", "items", 30) is None
+
+
+def test_the_evaluation_before_training_is_scored_once_per_model_and_read_back_exactly(tiny_model, tmp_path):
+    """HeldOutScore(cache_dir=...): a reuse call keys its scores by the model's weights and every setting they depend
+    on; a second call with the same key reads them (shown by planting other scores under the key), another model or
+    setting scores afresh, and a call without reuse never reads the cache."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ada.cli.compare import HeldOutScore
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    held = Dataset.from_list([{"prompt": [{"role": "user", "content": f"question {i}"}]} for i in range(3)])
+    cache = tmp_path / "eval_cache"
+    score = HeldOutScore(tokenizer, held, [length_reward], None, 8, 1234, str(cache))
+    fresh = score(model, reuse=True)
+    [entry] = cache.glob("*.json")
+    assert json.loads(entry.read_text()) == fresh == score(model)  # the same noise: cache or not, the same scores
+    entry.write_text(json.dumps([7.0, 7.0, 7.0]))  # plant other scores: a hit must return them
+    assert score(model, reuse=True) == [7.0, 7.0, 7.0] and score(model) == fresh
+    assert score(model, k=2, temperature=1.0, reuse=True) != [7.0, 7.0, 7.0]  # another setting: another key
+
+    def zero_reward(completions, **kwargs):
+        return [0.0] * len(completions)
+
+    zero_reward.__name__ = zero_reward.__qualname__ = length_reward.__qualname__  # same name, other code
+    other = HeldOutScore(tokenizer, held, [zero_reward], None, 8, 1234, str(cache))
+    assert other(model, reuse=True) == [0.0, 0.0, 0.0]
+    with torch.no_grad():
+        model.model.norm.weight.add_(1.0)  # another model
+    assert score(model, reuse=True) != [7.0, 7.0, 7.0] and len(list(cache.glob("*.json"))) == 4
+
+
+def test_runs_starting_together_score_the_initial_model_once(tiny_model, tmp_path):
+    """Runs that start at once (a parallel comparison's first wave) wait for the first to score the model they all
+    start from and read its scores: the first GPU session's ten runs each scored it, at the same time."""
+    import threading
+    import time
+
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ada.cli.compare import HeldOutScore
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    held = Dataset.from_list([{"prompt": [{"role": "user", "content": f"question {i}"}]} for i in range(3)])
+    scored, results = [], {}
+
+    models = {name: AutoModelForCausalLM.from_pretrained(tiny_model) for name in ("a", "b")}  # the same weights
+
+    def run(name):
+        model = models[name]
+        score = HeldOutScore(tokenizer, held, [length_reward], None, 8, 1234, str(tmp_path / "eval_cache"))
+        own = score._score
+
+        def slow_score(*args):
+            scored.append(name)
+            time.sleep(1.0)  # long enough for the other run to arrive while this one scores
+            return own(*args)
+
+        score._score = slow_score
+        results[name] = score(model, reuse=True)
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 2  # both ended (an exception in a thread would leave its result out)
+    assert len(scored) == 1 and results["a"] == results["b"] and len(results["a"]) == 3
+
+
+def test_the_deadline_starts_no_run_that_would_end_after_it():
+    import time
+
+    from trl_ada.cli.compare import Deadline
+
+    assert all(Deadline(None, 1).may_start() for _ in range(5))
+    clock = Deadline(100.0, jobs=2)
+    assert clock.may_start() and clock.may_start()  # the first wave starts: nothing is known of a run's length yet
+    clock.finished(60.0)
+    clock.start = time.time() - 30  # 30 s in, runs take 60 s: one more fits
+    assert clock.may_start()
+    clock.start = time.time() - 50  # 50 s in: it would end at 110 s
+    assert not clock.may_start() and clock.refused == 1
+    assert not Deadline(0.0, 4).may_start()  # past the deadline, even the first wave waits
+    continued = Deadline(1000.0, jobs=1, continued=True, min_left=100.0)  # cut runs continue: a start is progress
+    continued.finished(5000.0)
+    continued.start = time.time() - 800  # 200 s left: the run will be cut, and continued next time
+    assert continued.may_start()
+    continued.start = time.time() - 950  # 50 s left: too little to do anything but start and stop
+    assert not continued.may_start()
+
+
+@pytest.mark.slow
+def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, capsys):
+    """A run still training at the deadline stops after the step in hand, kept as cut (its evaluations count at the
+    steps it reached; the cut itself, off the evaluation grid, is not evaluated: the run's end will be) with a
+    checkpoint; a rerun continues it from there into the run an uncut one is: the same evaluations, rewards and
+    counts. --max_completions stops every arm at the same
+    generation budget."""
+    import time
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE)
+    out = tmp_path / "compare"
+    argv = ["--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false",
+            "--arm", "balanced", "reinforce_ada_choice=balanced", "--seeds", "0", "1", "--max_steps", "3",
+            "--eval_every", "2", "--eval_examples", "6", "--eval_min_examples", "6", "--eval_fraction", "0.2", "--eval_k", "0",
+            "--output_dir", str(out)]
+    compare_main(argv + ["--only", "grpo", "1", "--stop_at", repr(time.time())])  # the deadline has passed
+    cut = json.loads((out / "results" / "grpo-seed1.json").read_text())
+    assert cut["cut"] and cut["stopped"] == "deadline" and cut["steps"] == 1 and cut["max_steps"] == 3
+    assert [p["step"] for p in cut["curve"]] == [0] and cut["train_seconds"] > 0  # no evaluation at the cut
+    assert cut["threads"] == 1  # what its seconds are per (--threads, as a cost table must know)
+    assert os.path.isdir(out / "runs" / "grpo-seed1" / "checkpoint-1")  # though the comparison saves nothing else
+    with pytest.raises(ValueError, match="continue it with --max_steps 3"):  # not silently another run
+        compare_main([*argv[:argv.index("--max_steps") + 1], "4", *argv[argv.index("--max_steps") + 2:],
+                      "--only", "grpo", "1"])
+    for arm in ("grpo", "balanced"):
+        compare_main(argv + ["--only", arm, "0"])
+    compare_main(argv + ["--only", "balanced", "1"])
+    report = compare_main(argv + ["--report_only"])
+    rows = {row["step"]: row["seeds"] for row in report["arms"]["balanced"]["equal_steps"]}
+    assert rows == {0: 2, 2: 1, 3: 1}  # seed 1's baseline was cut at step 1
+    # ... before any evaluation after step 0: at equal cost it would add exactly 0, so it waits until it goes on
+    assert len(report["arms"]["balanced"]["equal_completions"]["completions"]) == 1
+    assert report["cost"]["grpo"]["cut"] == 1 and report["cost"]["grpo"]["trained_per_step"] == 8
+    assert report["cost"]["balanced"]["generated_per_step"] >= 16  # M=4 for each of 2 prompts, at least one round
+    assert "| grpo | 2 (1) |" in capsys.readouterr().out
+
+    compare_main(argv + ["--keep_cut"])  # sessions of a fixed length keep the cut run: nothing to train
+    assert "0 runs to train (4 already" in capsys.readouterr().out
+    report = compare_main(argv)  # the rerun continues the cut run, and only it
+    printed = capsys.readouterr().out
+    assert "1 runs to train (3 already" in printed and "continuing from the cut at step 1" in printed
+    again = json.loads((out / "results" / "grpo-seed1.json").read_text())
+    assert not again["cut"] and again["steps"] == 3 and again["resumed_at"] == [1]
+    assert not list((out / "runs" / "grpo-seed1").glob("checkpoint-*"))  # finished: its checkpoint is removed
+    compare_main(argv[:-1] + [str(tmp_path / "uncut"), "--only", "grpo", "1"])
+    whole = json.loads((tmp_path / "uncut" / "results" / "grpo-seed1.json").read_text())
+    assert [(p["step"], p["samples"], p["tokens"], p["items"]) for p in again["curve"]] == [
+        (p["step"], p["samples"], p["tokens"], p["items"]) for p in whole["curve"]]
+    assert again["reward"] == whole["reward"] and again["generated_tokens"] == whole["generated_tokens"]
+    assert again["signal"] == whole["signal"] and len(again["signal"]) == 3
+    assert whole["resumed_at"] == [] and again["train_seconds"] > cut["train_seconds"]
+    assert again["eval_seconds"] > cut["eval_seconds"] > 0  # the cut part's evaluations are counted, not dropped
+    assert [row["seeds"] for row in report["arms"]["balanced"]["equal_steps"]] == [2, 2, 2]
+
+    final = tmp_path / "final"  # --keep_cut (a lent GPU's session): the cut is final, scored greedily, not saved
+    compare_main(argv[:argv.index("--eval_k") + 1] + ["1"] + argv[argv.index("--eval_k") + 2:-1]
+                 + [str(final), "--only", "grpo", "1", "--keep_cut", "--stop_at", repr(time.time())])
+    kept = json.loads((final / "results" / "grpo-seed1.json").read_text())
+    assert kept["cut"] and kept["steps"] == 1 and [p["step"] for p in kept["curve"]] == [0, 1]
+    assert "avg@k" in kept["curve"][0] and "avg@k" not in kept["curve"][1] and "greedy" in kept["curve"][1]
+    assert not list((final / "runs" / "grpo-seed1").glob("checkpoint-*"))
+
+    budget = tmp_path / "budget"
+    compare_main(argv[:-1] + [str(budget), "--only", "grpo", "0", "--max_completions", "16"])
+    stopped = json.loads((budget / "results" / "grpo-seed0.json").read_text())
+    assert stopped["stopped"] == "max_completions" and not stopped["cut"]
+    assert stopped["steps"] == 2 and stopped["generated_completions"] == 16  # 8 a step: the budget is met at step 2
+
+
+def test_a_final_cut_stops_early_enough_for_its_evaluation():
+    """With --keep_cut a cut is evaluated where it stops, within the deadline: training stops 1.5 times the last grid
+    evaluation's duration before it (on the first GPU session ten cuts evaluated past the call's end and 8 of 10
+    records were lost). A cut that will be continued is not evaluated, so it trains up to the deadline."""
+    import time
+
+    from transformers import TrainerControl, TrainerState
+
+    from trl_ada.cli.compare import Progress
+
+    def step(progress, global_step=5):
+        state, control = TrainerState(), TrainerControl()
+        state.global_step, state.max_steps = global_step, 40
+        progress._point = lambda *args, **kwargs: None  # the stopping rule alone: no model to score here
+        progress.on_step_end(None, state, control)
+        return progress.stopped, control.should_training_stop, control.should_save
+
+    def progress(stop_in, estimate, continue_cut):
+        p = Progress(score=None, every=10, eval_k=4, label="x", stop_at=time.time() + stop_in, continue_cut=continue_cut)
+        p.count, p.started, p.eval_estimate = None, time.time(), estimate
+        p.training_seconds = lambda: 1.0
+        return p
+
+    assert step(progress(80.0, 60.0, continue_cut=False)) == ("deadline", True, False)  # 90 s of scoring needed
+    assert step(progress(80.0, 60.0, continue_cut=True)) == (None, False, False)  # continued: trains on
+    assert step(progress(80.0, 30.0, continue_cut=False)) == (None, False, False)  # 45 s needed: trains on
+    assert step(progress(80.0, None, continue_cut=False)) == (None, False, False)  # nothing measured yet
+    assert step(progress(-1.0, None, continue_cut=True)) == ("deadline", True, True)  # continued: checkpointed
+
+
+def test_runs_in_parallel_get_their_own_master_port(monkeypatch):
+    """Two runs with a colocated vLLM engine each set up a torch.distributed group; with accelerate's default port
+    (29500) for both, one failed with EADDRINUSE (the hard-set pilot, --jobs 2 --vllm). Every run at once gets its
+    own free port."""
+    import argparse
+    import socket
+    import subprocess
+
+    from trl_ada.cli import compare
+
+    ports = compare.free_ports(3)
+    assert len(set(ports)) == 3
+    for port in ports:  # free: each can be bound
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+    started = []
+
+    class Run:  # a process that finishes at the second poll
+        def __init__(self, command, env):
+            started.append(env["MASTER_PORT"])
+            self.polls, self.returncode = 0, 0
+
+        def poll(self):
+            self.polls += 1
+            return 0 if self.polls > 1 else None
+
+    monkeypatch.setattr(subprocess, "Popen", Run)
+    monkeypatch.setattr(compare.time, "sleep", lambda seconds: None)
+    arms = [compare.Arm("a"), compare.Arm("b")]
+    args = argparse.Namespace(threads=1, jobs=2, stop_at=None)
+    failed = compare.run_parallel([], [(arm, seed) for seed in (0, 1) for arm in arms], args, compare.Deadline(None, 2))
+    assert failed == [] and len(started) == 4
+    assert started[0] != started[1] and started[2] != started[3]  # the runs that ran together
+
+
+def test_runs_one_after_another_use_a_free_port_not_accelerates_default(monkeypatch):
+    """--jobs 1 beside another comparison: both took accelerate's default MASTER_PORT (29500) and the second failed
+    with EADDRINUSE (the hard-set pilot). Unset, the serial runs get a port free now, and the caller's environment is
+    left as it was; a MASTER_PORT the caller set is kept."""
+    import argparse
+    import socket
+
+    from trl_ada.cli import compare
+
+    seen = []
+    monkeypatch.setattr(compare, "run_one", lambda args, arm, seed: seen.append(os.environ.get("MASTER_PORT")))
+    args = argparse.Namespace(threads=1, jobs=1, stop_at=None)
+    pending = [(compare.Arm("a"), 0), (compare.Arm("a"), 1)]
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    compare.run_serial(pending, args, compare.Deadline(None, 1))
+    assert len(seen) == 2 and seen[0] == seen[1] and seen[0] not in (None, "29500")
+    with socket.socket() as s:  # free when chosen: nothing else holds it now
+        s.bind(("127.0.0.1", int(seen[0])))
+    assert "MASTER_PORT" not in os.environ
+    monkeypatch.setenv("MASTER_PORT", "29517")
+    seen.clear()
+    compare.run_serial(pending, args, compare.Deadline(None, 1))
+    assert seen == ["29517", "29517"] and os.environ["MASTER_PORT"] == "29517"
+
+
+@pytest.mark.slow
+def test_a_failed_run_in_parallel_still_leaves_the_report_of_the_others(tmp_path, monkeypatch):
+    """--jobs 2: one arm's run fails (a batch its group size does not divide); the other's result and the report are
+    written before the command fails, naming the run to retry."""
+    monkeypatch.setenv("PYTHONPATH", launch_env()["PYTHONPATH"])  # the runs import this module's reward
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE)
+    out = tmp_path / "compare"
+    with pytest.raises(RuntimeError, match=r"failed \(rerun to retry them\): \['bad seed 0'\]"):
+        compare_main(["--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false",
+                      "--arm", "bad", "per_device_train_batch_size=6", "--seeds", "0", "--max_steps", "1",
+                      "--eval_every", "1", "--eval_examples", "4", "--eval_min_examples", "4", "--eval_fraction", "0.2", "--eval_k", "0",
+                      "--jobs", "2", "--output_dir", str(out)])
+    assert (out / "results" / "grpo-seed0.json").exists() and not (out / "results" / "bad-seed0.json").exists()
+    assert json.loads((out / "report.json").read_text())["cost"]["grpo"]["runs"] == 1
+
+
+def test_runs_scored_on_other_held_out_sets_are_refused_by_name(tmp_path):
+    """A comparison's folder holding runs of another design (the GPU kit's dry run met the committed GPU runs: 4
+    questions against 131) fails with the reason and the fix, not a numpy broadcast error in the report."""
+    from trl_ada.cli.compare import load_results
+
+    (tmp_path / "results").mkdir()
+    for arm, n in (("a", 4), ("b", 131)):
+        record = {"arm": arm, "seed": 0, "curve": [{"step": 0, "items": [0.0] * n}]}
+        (tmp_path / "results" / f"{arm}-seed0.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=r"\[4, 131\] questions.*own --output_dir"):
+        load_results(str(tmp_path))
+    (tmp_path / "results" / "b-seed0.json").unlink()
+    assert list(load_results(str(tmp_path))) == ["a"]

@@ -1,0 +1,224 @@
+"""What a user touches: data loading, every recipe (parsed, then one CPU step), the notebook."""
+
+import glob
+import json
+import os
+
+import pytest
+
+from tests.helpers import ROOT
+from datasets import Dataset
+from trl import ModelConfig, TrlParser
+
+from tests.helpers.data import small_tiny_recipe
+from trl_ada import AdaGRPOConfig
+from trl_ada.data import SYSTEM_PROMPT, load_math_dataset
+from trl_ada.examples.arithmetic import ARITHMETIC_KINDS, arithmetic_problems, synthetic_arithmetic
+from trl_ada.cli.train import ScriptArguments, load_train_dataset, main as train_main
+
+RECIPES = sorted(glob.glob(os.path.join(ROOT, "recipes", "*", "*.yaml")))
+RECIPES = [r for r in RECIPES if "accelerate_configs" not in r]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".jsonl", ".parquet"])
+def test_local_files_of_the_reference_shape(tmp_path, suffix):
+    raw = Dataset.from_dict({"problem": ["What is 1 + 1?", "Solve x = 3."], "gt": ["2", "3"], "level": [1, 2]})
+    path = str(tmp_path / f"data{suffix}")
+    if suffix == ".parquet":
+        raw.to_parquet(path)
+    else:
+        raw.to_json(path, lines=suffix == ".jsonl")
+    dataset = load_math_dataset(path)
+    assert dataset[0]["prompt"][0] == {"role": "system", "content": SYSTEM_PROMPT}
+    assert dataset[0]["prompt"][1]["content"].startswith("What is 1 + 1? Let's think step by step")
+    assert dataset["answer"] == ["2", "3"] and dataset["level"] == [1, 2]
+
+
+def test_missing_column_names_the_columns_found(tmp_path):
+    path = str(tmp_path / "bad.jsonl")
+    Dataset.from_dict({"question": ["q"], "gt": ["1"]}).to_json(path, lines=True)
+    with pytest.raises(ValueError, match=r"no problem column 'problem'; columns found: \['question', 'gt'\]"):
+        load_math_dataset(path)
+    with pytest.raises(ValueError, match="columns found"):
+        load_math_dataset(path, problem_column="question", answer_column="final")
+
+
+def test_synthetic_task_is_deterministic_and_has_a_difficulty_knob():
+    a, b = synthetic_arithmetic(20, 1, seed=3), synthetic_arithmetic(20, 1, seed=3)
+    assert a["answer"] == b["answer"]
+    hard = synthetic_arithmetic(50, 3, seed=3)
+    assert max(int(x) for x in hard["answer"]) > max(int(x) for x in a["answer"])
+
+
+def test_chat_arithmetic_task_has_kinds_a_disjoint_held_out_split_and_right_answers():
+    train = arithmetic_problems(600, seed=0)
+    assert train["answer"] == arithmetic_problems(600, seed=0)["answer"]  # seeded
+    assert train["problem"] != arithmetic_problems(600, seed=1)["problem"]
+    assert train[0]["prompt"] == [{"role": "user", "content": train[0]["problem"]}]  # a plain chat question
+    kinds = [kind for kind, *_ in ARITHMETIC_KINDS]
+    assert sorted(set(train["kind"])) == sorted(kinds) and all(train["kind"].count(k) == 200 for k in kinds)
+    for problem, answer, kind in zip(train["problem"], train["answer"], train["kind"]):
+        a, operator, b = problem.removeprefix("What is ").removesuffix("?").split(" ")
+        assert int(answer) == (int(a) + int(b) if operator == "+" else int(a) * int(b))
+        assert (kind, operator) in {("1-digit +", "+"), ("1-digit x", "x"), ("2-digit +", "+")}
+        assert (len(a), len(b)) == ((2, 2) if kind == "2-digit +" else (1, 1))
+    held_out = [arithmetic_problems(72, seed=s, split="test") for s in (0, 1)]
+    for test in held_out:
+        assert len(set(test["problem"])) == 72 and all(test["kind"].count(k) == 24 for k in kinds)
+        # whatever the seeds: no held-out question is ever a training question
+        assert not set(test["problem"]) & set(arithmetic_problems(4096, seed=7)["problem"])
+    with pytest.raises(ValueError, match="only 24 distinct '1-digit x' questions, 25 asked for"):
+        arithmetic_problems(75, seed=0, split="test")
+    script_args = ScriptArguments(dataset_name="arithmetic", synthetic_num_examples=30)
+    assert load_train_dataset(script_args, seed=0)["problem"] == arithmetic_problems(30, seed=0)["problem"]
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[os.path.relpath(r, ROOT) for r in RECIPES])
+def test_recipe_parses(recipe):
+    parser = TrlParser((ScriptArguments, AdaGRPOConfig, ModelConfig))
+    script_args, training_args, model_args = parser.parse_args_and_config(
+        args=["--config", recipe, "--output_dir", "unused", "--use_cpu", "true", "--use_vllm", "false",
+              "--bf16", "false"])
+    assert training_args.num_generations == 4
+    on_cpu = "tiny" in recipe or "SmolLM2" in recipe
+    variant = os.path.basename(recipe)
+    if "SmolLM2" in recipe:  # the CPU recipes of the real model: reference algorithm, CPU-sized batch and length
+        assert training_args.use_cpu and not training_args.use_vllm
+        assert (training_args.epsilon, training_args.epsilon_high, training_args.beta) == (0.2, 0.28, 0.0)
+        assert model_args.model_name_or_path == "runs/models/SmolLM2-135M-Instruct"
+    if "SmolLM2" in recipe and variant.startswith(("arith_", "hard_")):  # chat arithmetic, the settings of issue 21
+        task = "hard_arithmetic" if variant.startswith("hard_") else "arithmetic"  # hard_: its hard set (issue 50)
+        assert script_args.dataset_name == task and script_args.reward_funcs == ["last_number_reward"]
+        assert not model_args.use_peft and model_args.dtype == "float32" and not training_args.bf16
+        # the hard set's rate (issue 50): GRPO n=4 lost held-out accuracy there at 3e-5 and climbed at 1e-5
+        rate = 1e-5 if variant.startswith("hard_") else 3e-5
+        assert (training_args.learning_rate, training_args.lr_scheduler_type.value) == (rate, "constant")
+        assert training_args.loss_type == "dapo" and training_args.per_device_train_batch_size == 16
+        assert (training_args.max_completion_length, training_args.temperature) == (96, 1.0)  # issue 32: 48 cut right prose
+    elif "SmolLM2" in recipe:  # easy word problems with \boxed{} answers, LoRA over a bf16 base
+        assert model_args.use_peft and script_args.dataset_name == "word_problems"
+        assert training_args.max_completion_length == 192
+    if not on_cpu:
+        assert training_args.generation_batch_size == 8 * 32  # 64 prompts on one process; 512 on 8
+        assert (training_args.learning_rate, training_args.epsilon, training_args.epsilon_high) in (
+            (1e-6, 0.2, 0.28), (1e-5, 0.2, 0.28))
+        assert training_args.beta == 0.0 and training_args.loss_type == "dapo"
+    if variant.startswith("tools_"):  # the offline tool-use recipe: an environment whose tool computes the product
+        assert script_args.environment_factory == "trl_ada.examples.agents:CalculatorEnv"
+        assert script_args.dataset_name == "products" and model_args.model_name_or_path == "tiny-tools-warm"
+    variant = variant.removeprefix("arith_").removeprefix("tools_").removeprefix("hard_")
+    expected = {"grpo.yaml": (False, "grpo"), "ada_pos.yaml": (True, "positive_focused"),
+                "ada_balance.yaml": (True, "balanced"), "ada_budget.yaml": (True, "balanced"),
+                "ada_est.yaml": (True, "balanced")}[variant]
+    assert training_args.reinforce_ada_est == (variant == "ada_est.yaml")
+    if variant == "ada_budget.yaml":  # GRPO parity, with the memory that makes the budget pay
+        assert training_args.sampling_budget == 4.0 and training_args.prompt_memory
+    assert training_args.multiround_adaptive_downsampling == expected[0]
+    if expected[0]:
+        assert training_args.reinforce_ada_choice == expected[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", RECIPES, ids=[os.path.relpath(r, ROOT) for r in RECIPES])
+def test_recipe_runs_one_step_offline(recipe, tmp_path, tiny_model):
+    out = tmp_path / "out"
+    # The offline recipes keep their own task (chat arithmetic is offline too); the others get the synthetic one.
+    offline_task = "arithmetic" if os.path.basename(recipe).startswith("arith_") else "synthetic"
+    model = tiny_model
+    if os.path.basename(recipe).startswith("tools_"):  # a chat template that renders tools, and the tool task
+        from tests.integration.test_rollouts import ENVIRONMENTS
+
+        if not ENVIRONMENTS:
+            pytest.skip("the tools recipe's environment_factory needs transformers >= 5.2 (TRL's floor for it)")
+        model, offline_task = "tiny-tools", "products"
+    train_main([
+        "--config", recipe, "--output_dir", str(out), "--model_name_or_path", model, "--dataset_name", offline_task,
+        "--synthetic_num_examples", "64", "--dtype", "float32", "--use_vllm", "false", "--use_cpu", "true",
+        "--bf16", "false", "--max_steps", "1", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps",
+        "1", "--steps_per_generation", "1", "--max_completion_length", "8", "--report_to", "none",
+        "--save_strategy", "no", "--gradient_checkpointing", "false",
+    ])
+    assert (out / "config.json").exists() or (out / "adapter_config.json").exists()
+    state = json.load(open(out / "trainer_state.json")) if (out / "trainer_state.json").exists() else None
+    assert state is None or state["global_step"] == 1
+
+
+def test_tools_and_environments_load_by_import_path():
+    from trl_ada.examples.agents import CalculatorEnv, multiply
+    from trl_ada.cli.train import load_object
+
+    assert load_object("trl_ada.examples.agents:multiply", "tools") is multiply
+    assert load_object("trl_ada.examples.agents.CalculatorEnv", "environment_factory") is CalculatorEnv
+    with pytest.raises(ValueError, match="tools: cannot import 'trl_ada.examples.agents:nothing'"):
+        load_object("trl_ada.examples.agents:nothing", "tools")
+
+
+@pytest.mark.slow
+def test_train_takes_tools_by_import_path(tmp_path):
+    out = tmp_path / "out"
+    train_main(["--model_name_or_path", "tiny-tools", "--dataset_name", "products", "--synthetic_num_examples", "32",
+                "--reward_funcs", "last_number_reward", "--tools", "trl_ada.examples.agents:multiply", "--output_dir", str(out),
+                "--use_cpu", "true", "--bf16", "false", "--report_to", "none", "--max_steps", "1",
+                "--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "16",
+                "--save_strategy", "steps", "--save_steps", "1", "--max_rounds", "2", "--logging_steps", "1"])
+    state = json.load(open(out / "checkpoint-1" / "trainer_state.json"))
+    assert state["global_step"] == 1 and "tools/call_frequency" in state["log_history"][0]
+
+
+@pytest.mark.slow
+def test_tiny_recipe_run_directly_starts_from_the_warm_start(tmp_path):
+    # Run as its comment says (model line untouched): the untrained tiny model would score 0 on every sample.
+    out = tmp_path / "out"
+    train_main(["--config", small_tiny_recipe(tmp_path, max_completion_length=8), "--output_dir", str(out),
+                "--max_steps", "1", "--warm_start_steps", "2", "--save_strategy", "no"])
+    assert (out / "warm-model" / "model.safetensors").exists() and (out / "tiny-model" / "config.json").exists()
+    assert (out / "model.safetensors").exists()
+
+
+def test_imports_run_one_way_no_package_module_imports_the_demo():
+    # The demo builds on the training entry point; the warm start both need lives in a module of its own. Lazy
+    # imports inside functions count too: they are how the cycle used to hide.
+    import ast
+
+    importers = []
+    for path in glob.glob(os.path.join(ROOT, "trl_ada", "*.py")):
+        for node in ast.walk(ast.parse(open(path).read())):
+            names = []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module or ''}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            if any(n.split(".")[-1] == "demo" or n.endswith("trl_ada.cli.demo") for n in names):
+                importers.append(os.path.basename(path))
+    assert importers == []
+
+
+@pytest.mark.slow
+def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    monkeypatch.setenv("TRL_ADA_NOTEBOOK_STEPS", "4")  # its default run (200 steps) learns: measured, in its text
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(os.path.join(ROOT, "notebooks", "lora_quickstart.ipynb"), as_version=4)
+    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+                   ).execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert (tmp_path / "runs" / "notebook" / "ada-lora" / "adapter_config.json").exists()
+
+
+@pytest.mark.slow
+def test_demo_main_job_runs_and_reports(tmp_path, capsys):
+    from trl_ada.cli.demo import main as demo_main
+
+    out = tmp_path / "demo"
+    demo_main(["--model", "tiny", "--output_dir", str(out),
+               "--config", small_tiny_recipe(tmp_path, max_completion_length=8),
+               "--max_steps", "2",
+               "--warm_start_steps", "2", "--eval_examples", "8", "--eval_k", "2"])
+    summary = json.loads((out / "demo_summary.json").read_text())
+    assert summary["steps"] == 2 and summary["kept_samples"] == 2 * 8
+    assert summary["generated_samples"] >= summary["kept_samples"]
+    assert 0 <= summary["held_out_avg@2_before"] <= 1 and 0 <= summary["held_out_avg@2_after"] <= 1
+    assert (out / "demo.png").stat().st_size > 0 and (out / "warm-model" / "model.safetensors").exists()
+    assert "| held-out accuracy (avg@2, 8 problems) |" in capsys.readouterr().out

@@ -1,0 +1,299 @@
+"""A user's own task, as a GRPOTrainer user brings it: their columns, their reward's signature, their mistakes.
+
+What the reward functions receive is compared with what GRPOTrainer itself hands them for the same data; errors
+are checked for the field they name and for coming before the model trains."""
+
+import re
+
+import pytest
+
+from tests.helpers import ROOT
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+
+from tests.helpers.data import hash_reward_value
+from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+from trl_ada.data import make_prompt
+
+BASE = dict(num_generations=4, per_device_train_batch_size=8, max_completion_length=8, learning_rate=1e-2,
+            shuffle_dataset=False, use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, seed=0,
+            disable_tqdm=True)
+
+# Prompts whose text names their pass rate: always-right and always-wrong ones come back uniform, so dynamic
+# sampling and the budget must replace them from the refill stream. `answer` and `level` are extra columns, which
+# `remove_unused_columns=True` strips from the dataloader's rows.
+RATES = [1.0, 0.0, 0.5, 0.0, 1.0, 0.3]
+
+
+def dataset(repeat=4):
+    return Dataset.from_list([{"prompt": make_prompt(f"q{i} r{RATES[i % len(RATES)]}"), "answer": str(i),
+                               "level": i % 3} for i in range(len(RATES) * repeat)])
+
+
+def keys_reward(calls):
+    def reward(prompts, completions, **kwargs):
+        calls.append(frozenset(kwargs))
+        rates = [float(re.search(r" r([0-9.]+)", p[-1]["content"]).group(1)) for p in prompts]
+        return [hash_reward_value(c[0]["content"], rate) for c, rate in zip(completions, rates)]
+
+    return reward
+
+
+def reward_keys(trainer_class, config_class, tiny_model, tmp_path, **config):
+    calls = []
+    args = config_class(output_dir=str(tmp_path / "out"), **{**BASE, **config})
+    trainer_class(model=tiny_model, reward_funcs=keys_reward(calls), args=args, train_dataset=dataset()).train()
+    return calls
+
+
+SAMPLERS = {
+    "balanced-dynamic": dict(reinforce_ada_choice="balanced", round_repeat=4, max_rounds=2, dynamic_sampling=True,
+                             max_refill_batches=2),
+    "dapo": dict(multiround_adaptive_downsampling=False, dynamic_sampling=True, max_refill_batches=2),
+    "budget-memory": dict(sampling_budget=8.0, prompt_memory=True, budget_top_up=2),
+    "est": dict(reinforce_ada_est=True),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("remove", [True, False], ids=["remove_unused_columns", "keep_columns"])
+@pytest.mark.parametrize("sampler", sorted(SAMPLERS))
+def test_every_row_reaches_the_reward_with_the_keys_grpo_trainer_hands(sampler, remove, tiny_model, tmp_path):
+    steps = 10 if sampler == "budget-memory" else 4  # the budget's top-ups mix refilled and dataloader rows later on
+    theirs = reward_keys(GRPOTrainer, GRPOConfig, tiny_model, tmp_path / "grpo", max_steps=2,
+                         remove_unused_columns=remove)
+    assert len(set(theirs)) == 1
+    expected = theirs[0]
+    assert ("answer" in expected) != remove and "trainer_state" in expected
+    ours = reward_keys(AdaGRPOTrainer, AdaGRPOConfig, tiny_model, tmp_path / "ada", max_steps=steps,
+                       remove_unused_columns=remove, **SAMPLERS[sampler])
+    assert len(ours) > steps or sampler == "est"  # rounds and refills: more calls than steps
+    assert set(ours) == {expected}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The recipe path: the data set as the user wrote it.
+
+import json  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from trl_ada.cli.compare import main as compare_main  # noqa: E402
+from trl_ada.integration.support import requested_processes  # noqa: E402
+from trl_ada.cli.train import ScriptArguments, load_train_dataset, parse_recipe  # noqa: E402
+
+CHAT = [{"prompt": [{"role": "user", "content": f"Write the word w{i} in capitals."}], "solution": f"W{i}",
+         "level": i % 2} for i in range(24)]
+
+
+def write_jsonl(path, rows):
+    with open(path, "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+    return str(path)
+
+
+@pytest.mark.parametrize("form", ["conversational", "text"])
+def test_a_prompt_column_reaches_the_trainer_unchanged_with_every_column(tmp_path, form):
+    rows = CHAT if form == "conversational" else [{**r, "prompt": r["prompt"][0]["content"]} for r in CHAT]
+    path = write_jsonl(tmp_path / "upper.jsonl", rows)
+    dataset = load_train_dataset(ScriptArguments(dataset_name=path), seed=0)
+    assert dataset.column_names == ["prompt", "solution", "level"]  # nothing renamed, nothing added
+    assert dataset.to_list() == rows
+
+
+def test_templates_are_opt_in_and_a_missing_prompt_column_names_the_fix(tmp_path):
+    path = write_jsonl(tmp_path / "math.jsonl", [{"problem": "What is 1 + 1?", "gt": "2"}] * 4)
+    with pytest.raises(ValueError, match=r"no 'prompt' column; columns found: \['problem', 'gt'\].*"
+                                         r"dataset_prompt_template: user"):
+        load_train_dataset(ScriptArguments(dataset_name=path), seed=0)
+    math = load_train_dataset(ScriptArguments(dataset_name=path, dataset_prompt_template="math"), seed=0)
+    assert math[0]["prompt"][0]["role"] == "system" and math[0]["answer"] == "2"  # the reference's mapping
+    user = load_train_dataset(ScriptArguments(dataset_name=path, dataset_prompt_template="user"), seed=0)
+    assert user[0]["prompt"] == [{"role": "user", "content": "What is 1 + 1?"}] and user[0]["gt"] == "2"
+    with pytest.raises(ValueError, match="dataset_prompt_template='boxed': use one of"):
+        load_train_dataset(ScriptArguments(dataset_name=path, dataset_prompt_template="boxed"), seed=0)
+
+
+def test_a_split_a_single_file_does_not_have_is_refused(tmp_path):
+    path = write_jsonl(tmp_path / "upper.jsonl", CHAT)
+    with pytest.raises(ValueError, match=r"split 'test'.*single file.*--eval_dataset"):
+        load_train_dataset(ScriptArguments(dataset_name=path, dataset_split="test"), seed=0)
+
+
+def test_unknown_recipe_keys_say_where_they_are_and_what_was_meant(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("model_name_or_path: tiny\nnum_generaitons: 4\nuse_cpu: true\nbf16: false\n")
+    with pytest.raises(ValueError, match=r"'num_generaitons' in the recipe \(did you mean 'num_generations'\?\); "
+                                         r"'max_stpes' in the command line \(did you mean 'max_steps'\?\)"):
+        parse_recipe(["--config", str(recipe), "--output_dir", str(tmp_path), "--max_stpes", "2"])
+
+
+def test_a_missing_prompt_column_fails_before_the_model_loads(tmp_path):
+    from datasets import Dataset as HFDataset
+
+    data = HFDataset.from_list([{"question": "q", "solution": "Q"}] * 8)
+    args = AdaGRPOConfig(output_dir=str(tmp_path), **BASE)
+    with pytest.raises(ValueError, match=r"train_dataset has no 'prompt' column \(its columns: \['question', "
+                                         r"'solution'\]\)"):
+        AdaGRPOTrainer(model=str(tmp_path / "no-such-model"), reward_funcs=lambda completions, **kw: [0.0],
+                       args=args, train_dataset=data)
+
+
+@pytest.mark.slow
+def test_a_reward_that_returns_strings_is_named_with_what_it_returned(tiny_model, tmp_path):
+    def string_reward(completions, **kwargs):
+        return ["1.0" for _ in completions]
+
+    args = AdaGRPOConfig(output_dir=str(tmp_path), max_steps=1, **BASE)
+    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=string_reward, args=args, train_dataset=dataset())
+    with pytest.raises(TypeError, match=r"reward function 'string_reward' returned str '1.0' for completion 0 "
+                                        r"\(of \d+\).*float\(\.\.\.\)"):
+        trainer.train()
+    assert trainer.state.global_step == 0
+
+
+@pytest.mark.slow
+def test_a_positive_threshold_no_reward_can_pass_warns(tiny_model, tmp_path):
+    calls = []
+    args = AdaGRPOConfig(output_dir=str(tmp_path), max_steps=1, positive_threshold=2.0, round_repeat=4, max_rounds=1,
+                         **BASE)
+    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=keys_reward(calls), args=args, train_dataset=dataset())
+    with pytest.warns(UserWarning, match=r"positive_threshold=2.0 lies outside the rewards seen so far \(0 to 1\): "
+                                         "no completion counts as positive"):
+        trainer.train()
+
+
+def test_the_launch_a_process_was_started_by_is_read_from_its_parent():
+    code = "import time; time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code, "accelerate", "launch", "--num_processes", "2", "x.py"])
+    other = subprocess.Popen([sys.executable, "-c", code, "--num_processes", "2"])
+    try:
+        time.sleep(0.5)
+        assert requested_processes(child.pid) == 2
+        assert requested_processes(other.pid) is None  # not an accelerate launch
+    finally:
+        child.kill(), other.kill()
+
+
+@pytest.mark.slow
+def test_the_comparison_refuses_a_held_out_set_too_small_to_compare_on(tmp_path):
+    path = write_jsonl(tmp_path / "upper.jsonl", CHAT)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"model_name_or_path: tiny\ndataset_name: {path}\nreward_funcs: [test_user_task.upper]\n"
+                      "use_cpu: true\nbf16: false\nmax_completion_length: 8\nper_device_train_batch_size: 8\n")
+    argv = ["--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false", "--seeds", "0",
+            "--max_steps", "1", "--eval_k", "0", "--output_dir", str(tmp_path / "cmp")]
+    with pytest.raises(ValueError, match=r"split 'test'.*single file"):
+        compare_main([*argv, "--eval_split", "test", "--only", "grpo", "0"])
+    with pytest.raises(ValueError, match=r"has 3 questions, fewer than --eval_min_examples 20.*interval"):
+        compare_main([*argv, "--eval_fraction", "0.1", "--only", "grpo", "0"])
+
+
+def upper(completions, solution, **kwargs):
+    return [float(s in c[-1]["content"]) for c, s in zip(completions, solution)]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The README's own task, through every entry point, as written there.
+
+def readme_blocks():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    section = text[text.index("## Your own task"):text.index("## Which sampling")]
+    blocks = re.findall(r"```(\w+)\n(.*?)```", section, flags=re.S)
+    files = {body.split("\n", 1)[0].split(":")[0].removeprefix("# "): body for kind, body in blocks
+             if kind in ("python", "yaml")}
+    commands = next(body for kind, body in blocks if kind == "bash").replace("\\\n", " ").splitlines()
+    return files, [c.split("   #")[0].strip() for c in commands if c.strip()]
+
+
+MARKER = '''import json, os
+
+def seen(prompts, completions, **kwargs):
+    with open(f"seen-{os.environ.get('RANK', '0')}-of-{os.environ.get('WORLD_SIZE', '1')}.jsonl", "a") as f:
+        f.writelines(json.dumps(p) + "\\n" for p in prompts)
+    return [0.0] * len(completions)
+'''
+
+
+@pytest.mark.slow
+def test_the_readme_task_trains_through_every_entry_point(tmp_path):
+    files, commands = readme_blocks()
+    assert set(files) == {"task.py", "upper_ada.yaml"} and len(commands) == 4
+    for name, body in files.items():
+        (tmp_path / name).write_text(body)
+    bin_dir = os.path.dirname(sys.executable)
+    with socket.socket() as probe:  # torchrun's port (PET_MASTER_PORT), free: other launches may run beside it
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": "", "PET_MASTER_PORT": port}  # the console scripts must find task.py themselves
+    for command in commands:
+        done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, f"{command}\n{done.stderr[-3000:]}"
+    assert (tmp_path / "out" / "upper" / "model.safetensors").exists()
+    assert (tmp_path / "out" / "upper-2p" / "model.safetensors").exists()
+    report = json.loads((tmp_path / "out" / "upper-compare" / "report.json").read_text())
+    assert report["held_out"] == [["upper_test.jsonl", 32]] and "balanced" in report["arms"]
+    # The reward sees the prompt as written, on both processes of a 2-process run.
+    (tmp_path / "marker.py").write_text(MARKER)
+    done = subprocess.run([os.path.join(bin_dir, "torchrun"), "--nproc_per_node", "2", "-m", "trl_ada.cli.train",
+                           "--config", "upper_ada.yaml", "--reward_funcs", "task.upper_reward", "marker.seen",
+                           "--max_steps", "1", "--output_dir", "out/marked"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    written = [json.loads(line)["prompt"] for line in (tmp_path / "upper.jsonl").read_text().splitlines()]
+    for rank in (0, 1):
+        seen = [json.loads(line) for line in (tmp_path / f"seen-{rank}-of-2.jsonl").read_text().splitlines()]
+        assert seen and all(prompt in written for prompt in seen)
+    # One process where two were asked: said, not silent.
+    done = subprocess.run([os.path.join(bin_dir, "accelerate"), "launch", "--cpu", "--num_processes", "2", "-m",
+                           "trl_ada.cli.train", "--config", "upper_ada.yaml", "--max_steps", "1", "--output_dir",
+                           "out/one"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and "asked for --num_processes 2, but training runs on 1 process" in done.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What a reward logs: a step's value is the mean over the step's samples, however many calls the rounds made.
+
+@pytest.mark.slow
+def test_log_metric_over_rounds_is_the_mean_over_the_steps_samples(tiny_model, tmp_path):
+    calls = []  # (the step being sampled, the rewards of one call)
+
+    def logging_reward(prompts, completions, trainer_state=None, log_metric=None, **kwargs):
+        rewards = keys_reward([])(prompts, completions)
+        calls.append((trainer_state.global_step, rewards))
+        log_metric("batch_mean", sum(rewards) / len(rewards))
+        return rewards
+
+    args = AdaGRPOConfig(output_dir=str(tmp_path), max_steps=3, reinforce_ada_choice="balanced", round_repeat=4,
+                         max_rounds=3, **BASE)
+    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=logging_reward, args=args, train_dataset=dataset())
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    by_step = {}
+    for step, rewards in calls:
+        by_step.setdefault(step, []).append(rewards)
+    assert len(logs) == len(by_step) == 3
+    assert any(len({len(r) for r in rounds}) > 1 for rounds in by_step.values())  # calls of different sizes
+    for log, step in zip(logs, sorted(by_step)):
+        samples = [x for rewards in by_step[step] for x in rewards]
+        assert log["batch_mean"] == pytest.approx(sum(samples) / len(samples))
+
+
+@pytest.mark.slow
+def test_the_readme_quick_start_runs(tiny_model, tmp_path, monkeypatch):
+    """The README's first Python snippet, as written but for the model (the tiny offline one for the Hub id) and a
+    shorter run."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        snippet = re.search(r"```python\n(from datasets import Dataset.*?)```", f.read(), flags=re.S).group(1)
+    assert '"HuggingFaceTB/SmolLM2-135M-Instruct"' in snippet and "max_steps=10" in snippet
+    snippet = snippet.replace('"HuggingFaceTB/SmolLM2-135M-Instruct"', repr(tiny_model)).replace(
+        "max_steps=10", "max_steps=1, report_to='none'").replace("max_completion_length=64", "max_completion_length=8")
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(snippet, "README.md", "exec"), namespace)
+    assert namespace["trainer"].state.global_step == 1

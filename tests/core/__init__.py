@@ -1,0 +1,1 @@
+"""Tests of trl_ada.core: the pure algorithm, exhaustively."""

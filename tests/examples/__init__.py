@@ -1,0 +1,1 @@
+"""Tests of trl_ada.examples: the packaged real model and the offline tasks."""

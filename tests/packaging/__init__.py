@@ -1,0 +1,1 @@
+"""The package as installed: the TRL seams, the wheel, the generated docs."""

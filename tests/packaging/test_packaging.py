@@ -1,0 +1,176 @@
+"""Packaging: declared ranges agree with what CI runs, installing beside a user's stack replaces nothing, and a TRL
+whose internals changed is named at construction."""
+
+import configparser
+import importlib.metadata
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import ROOT as REPOSITORY
+import trl
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+from trl_ada.integration import seams
+
+ROOT = pathlib.Path(REPOSITORY)
+
+
+def setup_cfg() -> configparser.ConfigParser:
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    return config
+
+
+def install_requires() -> list[Requirement]:
+    lines = setup_cfg()["options"]["install_requires"].strip().splitlines()
+    return [Requirement(line.strip()) for line in lines if line.strip() and not line.strip().startswith("#")]
+
+
+def lock(name: str) -> dict[str, Version]:
+    pins = {}
+    for line in (ROOT / ".ci" / name).read_text().splitlines():
+        line = line.split(" #")[0].strip()
+        if line and not line.startswith("#"):
+            requirement = Requirement(line)
+            pins[canonicalize_name(requirement.name)] = Version(str(requirement.specifier).removeprefix("=="))
+    return pins
+
+
+def test_no_dependency_is_pinned_and_torch_has_no_ceiling():
+    for requirement in install_requires():
+        assert not any(s.operator in ("==", "===") for s in requirement.specifier), f"{requirement} is a pin"
+        assert any(s.operator == ">=" for s in requirement.specifier), f"{requirement} has no tested floor"
+    (torch,) = [r for r in install_requires() if r.name == "torch"]
+    assert all(s.operator == ">=" for s in torch.specifier)
+
+
+def test_an_xdist_group_runs_on_one_worker(tmp_path):
+    """`make test` runs `-n 2 --dist loadgroup`: the DeepSpeed and FSDP modules' launch fixtures run once only if every
+    test of their xdist_group goes to one worker (pytest 9.2 broke that silently: setup.cfg's dev extra)."""
+    (tmp_path / "test_group.py").write_text(
+        "import os\nimport pytest\n\npytestmark = pytest.mark.xdist_group('launch')\n\n\n"
+        "@pytest.fixture(scope='module')\ndef launch():\n"
+        "    with open('setups.txt', 'a') as f:\n        f.write(os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n\n\n"
+        "@pytest.mark.parametrize('run', range(6))\ndef test_run(launch, run):\n    pass\n")
+    (tmp_path / "test_other.py").write_text(
+        "import pytest\n\n\n@pytest.mark.parametrize('i', range(6))\ndef test_other(i):\n    pass\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist",
+                           "loadgroup", "test_group.py", "test_other.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert len((tmp_path / "setups.txt").read_text().split()) == 1, "the group's fixture ran on both workers"
+
+
+def test_python_floor_is_trls():
+    assert setup_cfg()["options"]["python_requires"].strip() == ">=3.11"  # trl 1.16 needs 3.11
+    assert sys.version_info >= (3, 11)
+
+
+def test_oldest_set_is_the_floors():
+    oldest = lock("constraints-oldest.txt")
+    for requirement in install_requires():
+        (floor,) = [Version(s.version) for s in requirement.specifier if s.operator == ">="]
+        assert oldest[canonicalize_name(requirement.name)] == floor, f"{requirement.name}: oldest set != floor"
+
+
+@pytest.mark.parametrize("name", ["constraints.txt", "constraints-vllm.txt"])
+def test_locks_lie_inside_the_ranges(name):
+    pins = lock(name)
+    for requirement in install_requires():
+        assert requirement.specifier.contains(pins[canonicalize_name(requirement.name)], prereleases=True), (
+            f"{name}: {requirement.name}=={pins[canonicalize_name(requirement.name)]} is outside {requirement}")
+
+
+def test_supported_trl_is_setup_cfgs():
+    (requirement,) = [r for r in install_requires() if r.name == "trl"]
+    assert str(requirement.specifier) == str(Requirement(f"trl{seams.SUPPORTED_TRL}").specifier)
+
+
+def test_extras_are_normalised_and_exist():
+    """pip warns about extras it cannot match; PEP 685 compares normalised names."""
+    extras = setup_cfg()["options.extras_require"]
+    assert {"vllm", "wandb", "dev"} <= set(extras)
+    for name in extras:
+        assert canonicalize_name(name) == name
+    for requirement in install_requires():
+        if requirement.extras:
+            provided = importlib.metadata.metadata(requirement.name).get_all("Provides-Extra")
+            assert requirement.extras <= set(provided), f"{requirement}: {requirement.name} provides {provided}"
+
+
+def test_installing_beside_this_environment_replaces_nothing(tmp_path):
+    """The user's view: everything trl-ada needs is already here, so pip must install nothing and replace nothing.
+
+    In CI's newest set this environment holds newer transformers, huggingface_hub, ... than the lock; a pin in
+    setup.cfg makes pip (offline, `--no-index`) fail to find the pinned release, and a range the environment does
+    not satisfy makes it plan a replacement: both fail here.
+    """
+    requirements = [str(r) for r in map(Requirement, importlib.metadata.requires("trl-ada")) if not r.marker]
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--quiet", "--report", str(report),
+         *requirements], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    planned = [f"{item['metadata']['name']}=={item['metadata']['version']}"
+               for item in json.loads(report.read_text())["install"]]
+    assert planned == [], f"installing trl-ada here would install or replace {planned}"
+
+
+def test_the_installed_trl_has_every_seam():
+    assert seams.seam_problems() == []
+    assert seams.trl_is_supported()
+
+
+def test_a_changed_seam_is_named_at_construction(monkeypatch, tmp_path):
+    from trl import GRPOTrainer
+
+    def changed(self, inputs, prompts, completions):  # a TRL release that dropped completion_ids_list
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(GRPOTrainer, "_calculate_rewards", changed)
+    args = AdaGRPOConfig(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8, use_cpu=True,
+                         report_to="none")
+    # The model path does not exist: the seam error must come first, before anything is loaded.
+    with pytest.raises(RuntimeError) as error:
+        AdaGRPOTrainer(model=str(tmp_path / "no-model"), reward_funcs=lambda completions, **kw: [0.0], args=args,
+                       train_dataset=None)
+    message = str(error.value)
+    assert "GRPOTrainer._calculate_rewards" in message and "completion_ids_list" in message
+    assert trl.__version__ in message and seams.SUPPORTED_TRL in message
+
+
+def test_a_missing_vllm_backend_is_named(monkeypatch):
+    import trl.trainer.grpo_trainer as grpo_module
+
+    monkeypatch.delattr(grpo_module, "VLLMGeneration")
+    assert seams.seam_problems() == ["trl.trainer.grpo_trainer.VLLMGeneration is missing"]
+
+
+def test_an_unsupported_trl_warns_with_both_versions(monkeypatch):
+    monkeypatch.setattr(trl, "__version__", "1.17.0")
+    assert not seams.trl_is_supported()
+    with pytest.warns(UserWarning, match=r"trl>=1\.16,<1\.17; the installed trl is 1\.17\.0"):
+        seams.warn_if_unsupported_trl()
+
+
+def test_console_scripts_exit_0_on_success():
+    """A console script exits with what its function returns: a dict (a report) would make the shell see status 1
+    and print the dict. Every entry point returns None or an int."""
+    import configparser
+    import importlib
+    import inspect
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    scripts = [line.split("=", 1) for line in config["options.entry_points"]["console_scripts"].split("\n") if line]
+    assert len(scripts) == 4
+    for name, target in scripts:
+        module, function = target.strip().split(":")
+        annotation = inspect.signature(getattr(importlib.import_module(module), function)).return_annotation
+        assert annotation in (inspect.Signature.empty, None, "None", int, "int"), f"{name.strip()} returns {annotation}"
