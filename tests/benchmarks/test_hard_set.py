@@ -14,7 +14,7 @@ from trl_ada.examples.arithmetic import (
 )
 from trl_ada.cli.train import ScriptArguments, load_train_dataset
 
-hard_set = load_script("benchmarks/hard_set.py")
+hard_set = load_script("benchmarks/hard_set/hard_set.py")
 
 
 def _value(problem: str) -> int:

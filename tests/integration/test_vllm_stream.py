@@ -224,10 +224,10 @@ def test_a_stream_needs_the_engine_to_itself(colocated):
 
 
 def test_the_hard_set_screen_samples_on_the_engine(colocated):
-    """benchmarks/hard_set.py's vLLM sampler (issue 50's screen at 2.4x) on this engine: one graded completion per
+    """benchmarks/hard_set/hard_set.py's vLLM sampler (issue 50's screen at 2.4x) on this engine: one graded completion per
     row, its own token count, `cut` exactly when the cap ended it; then a whole screen of 3 questions: each finished
     with 16 samples (or retired at 3 right), the rounds of 4 batched across questions."""
-    hard_set = load_script("benchmarks/hard_set.py")
+    hard_set = load_script("benchmarks/hard_set/hard_set.py")
 
     trainer, _, _ = colocated
     llm = trainer.vllm_generation.llm

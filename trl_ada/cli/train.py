@@ -10,7 +10,7 @@ starts from the tiny demo's warm-started model instead (built once, cached in <o
 tiny recipe learns when run directly. `--dataset_name arithmetic` (chat arithmetic graded by `last_number_reward`) is
 the offline task of the SmolLM2 recipes; `--dataset_name word_problems` (easy arithmetic word problems, \\boxed{}
 answers) that of the retired word-problem benchmark, which a 135M model does not learn; `--dataset_name
-hard_arithmetic` the questions of harder kinds SmolLM2 answers right 1 or 2 times in 16 (benchmarks/hard_set.py).
+hard_arithmetic` the questions of harder kinds SmolLM2 answers right 1 or 2 times in 16 (benchmarks/hard_set/hard_set.py).
 
 Agents: `--tools pkg.module:f1 pkg.module:f2` (several after one flag; `pkg.module.f1` works too) hands tools to the
 trainer and `--environment_factory pkg.module:Class` an environment, as TRL's GRPOTrainer takes them. `--dataset_name

@@ -75,7 +75,7 @@ def word_problem(rng: random.Random, difficulty: int = 1) -> tuple[str, str]:
 def word_problems(num_examples: int = 256, difficulty: int = 1, seed: int = 0) -> Dataset:
     """Easy arithmetic word problems with the reference prompt (system + user suffix asking for \\boxed{}),
     generated deterministically from `seed`: the task of the retired SmolLM2 word-problem benchmark
-    (`benchmarks/smollm2.json`: a 135M model learns nothing from it)."""
+    (benchmarks/CHANGELOG.md section 4: a 135M model learns nothing from it)."""
     rng = random.Random(seed)
     rows = [word_problem(rng, difficulty) for _ in range(num_examples)]
     return Dataset.from_dict(
@@ -144,7 +144,7 @@ def arithmetic_problems(num_examples: int = 2048, seed: int = 0, split: str = "t
 
 # --- Hard chat arithmetic: harder kinds and the screened hard prompt set ----------------------------------------
 # ARITHMETIC_KINDS above stay as they are (the demo, tests and benchmarks depend on their questions). These kinds are
-# candidates for a hard prompt set built the Reinforce-Ada paper's way: benchmarks/hard_set.py samples the base model
+# candidates for a hard prompt set built the Reinforce-Ada paper's way: benchmarks/hard_set/hard_set.py samples the base model
 # 16 times per question at temperature 1.0 and keeps the questions it answers right once or twice. Same question form
 # ("What is 47 + 38?", a plain user message) and the same content-hash split as `arithmetic_problems`, so a hard
 # held-out question is never a training question of either set.
@@ -224,7 +224,7 @@ HARD_SET_DIR = os.path.join(RESOURCES, "hard_arithmetic")
 
 
 def hard_arithmetic(split: str = "train", directory: str | None = None, num_examples: int | None = None) -> Dataset:
-    """The screened hard chat-arithmetic set (benchmarks/hard_set.py writes it): `train` (questions the base
+    """The screened hard chat-arithmetic set (benchmarks/hard_set/hard_set.py writes it): `train` (questions the base
     SmolLM2-135M-Instruct answers right 1 or 2 times in 16 samples at temperature 1.0), `test_hard` (held-out
     questions kept by the same rule) or `test_easy` (held-out questions of the easy kinds of `arithmetic_problems`,
     unscreened: a run that forgets them shows it). Rows as `arithmetic_problems` gives them: `prompt` (a plain user
@@ -236,7 +236,7 @@ def hard_arithmetic(split: str = "train", directory: str | None = None, num_exam
     if not os.path.exists(path):
         raise FileNotFoundError(
             f"hard_arithmetic: {path} does not exist. It ships in the package (trl_ada/examples/resources/hard_arithmetic); "
-            "rebuild it from a checkout with: OMP_NUM_THREADS=1 python benchmarks/hard_set.py --deadline_s 3600")
+            "rebuild it from a checkout with: OMP_NUM_THREADS=1 python benchmarks/hard_set/hard_set.py --deadline_s 3600")
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     if num_examples is not None:

@@ -1,12 +1,12 @@
 """The GPU kit's packaging: lock, download, offline resolution check, pieces and the call plan (issue 31).
 
-    python3 benchmarks/gpu/kit.py lock        # network: resolve the wheel set against the image, write lock.json
-    python3 benchmarks/gpu/kit.py download    # network: fetch exactly the locked wheels, sha256-checked
-    python3 benchmarks/gpu/kit.py check       # offline: the wheel set resolves for Python 3.12 against the image
-    python3 benchmarks/gpu/kit.py pack        # the payload of each call under .device/, pieces, plan.json
-    python3 benchmarks/gpu/kit.py verify      # every piece reassembles to its sha256, every wheel to the lock's
+    python3 benchmarks/gpu-kit/kit.py lock        # network: resolve the wheel set against the image, write lock.json
+    python3 benchmarks/gpu-kit/kit.py download    # network: fetch exactly the locked wheels, sha256-checked
+    python3 benchmarks/gpu-kit/kit.py check       # offline: the wheel set resolves for Python 3.12 against the image
+    python3 benchmarks/gpu-kit/kit.py pack        # the payload of each call under .device/, pieces, plan.json
+    python3 benchmarks/gpu-kit/kit.py verify      # every piece reassembles to its sha256, every wheel to the lock's
 
-`bash benchmarks/gpu/prepare.sh` runs download, check, pack and verify (the lock is committed; `lock` is only rerun to
+`bash benchmarks/gpu-kit/prepare.sh` runs download, check, pack and verify (the lock is committed; `lock` is only rerun to
 change the set). Everything downloaded or built goes under /.device/ (ignored by git); the repo keeps this script,
 image.txt (the device image's packages), lock.json (name, version, file, sha256, size of every wheel) and plan.json
 (which folder travels in which call, the sha256 of every piece).
@@ -83,7 +83,7 @@ CARRY_OVER_IMAGE = {"transformers": ["fsspec==2026.9.0"], "vllm": ["typing-exten
 EXTRAS_ROOTS = ["tokenspeed-mla", "humming-kernels", "nvidia-cutlass-dsl", "quack-kernels", "tilelang",
                 "pynvvideocodec", "torchcodec", "fastsafetensors", "numba", "nvidia-cudnn-frontend", "nvtx", "numpy"]
 # The vllm wheel travels slimmed (issue 44): without what vLLM's CUDA path never loads for a dense model on a Hopper
-# GPU, measured on the stand-in image with the platform forced to CUDA sm_90 (benchmarks/gpu/vllm-core-notes.md):
+# GPU, measured on the stand-in image with the platform forced to CUDA sm_90 (benchmarks/gpu-kit/vllm-core-notes.md):
 # FlashAttention 2 (FA3 is Hopper's default; FA2 serves older GPUs and ALiBi), the MoE kernels (MoE models), the Rust
 # frontend (`vllm serve` only), DeepGEMM (FP8 block-quantized models) and the SM100 attention kernels (Blackwell).
 # The core tar: 355.5 MiB in 6 pieces with the whole wheel, 167.9 MiB in 3 slimmed.
@@ -234,7 +234,7 @@ def cmd_lock(args) -> None:
         wheels.append(r)
     lock = {"python": "3.12", "platforms": PLATFORMS, "roots": STAGES, "project_requirements": project_requirements(),
             "carried_over_image": CARRY_OVER_IMAGE,
-            "image": "benchmarks/gpu/image.txt", "wheels": wheels}
+            "image": "benchmarks/gpu-kit/image.txt", "wheels": wheels}
     json.dump(lock, open(LOCK, "w"), indent=1)
     for stage in STAGES:
         print(f"{stage}: {sum(w['stage'] == stage for w in wheels)} wheels")
@@ -461,7 +461,7 @@ def cmd_pack(args) -> None:
                           "piece": name, "piece_index": k, "pieces": len(pieces),
                           "piece_sha256": hashlib.sha256(piece).hexdigest()})
     for call in calls:
-        call["command"] = f"bash benchmarks/gpu/run.sh {call['call']}"
+        call["command"] = f"bash benchmarks/gpu-kit/run.sh {call['call']}"
         call.update(CALL_TIME[call["stage"]])
         assert call["payload_bytes"] + TREE_ALLOWANCE <= CARRY_LIMIT, call
     plan = {"carry_limit_bytes": CARRY_LIMIT, "tree_allowance_bytes": TREE_ALLOWANCE, "piece_bytes": PIECE,
@@ -514,9 +514,9 @@ MEASURE_CALLS = [
 # The real-model comparison (issues 44, 50): SmolLM2-135M-Instruct on the HARD chat-arithmetic set (questions the
 # base model answers right 1 or 2 times in 16: benchmarks/hard_set/, the paper's rule), hard_grpo.yaml on the GPU,
 # GRPO at n=4, 8 and 16 against Reinforce-Ada's two exit rules, every arm 4 prompts a step for the same 60 optimizer
-# steps (the CPU comparison's design, benchmarks/hard_set_compare.py), paired seeds, many runs on the GPU at once.
+# steps (the CPU comparison's design, benchmarks/hard_set/hard_set_compare.py), paired seeds, many runs on the GPU at once.
 # trl-ada-compare writes each run's JSON as it ends and stops the runs still training at its deadline (kept as cut,
-# evaluated where they were); results committed under benchmarks/gpu/results/compare/ are copied in first, so a later
+# evaluated where they were); results committed under benchmarks/gpu-kit/results/compare/ are copied in first, so a later
 # session adds seeds.
 RECIPES = "recipes/SmolLM2-135M-Instruct"
 ADA = "multiround_adaptive_downsampling=true"
@@ -532,7 +532,7 @@ COMPARISON = {
     "set": ["use_cpu=false"],
     "seeds": list(range(20)), "max_steps": 60, "eval_every": 10, "eval_split": "test_hard",
     "eval_extra_split": "test_easy", "eval_examples": 256, "eval_k": 4, "jobs": 10, "threads": 1,
-    "results": "benchmarks/gpu/results/compare",
+    "results": "benchmarks/gpu-kit/results/compare",
 }
 
 # The sessions a lent GPU can hold, in order of value: each a machine start and calls back to back, summing to at
@@ -591,7 +591,7 @@ def print_plan(plan: dict) -> None:
                   f'   # about {step["expected_min"]:.1f} min')
     print("\n# only with time left after vLLM's core (status's budget_left_s above timeout_s + 60):")
     for m in plan["measure_calls"][1:]:
-        print(f'  run(command="bash benchmarks/gpu/run.sh {m["name"]}", carry=[], timeout_s={m["timeout_s"]})'
+        print(f'  run(command="bash benchmarks/gpu-kit/run.sh {m["name"]}", carry=[], timeout_s={m["timeout_s"]})'
               f'   # {", ".join(m["arms"])}')
     core_last = next(c["call"] for c in calls if c["stage"] == "core-last")
     extras = [c["call"] for c in calls if c.get("tar") == "extras"]
@@ -872,7 +872,7 @@ def slim_vllm_wheel(path: str, drop: list[str], out: str) -> dict:
     member keeps its bytes, date and mode (the executable bit of vllm/vllm-rs included) and is deflated again.
     Returns what was dropped, with sizes. The result has another sha256 than the lock's: pack records it in
     plan.json (the tar's `slimmed`), which verify and the device check against (issue 44,
-    benchmarks/gpu/vllm-core-notes.md)."""
+    benchmarks/gpu-kit/vllm-core-notes.md)."""
     import csv
     import zipfile
 

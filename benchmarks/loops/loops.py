@@ -1,12 +1,12 @@
 """The two loops a contributor waits on: CI from a fresh clone, and the main job (`make demo`) after its installs.
 
-    python benchmarks/loops.py ci                      # bash .ci/run in a fresh clone of HEAD (30-40 min); records it
-    python benchmarks/loops.py ci --from_log ci.log    # record a .ci/run log already written (its [ci] lines)
-    python benchmarks/loops.py demo                    # make install real-model, then make demo, timed apart
-    python benchmarks/loops.py report                  # the table and the plot of every record so far
+    python benchmarks/loops/loops.py ci                      # bash .ci/run in a fresh clone of HEAD (30-40 min); records it
+    python benchmarks/loops/loops.py ci --from_log ci.log    # record a .ci/run log already written (its [ci] lines)
+    python benchmarks/loops/loops.py demo                    # make install real-model, then make demo, timed apart
+    python benchmarks/loops/loops.py report                  # the table and the plot of every record so far
 
-Each measurement appends a record (date, commit, machine, seconds per part) to `benchmarks/loops.json`, so a change
-that slows either loop shows against the earlier records; `report` prints them and draws `benchmarks/loops.png`.
+Each measurement appends a record (date, commit, machine, seconds per part) to `benchmarks/loops/loops.json`, so a change
+that slows either loop shows against the earlier records; `report` prints them and draws `benchmarks/loops/loops.png`.
 The budgets (issue 42): CI within 35 minutes, the demo within 10 minutes after its installs, both on the 2-core dev
 machine with nothing else running. A record says whether something else was running (`--busy`): compare only quiet
 records. Never run by CI (it would time itself).
@@ -25,7 +25,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the repository
 RECORDS = os.path.join(HERE, "loops.json")
 BUDGETS = {"ci": 35 * 60, "demo": 10 * 60}
 CI_LINE = re.compile(r"^\[ci\] (\w+): (\d+) s(?:; all: (\d+) s)?", re.M)

@@ -1,6 +1,6 @@
 """Step time of AdaGRPOTrainer against GRPOTrainer on the tiny offline model, in one run, same machine.
 
-    python benchmarks/step_time.py [--steps 8] [--prompts 16]
+    python benchmarks/step_cost/step_time.py [--steps 8] [--prompts 16]
 
 Rows (all on the same prompts, same reward, same seed):
 - `GRPOTrainer n=4` and `AdaGRPOTrainer, 1 round of M=n`: exactly the same generated and trained completions, so
@@ -9,7 +9,7 @@ Rows (all on the same prompts, same reward, same seed):
   adaptive sampling generates a variable number of completions per step;
 - the pure sampling core (`run_adaptive_sampling`) per 1000 prompts, with a free reward.
 The reward is a cheap deterministic function of the text with per-prompt pass rates, to time the trainer, not the
-reward. Prints a markdown table and writes benchmarks/step_time.png.
+reward. Prints a markdown table and writes benchmarks/step_cost/step_time.png.
 """
 
 from __future__ import annotations

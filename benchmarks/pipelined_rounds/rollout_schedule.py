@@ -1,8 +1,8 @@
 """Barrier-free rounds in simulation: generation time of one sampling step, synchronous vs pipelined (issue 23, 5a).
 
-    python benchmarks/rollout_schedule.py                      # default engine curve, lengths and pass rates
-    python benchmarks/rollout_schedule.py --step_time_curve curve.json   # a measured curve: [[running, seconds], ...]
-    python benchmarks/rollout_schedule.py --step_time_curve benchmarks/rollout_real.json  # the curve rollout_real.py
+    python benchmarks/pipelined_rounds/rollout_schedule.py                      # default engine curve, lengths and pass rates
+    python benchmarks/pipelined_rounds/rollout_schedule.py --step_time_curve curve.json   # a measured curve: [[running, seconds], ...]
+    python benchmarks/pipelined_rounds/rollout_schedule.py --step_time_curve benchmarks/pipelined_rounds/rollout_real.json  # the curve rollout_real.py
                                                                          # measured on the engine present
 
 A discrete-event simulation that drives the project's own samplers, not a model of them: the synchronous rounds are
@@ -29,7 +29,7 @@ import random
 import statistics
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository
 
 from trl_ada.core.pipelined import run_pipelined_sampling  # noqa: E402
 from trl_ada.core.sampling import run_adaptive_sampling  # noqa: E402

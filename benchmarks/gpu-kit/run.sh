@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # The GPU kit, on the device (issue 31): one device `run` call each, in the repo root, in the order prepare.sh prints.
 #
-#   bash benchmarks/gpu/run.sh 1          # carry .device/calls/c01: install the transformers stage, measure that path
-#   bash benchmarks/gpu/run.sh 2, 3       # carry c02, c03: the real-model comparison's wheels; call 3 installs them,
+#   bash benchmarks/gpu-kit/run.sh 1          # carry .device/calls/c01: install the transformers stage, measure that path
+#   bash benchmarks/gpu-kit/run.sh 2, 3       # carry c02, c03: the real-model comparison's wheels; call 3 installs them,
 #                                         # writes SmolLM2's folder and runs trl-ada-compare until its deadline
-#   bash benchmarks/gpu/run.sh N          # carry .device/calls/cNN: store a piece; on a tar's last piece reassemble,
+#   bash benchmarks/gpu-kit/run.sh N          # carry .device/calls/cNN: store a piece; on a tar's last piece reassemble,
 #                                         # check sha256, install, `from vllm import LLM`, measure (group vllm-a)
-#   bash benchmarks/gpu/run.sh vllm-b     # carry nothing: more vLLM arms on the warm machine (also vllm-c)
+#   bash benchmarks/gpu-kit/run.sh vllm-b     # carry nothing: more vLLM arms on the warm machine (also vllm-c)
 #
 # Results go to $OUT (the device tool brings them back): <stage>.json from measure.py, a log, the image's pip list and
 # the requirement check of the carried wheels. Exit 3: the core of vLLM is installed but needs the extras (carry them,
 # then run the vLLM groups again); exit 4: a piece is missing (the machine went cold: repeat the calls back to back).
 #
 # The dry run here (no GPU, Python 3.11): GPUKIT_LOCAL=1 GPUKIT_PYTHON=.venv/bin/python GPUKIT_DIR=/tmp/x OUT=/tmp/y
-# bash benchmarks/gpu/run.sh 1: pip installs the cp312 wheels with --python-version 3.12 into the target, and the
-# local venv's Python runs against them (see benchmarks/gpu/README.md).
+# bash benchmarks/gpu-kit/run.sh 1: pip installs the cp312 wheels with --python-version 3.12 into the target, and the
+# local venv's Python runs against them (see benchmarks/gpu-kit/README.md).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 CALL=${1:?usage: run.sh CALL (a number from plan.json, or vllm-b, vllm-c)}
@@ -43,21 +43,21 @@ site_on() {  # the carried packages first, then the repo, then the image
 }
 
 # A call has its plan's timeout_s (kit.py device-timeout); work stops 30 s before it, so that $OUT comes back whole.
-TIMEOUT=$($PY benchmarks/gpu/kit.py device-timeout --name "$CALL") || exit 1
+TIMEOUT=$($PY benchmarks/gpu-kit/kit.py device-timeout --name "$CALL") || exit 1
 remaining() { echo $(( TIMEOUT - 30 - ($(date +%s) - START) )); }
 echo "run.sh: call $CALL has $TIMEOUT s (plan.json)"
 
 measure_vllm() {  # $1: group name from plan.json's measure_calls
-  local arms; arms=$($PY -c "import json,sys; print(' '.join(next(m['arms'] for m in json.load(open('benchmarks/gpu/plan.json'))['measure_calls'] if m['name'] == sys.argv[1])))" "$1") || exit 1
+  local arms; arms=$($PY -c "import json,sys; print(' '.join(next(m['arms'] for m in json.load(open('benchmarks/gpu-kit/plan.json'))['measure_calls'] if m['name'] == sys.argv[1])))" "$1") || exit 1
   local size=1.5b; [ "$LOCAL" = 1 ] && size=toy
   mkdir -p "$GPUKIT_DIR/results"
-  $PY benchmarks/gpu/measure.py --stage vllm --size "$size" --arms $arms --deadline_s "$(remaining)" \
+  $PY benchmarks/gpu-kit/measure.py --stage vllm --size "$size" --arms $arms --deadline_s "$(remaining)" \
       --json "$OUT/$1.json" --base_json "$GPUKIT_DIR"/results/vllm-*.json ${GPUKIT_MEASURE_ARGS:-}
   local rc=$?
   cp "$OUT/$1.json" "$GPUKIT_DIR/results/" 2>/dev/null
   # every group so far as one table ($OUT is emptied before each call: the earlier groups' files come back with them)
   if ls "$GPUKIT_DIR"/results/vllm-*.json >/dev/null 2>&1; then
-    $PY benchmarks/gpu/measure.py --report "$GPUKIT_DIR"/results/vllm-*.json
+    $PY benchmarks/gpu-kit/measure.py --report "$GPUKIT_DIR"/results/vllm-*.json
     cp "$GPUKIT_DIR"/results/vllm-*.json "$OUT/" 2>/dev/null
   fi
   if grep -q "No module named" "$OUT/$1.json" 2>/dev/null; then
@@ -76,8 +76,8 @@ case "$CALL" in
     ;;
 esac
 
-STAGE=$($PY benchmarks/gpu/kit.py device-stage "$CALL") || exit 1
-$PY benchmarks/gpu/kit.py device "$CALL" || exit $?
+STAGE=$($PY benchmarks/gpu-kit/kit.py device-stage "$CALL") || exit 1
+$PY benchmarks/gpu-kit/kit.py device "$CALL" || exit $?
 case "$STAGE" in
   *-piece) echo "run.sh: call $CALL done in $(( $(date +%s) - START )) s"; exit 0 ;;
 esac
@@ -86,14 +86,14 @@ if [ "$STAGE" = transformers ]; then
   $PY -m pip list --format=freeze > "$OUT/image_pip_list.txt" 2>/dev/null || true
 fi
 site_on
-$PY benchmarks/gpu/kit.py device-check --json "$OUT/requirements_check-$CALL.json"
+$PY benchmarks/gpu-kit/kit.py device-check --json "$OUT/requirements_check-$CALL.json"
 
 if [ "$STAGE" = transformers ]; then
   $PY -c "import trl_ada, trl, datasets, math_verify, torch; print('imports ok: trl', trl.__version__, 'from', trl.__file__, 'datasets', datasets.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available())" || exit 1
   size=0.5b; [ "$LOCAL" = 1 ] && size=toy
   # TRL's GRPO n=4 (the ratios' base, in the same call) and the arms no committed session measured
-  arms=$($PY benchmarks/gpu/kit.py device-arms) || exit 1
-  $PY benchmarks/gpu/measure.py --stage transformers --size "$size" --deadline_s "$(remaining)" --arms $arms \
+  arms=$($PY benchmarks/gpu-kit/kit.py device-arms) || exit 1
+  $PY benchmarks/gpu-kit/measure.py --stage transformers --size "$size" --deadline_s "$(remaining)" --arms $arms \
       --json "$OUT/transformers-$(date -u +%Y%m%dT%H%M).json" ${GPUKIT_MEASURE_ARGS:-}
   exit $?
 fi
@@ -108,8 +108,8 @@ if [ "$STAGE" = compare-last ]; then
   $PY -m trl_ada.examples.models smollm2 --output_dir "$MODEL" || exit 1
   mkdir -p "$CMP/results" "$CMP/eval_cache"
   if [ "$LOCAL" != 1 ]; then  # the dry run's toy design is another comparison
-    cp benchmarks/gpu/results/compare/results/*.json "$CMP/results/" 2>/dev/null || true
-    cp benchmarks/gpu/results/compare/eval_cache/*.json "$CMP/eval_cache/" 2>/dev/null || true
+    cp benchmarks/gpu-kit/results/compare/results/*.json "$CMP/results/" 2>/dev/null || true
+    cp benchmarks/gpu-kit/results/compare/eval_cache/*.json "$CMP/eval_cache/" 2>/dev/null || true
   fi
   pack_compare() {
     tar -cf "$OUT/compare.tar.tmp" -C "$CMP" results eval_cache $(cd "$CMP" && ls report.json compare.png 2>/dev/null) \
@@ -117,7 +117,7 @@ if [ "$STAGE" = compare-last ]; then
   }
   ( while sleep 15; do pack_compare; done ) &
   PACKER=$!
-  mapfile -t ARGS < <($PY benchmarks/gpu/kit.py device-compare --model "$MODEL")
+  mapfile -t ARGS < <($PY benchmarks/gpu-kit/kit.py device-compare --model "$MODEL")
   if [ "$LOCAL" = 1 ]; then  # the dry run here: every arm, one seed, one step, short answers, on the CPU
     ARGS+=(--set use_cpu=true "model_name_or_path=$MODEL" max_completion_length=8 round_repeat=4 max_rounds=2
            --seeds 0 --max_steps 1 --eval_every 1 --eval_examples 4 --eval_k 0 --jobs 1)
