@@ -47,7 +47,8 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
 ROOT = os.path.dirname(BENCH)
-sys.path[:0] = [ROOT, os.path.join(BENCH, "step_cost")]  # step_time.hash_reward
+# step_time.hash_reward and rollout_real.measure_curve, from their questions' folders
+sys.path[:0] = [ROOT, os.path.join(BENCH, "step_cost"), os.path.join(BENCH, "pipelined_rounds")]
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
