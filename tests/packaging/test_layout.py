@@ -2,6 +2,7 @@
 and the modules import each other without a cycle. Old module paths still import, as the new module, with a warning."""
 
 import ast
+import functools
 import importlib
 import os
 import subprocess
@@ -25,6 +26,7 @@ MOVED = {"sampling": "core", "advantages": "core", "est": "core", "budget": "cor
          "agents": "examples"}
 
 
+@functools.cache
 def modules():
     """Every module of the library (the old-path aliases and the package's face left out), by dotted name."""
     found = {}

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from accelerate.utils import gather_object
 
 from trl_ada.core.sampling import PromptResult
 
@@ -301,8 +302,6 @@ def take_extra_logs(pending: dict[str, list], count: int, warned: set[str], warn
 def collect_selected(state: StepSampling, local: list[int]) -> list[Sample]:
     """Send each selected sample of a chosen prompt to the rank that trains on it (a gather over all ranks); return
     this rank's (`local`: its chosen prompts), in the order TRL lays their rows out."""
-    from accelerate.utils import gather_object
-
     wanted = {(p, i) for p in state.chosen for i in state.results[p].selected}
     selected: dict[tuple[int, int], Sample] = {}
     for part in gather_object([{key: s for key, s in state.generated.items() if key in wanted}]):
