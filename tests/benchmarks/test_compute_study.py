@@ -1,12 +1,15 @@
-"""The compute study's prompt set (benchmarks/compute_study): prompts that come back, a mix of difficulties, and a
-held-out set with no training question in it, up to commuted operands or reordered terms."""
+"""The compute study (benchmarks/compute_study): its prompt set (prompts that come back, a mix of difficulties, and a
+held-out set with no training question in it, up to commuted operands or reordered terms) and its registered
+design and analysis (study.py)."""
 
 import json
 import os
 import re
 from collections import Counter
 
-from tests.helpers import ROOT
+import pytest
+
+from tests.helpers import ROOT, load_script
 
 STUDY = os.path.join(ROOT, "benchmarks", "compute_study")
 
@@ -48,3 +51,90 @@ def test_training_set_mixes_difficulties_from_the_screen_and_its_rows_are_what_g
         assert row["prompt"] == [{"role": "user", "content": row["problem"]}] and row["answer"] == record["answer"]
     # 4 prompts a step: every question comes back every 12 steps, at least 4 times in 48 steps
     assert len(train) / 4 == 12
+
+
+def synthetic_record(arm, seed, level, reward_slope=0.0, tokens_end=64_000, questions=10):
+    """A compare record whose held-out score is `level` on every question from 16k tokens on (0 before), evaluated
+    every 16 steps of 400 tokens, with a training reward rising by `reward_slope` per 10k tokens."""
+    steps = tokens_end // 400
+    curve = [{"step": s, "tokens": 400 * s, "samples": 16 * s, "greedy": level if 400 * s >= 16_000 else 0.0,
+              "items": [level if 400 * s >= 16_000 else 0.0] * questions,
+              "extra_items": [level / 2] * 4, "extra_greedy": level / 2}
+             for s in list(range(0, steps, 16)) + [steps]]
+    reward = [0.5 + reward_slope * 400 * (s + 1) / 10_000 for s in range(steps)]
+    return {"arm": arm, "seed": seed, "steps": steps, "generated_tokens": 400 * steps, "train_seconds": 3600.0,
+            "generated_completions": 16 * steps, "trained_completions": 16 * steps,
+            "eval_seconds": 360.0, "curve": curve, "reward": reward, "resumed_at": 40 if arm == "est_n8" else None}
+
+
+def write_results(folder, records):
+    (folder / "results").mkdir(parents=True)
+    for r in records:
+        (folder / "results" / f"{r['arm']}-seed{r['seed']}.json").write_text(json.dumps(r))
+
+
+def test_the_analysis_reads_the_registered_endpoints(tmp_path):
+    """study.py analyse on records whose answers are known: the primary and secondary differences, Holm over the
+    secondary ones, the plateau rule, resumed runs named, arms not run reported as such, the plot drawn."""
+    study = load_script("benchmarks/compute_study/study.py", "compute_study")
+    records = [synthetic_record("grpo_n4", s, 0.4) for s in (0, 1, 2)]
+    records += [synthetic_record("budget4", s, 0.4 + 0.1 * (s + 1)) for s in (0, 1, 2)]  # +0.1, +0.2, +0.3
+    records += [synthetic_record("grpo_n8", s, 0.5, reward_slope=0.1) for s in (0, 1, 2)]  # reward still rising
+    records += [synthetic_record("est_n8", s, 0.5) for s in (0, 1, 2)]  # level with its baseline
+    write_results(tmp_path / "study", records)
+    report = study.main(["analyse", str(tmp_path / "study"), "--out", str(tmp_path / "out")])
+    primary = report["primary"]
+    assert primary["mean"] == pytest.approx(0.2) and primary["verdict"] == "ahead" and primary["seeds"] == [0, 1, 2]
+    assert primary["per_seed"] == pytest.approx([0.1, 0.2, 0.3]) and primary["seed_sd"] == pytest.approx(0.1)
+    assert primary["equal_steps"]["step"] == 160 and primary["equal_steps"]["mean"] == pytest.approx(0.2)
+    secondary = report["secondary"]
+    est = secondary["est_n8 vs grpo_n8, hard, window"]
+    assert est["mean"] == 0.0 and est["p"] == 1.0 and not est["holm"]["rejected"]
+    assert est["resumed"] == ["est_n8-seed0", "est_n8-seed1", "est_n8-seed2"]
+    easy = secondary["budget4 vs grpo_n4, easy, window"]
+    assert easy["mean"] == pytest.approx(0.1) and easy["holm"]["rejected"]  # level / 2 on the easy slice
+    assert report["exploratory"]["dapo"]["not_run"]
+    plateau = report["plateau"]
+    assert plateau["grpo_n4"]["plateaued"] and plateau["grpo_n4"]["seeds_plateaued"] == 3
+    # 0.1 per 10k tokens across a 16k-token quarter: a fitted rise of 0.16, over the 0.05 tolerance
+    assert plateau["grpo_n8"]["per_seed"][0]["reward"] == pytest.approx(0.16) and not plateau["grpo_n8"]["plateaued"]
+    assert report["cpu_hours"] == pytest.approx(12 * 1.1)
+    assert json.loads((tmp_path / "out.json").read_text())["primary"]["mean"] == pytest.approx(0.2)
+    assert (tmp_path / "out.png").stat().st_size > 0
+
+    # a run short of the budget is refused, naming the seed and the fix
+    write_results(tmp_path / "short", records[:3] + [synthetic_record("budget4", 0, 0.5, tokens_end=40_000)])
+    with pytest.raises(ValueError, match="seed 0: the arm's run does not reach 64000"):
+        study.main(["analyse", str(tmp_path / "short"), "--out", str(tmp_path / "short_out")])
+
+
+@pytest.mark.parametrize("stage", ["pilot", "confirm", "explore"])
+def test_every_registered_arm_builds_its_config_as_trl_ada_compare_would(stage, tmp_path, monkeypatch):
+    """The registered command parses as trl-ada-compare's arguments, and each arm's recipe, shared overrides and own
+    overrides build a valid AdaGRPOConfig through the recipe parser compare uses: a typo in a registered arm fails
+    here, not hours into a study."""
+    from trl_ada.cli.compare import BASE_FIELDS, Arm, build_parser
+    from trl_ada.cli.train import parse_recipe
+
+    study = load_script("benchmarks/compute_study/study.py", "compute_study")
+    monkeypatch.chdir(ROOT)  # the recipe and data paths are relative to the repository, as a run's are
+    args = build_parser().parse_args(study.command(stage, deadline_s=60))
+    arms, seeds, output_dir = study.STAGES[stage]
+    assert [Arm.parse(tokens).name for tokens in args.arm] == arms and args.seeds == seeds
+    assert (args.max_tokens, args.output_dir, args.threads, args.deadline_s) == (64_000, output_dir, 1, 60.0)
+    assert os.path.exists(args.eval_dataset) and os.path.exists(args.eval_extra_dataset)
+    shared = Arm("set", None, args.set).argv()
+    built = {}
+    for tokens in args.arm:
+        arm = Arm.parse(tokens)
+        _, config, _ = parse_recipe(["--config", args.config, *shared, *arm.argv(), *BASE_FIELDS,
+                                     "--output_dir", str(tmp_path / arm.name), "--max_steps", "1000"])
+        built[arm.name] = config
+        assert config.use_vllm and config.vllm_mode == "colocate" and config.max_completion_length == 96
+        assert config.per_device_train_batch_size == 4 * config.num_generations  # 4 prompts a step in every arm
+    if stage == "confirm":
+        assert built["budget4"].sampling_budget == 4 and built["budget4"].prompt_memory
+        assert built["est_n8"].reinforce_ada_est and built["est_n8"].num_generations == built["grpo_n8"].num_generations == 8
+        assert not built["grpo_n4"].multiround_adaptive_downsampling and not built["grpo_n8"].reinforce_ada_est
+    with pytest.raises(ValueError, match="not registered for stage"):
+        study.command(stage, seeds=[999])

@@ -66,6 +66,8 @@ def test_compare_pairs_seeds_counts_every_completion_and_resumes(tmp_path, capsy
     assert all(r["curve"][-1]["tokens"] == r["generated_tokens"] > r["generated_completions"] for r in results.values())
     # --eval_extra_split: a second held-out set scored at every evaluation, reported beside the comparison
     assert all(0 <= p["extra_greedy"] <= 1 for r in results.values() for p in r["curve"])
+    assert all(p["extra_greedy"] == sum(p["extra_items"]) / len(p["extra_items"])  # per question too, to pair them
+               for r in results.values() for p in r["curve"])
     assert {"extra_before", "extra_after"} <= set(report["cost"]["balanced"])
     printed = capsys.readouterr().out
     assert "The second held-out set" in printed

@@ -20,8 +20,9 @@ def paired_difference(diffs, weights=None, replicates: int = 4000, seed: int = 0
     """Mean of `diffs` (seeds x questions; each question weighted by `weights`, default equal) and its bootstrap
     interval, resampling seeds and questions.
 
-    Returns {"mean", "low", "high", "seeds", "questions", "verdict"}; verdict is "ahead" or "behind" when the
-    interval excludes 0, else NO_DIFFERENCE."""
+    Returns {"mean", "low", "high", "p", "seeds", "questions", "verdict"}; verdict is "ahead" or "behind" when the
+    interval excludes 0, else NO_DIFFERENCE; p is the two-sided bootstrap p-value (twice the share of resampled
+    means on the far side of 0, at most 1), which Holm's correction takes (`trl_ada.cli.endpoints.holm`)."""
     d = np.asarray(diffs, dtype=float)
     if d.ndim != 2 or d.size == 0:
         raise ValueError(f"paired_difference: a seeds x questions matrix, got shape {d.shape}")
@@ -35,7 +36,8 @@ def paired_difference(diffs, weights=None, replicates: int = 4000, seed: int = 0
     low, high = np.percentile(stats, [tail, 100 - tail])
     mean = float((d @ c).mean() / c.sum())
     verdict = "ahead" if low > 0 else "behind" if high < 0 else NO_DIFFERENCE
-    return {"mean": mean, "low": float(low), "high": float(high), "seeds": seeds, "questions": questions,
+    p = min(1.0, 2.0 * min(float(np.mean(stats <= 0)), float(np.mean(stats >= 0))))
+    return {"mean": mean, "low": float(low), "high": float(high), "p": p, "seeds": seeds, "questions": questions,
             "verdict": verdict}
 
 

@@ -36,7 +36,6 @@ class Progress(TrainerCallback):
     def resume(self, record: dict) -> None:
         """Continue a cut run's curve: its evaluations on the `every` grid (and step 0) up to the cut, the cut's own
         avg@k dropped (it was final then), the clock going on from the training seconds it had reached."""
-        cut = record["steps"]
         self.curve = [{k: v for k, v in point.items() if point["step"] == 0 or k not in ("avg_items", "avg@k")}
                       for point in record["curve"] if point["step"] % self.every == 0 or point["step"] == 0]
         self.resumed_seconds = record["train_seconds"]
@@ -54,6 +53,7 @@ class Progress(TrainerCallback):
         point["greedy"] = sum(point["items"]) / len(point["items"])
         if self.extra_score is not None:
             extra = self.extra_score(model, reuse=reuse)
+            point["extra_items"] = extra  # per question, as "items": the second set's comparisons pair them too
             point["extra_greedy"] = sum(extra) / len(extra)
         if final and self.eval_k > 0:
             point["avg_items"] = self.score(model, k=self.eval_k, temperature=1.0, reuse=reuse)

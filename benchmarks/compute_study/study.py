@@ -1,0 +1,240 @@
+"""The compute study as plan.md registers it: its arms, seeds and budget (`run`), and its analysis (`analyse`): the
+primary endpoint, the secondary endpoints with Holm's correction, the plateau rule, and the plot of held-out
+accuracy against generated tokens.
+
+    python benchmarks/compute_study/study.py command confirm             # print the trl-ada-compare command
+    python benchmarks/compute_study/study.py run confirm --jobs 2        # the two pairs, seeds 200-207
+    python benchmarks/compute_study/study.py run confirm --arms grpo_n4 --seeds 200   # one arm-seed
+    python benchmarks/compute_study/study.py analyse runs/study --out benchmarks/compute_study/study
+
+`run` is `trl-ada-compare` with the registered recipe, flags and arms (a rerun skips finished runs and continues cut
+ones); run it from a clone pinned at the plan's commit, with the vLLM environment (`make install-vllm smollm2`).
+`analyse` reads a `trl-ada-compare --output_dir`'s results (one JSON per arm and seed), writes `<out>.json` and
+`<out>.png` and prints the tables. A comparison whose arms are not both in the folder is reported as not run; a run that stops short
+of the budget is refused (every run of a pair reaches it, or the study is not finished). Every number comes from
+`trl_ada.cli.endpoints` (windows, plateau, Holm) and `trl_ada.cli.paired` (the one interval method: the paired
+bootstrap over seeds and questions, 4000 replicates).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __name__ == "__main__":  # a study runs the package of the clone it is in (plan.md: pinned), not an installed copy
+    sys.path.insert(0, REPO)
+
+from trl_ada.cli import endpoints, paired
+from trl_ada.cli.plotting import pyplot
+from trl_ada.cli.records import load_results
+from trl_ada.cli.report import compare
+
+# What plan.md registers. Changing any of these after the first confirmatory result is a deviation from the plan.
+RECIPE = "recipes/SmolLM2-135M-Instruct/hard_grpo.yaml"
+SHARED = ["dataset_name=benchmarks/compute_study/train.jsonl", "use_vllm=true", "vllm_mode=colocate",
+          "vllm_enable_sleep_mode=false", "vllm_importance_sampling_correction=false"]
+ARMS = {  # name: overrides of the recipe (4 prompts a step throughout: per_device_train_batch_size = 4 x n)
+    "grpo_n4": [],
+    "budget4": ["multiround_adaptive_downsampling=true", "sampling_budget=4", "prompt_memory=true"],
+    "grpo_n8": ["num_generations=8", "per_device_train_batch_size=32"],
+    "est_n8": ["reinforce_ada_est=true", "num_generations=8", "per_device_train_batch_size=32"],
+    "dapo": ["dynamic_sampling=true"],
+    "balanced": ["multiround_adaptive_downsampling=true", "reinforce_ada_choice=balanced"],
+    "est_n4": ["reinforce_ada_est=true"],
+    "positive_focused": ["multiround_adaptive_downsampling=true", "reinforce_ada_choice=positive_focused"],
+}
+STAGES = {  # stage: (arms, the first of them the baseline of trl-ada-compare's own report; seeds; output folder)
+    "pilot": (["grpo_n4", "budget4"], [100, 101, 102], "runs/study-pilot"),
+    "confirm": (["grpo_n4", "budget4", "grpo_n8", "est_n8"], list(range(200, 208)), "runs/study"),
+    "explore": (["grpo_n4", "dapo", "balanced", "est_n4", "positive_focused"], [200], "runs/study"),
+}
+BUDGET = 64_000  # generated tokens a run
+WINDOW = (48_000, 64_000)  # the last quarter of the budget
+POINTS = 5  # positions in the window: 48k, 52k, 56k, 60k, 64k
+HELD_OUT_TOLERANCE = 0.02  # the plateau rule: the fitted rise across the last quarter, held-out greedy
+REWARD_TOLERANCE = 0.05  # and training reward
+PRIMARY = ("budget4", "grpo_n4", "items", WINDOW)
+SECONDARY = {  # name: (arm, baseline, held-out set, window); Holm over these four
+    "est_n8 vs grpo_n8, hard, window": ("est_n8", "grpo_n8", "items", WINDOW),
+    "budget4 vs grpo_n4, hard, at the budget": ("budget4", "grpo_n4", "items", (BUDGET, BUDGET)),
+    "budget4 vs grpo_n4, easy, window": ("budget4", "grpo_n4", "extra_items", WINDOW),
+    "est_n8 vs grpo_n8, easy, window": ("est_n8", "grpo_n8", "extra_items", WINDOW),
+}
+EXPLORATORY = ("balanced", "positive_focused", "est_n4", "dapo")  # against grpo_n4, hard, window: no verdict
+BASELINES = ("grpo_n4", "grpo_n8")  # whose plateau the budget must reach
+
+
+def comparison(results, arm, baseline, key, window):
+    """One registered comparison, or why it cannot be read (an arm not run, a held-out set not scored per question)."""
+    if not results.get(arm) or not results.get(baseline):
+        return {"arm": arm, "baseline": baseline, "not_run": True}
+    low, high = window
+    points = 1 if low == high else POINTS
+    runs = list(results[arm].values()) + list(results[baseline].values())
+    if not all(key in p for r in runs for p in r["curve"]):
+        return {"arm": arm, "baseline": baseline, "not_run": True, "why": f"no per-question {key!r} in the records"}
+    out = endpoints.window_difference(results[arm], results[baseline], "tokens", low, high, points, key=key)
+    per_seed = [float(np.mean(endpoints.window_items(results[arm][s]["curve"], "tokens", low, high, points, key)
+                              - endpoints.window_items(results[baseline][s]["curve"], "tokens", low, high, points,
+                                                       key)))
+                for s in out["seeds"]]
+    by_step = [row for row in compare(results, [baseline, arm])["arms"][arm]["equal_steps"]
+               if row["seeds"] == len(out["seeds"])]  # descriptive: the last evaluated step every pair reached
+    return {"arm": arm, "baseline": baseline, "held_out": key, **out, "per_seed": per_seed,
+            "equal_steps": by_step[-1] if by_step and key == "items" else None,
+            "seed_sd": float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else None,
+            "resumed": sorted({f"{name}-seed{s}" for name in (arm, baseline) for s in out["seeds"]
+                               if results[name][s].get("resumed_at")})}
+
+
+def analyse(results: dict[str, dict[int, dict]]) -> dict:
+    primary = comparison(results, *PRIMARY)
+    secondary = {name: comparison(results, *spec) for name, spec in SECONDARY.items()}
+    ran = {name: c for name, c in secondary.items() if not c.get("not_run")}
+    for name, adjusted in endpoints.holm({name: c["p"] for name, c in ran.items()}).items():
+        ran[name]["holm"] = adjusted
+    exploratory = {arm: comparison(results, arm, "grpo_n4", "items", WINDOW) for arm in EXPLORATORY}
+    plateaus = {arm: endpoints.plateau(results[arm], BUDGET, HELD_OUT_TOLERANCE, REWARD_TOLERANCE)
+                for arm in BASELINES if results.get(arm)}
+    runs = {arm: {s: {"steps": r["steps"], "tokens": r["generated_tokens"], "resumed_at": r.get("resumed_at"),
+                      "train_hours": r["train_seconds"] / 3600, "eval_hours": r.get("eval_seconds", 0) / 3600}
+                  for s, r in sorted(by_seed.items())} for arm, by_seed in sorted(results.items())}
+    return {"plan": {"budget": BUDGET, "window": WINDOW, "points": POINTS, "held_out_tolerance": HELD_OUT_TOLERANCE,
+                     "reward_tolerance": REWARD_TOLERANCE},
+            "primary": primary, "secondary": secondary, "exploratory": exploratory, "plateau": plateaus,
+            "runs": runs, "cpu_hours": sum(r["train_hours"] + r["eval_hours"] for a in runs.values()
+                                           for r in a.values())}
+
+
+def line(name: str, c: dict) -> str:
+    if c.get("not_run"):
+        return f"| {name} | - | not run{': ' + c['why'] if c.get('why') else ''} | - |"
+    holm = f"; Holm p {c['holm']['adjusted']:.3f}" if "holm" in c else ""
+    sd = "" if c["seed_sd"] is None else f"; per-seed SD {100 * c['seed_sd']:.1f}"
+    resumed = f"; resumed: {', '.join(c['resumed'])}" if c["resumed"] else ""
+    steps = "-" if c["equal_steps"] is None else f"{paired.describe(c['equal_steps'])} at step {c['equal_steps']['step']}"
+    return f"| {name} | {len(c['seeds'])} | {paired.describe(c)} (p {c['p']:.3f}{holm}{sd}{resumed}) | {steps} |"
+
+
+def print_tables(report: dict) -> None:
+    print(f"\nPoints of held-out greedy accuracy, arm minus baseline, mean over generated tokens "
+          f"{WINDOW[0]:,}-{WINDOW[1]:,} ({POINTS} positions); 95% bootstrap over seeds and questions.\n")
+    print("| comparison | seeds | at equal generated tokens (the window) | at equal optimizer steps (descriptive) |\n"
+          "|---|---:|---|---|")
+    print(line("PRIMARY budget4 vs grpo_n4, hard, window", report["primary"]))
+    for name, c in report["secondary"].items():
+        print(line(name, c))
+    for arm, c in report["exploratory"].items():
+        print(line(f"(exploratory) {arm} vs grpo_n4, hard, window", c))
+    for arm, p in report["plateau"].items():
+        seeds = ", ".join(f"{s}: {100 * r['held_out']:+.1f} pt / {r['reward']:+.3f}"
+                          for s, r in p["per_seed"].items())
+        over = p["over_seeds"]
+        print(f"\nPlateau of {arm} at {BUDGET:,} tokens (fitted rise across the last quarter, held-out / reward; "
+              f"tolerances +{100 * HELD_OUT_TOLERANCE:.0f} pt / +{REWARD_TOLERANCE}): per seed {seeds}; "
+              f"{p['seeds_plateaued']} of {len(p['per_seed'])} seeds within; over resampled seeds, upper 95% "
+              f"{100 * over['held_out']['upper']:+.1f} pt / {over['reward']['upper']:+.3f}: "
+              f"{'plateaued' if p['plateaued'] else 'NOT plateaued'}")
+    print(f"\nCPU-hours in these records: {report['cpu_hours']:.1f}")
+
+
+def plot(results: dict[str, dict[int, dict]], path: str) -> None:
+    plt = pyplot()
+    if plt is None:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharex=True)
+    grid = np.linspace(0, BUDGET, 33)
+    for i, (arm, by_seed) in enumerate(sorted(results.items())):
+        for ax, key in zip(axes, ("greedy", "extra_greedy")):
+            curves = []
+            for record in by_seed.values():
+                xs = [p["tokens"] for p in record["curve"] if key in p]
+                ys = [p[key] for p in record["curve"] if key in p]
+                ax.plot(xs, ys, color=f"C{i}", alpha=0.25, linewidth=0.8,
+                        linestyle="--" if record.get("resumed_at") else "-")  # a resumed run is drawn dashed
+                curves.append(np.interp(grid, xs, ys, right=np.nan))
+            if curves:
+                ax.plot(grid, np.nanmean(curves, axis=0), color=f"C{i}", linewidth=2,
+                        label=f"{arm} ({len(curves)} seed{'s' * (len(curves) > 1)})")
+    for ax, title in zip(axes, ("held-out hard (test_hard), greedy", "held-out easy (test_easy), greedy")):
+        ax.axvspan(*WINDOW, color="0.9", zorder=0)
+        ax.set_xlabel("generated tokens")
+        ax.set_title(title)
+    axes[0].set_ylabel("accuracy")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Compute study: accuracy against generated tokens (thin: a seed, dashed if resumed; thick: the mean; "
+                 "grey: the window)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def command(stage: str, arms: list[str] | None = None, seeds: list[int] | None = None, jobs: int = 1,
+            deadline_s: float | None = None, output_dir: str | None = None) -> list[str]:
+    """The trl-ada-compare arguments of a stage (or of some of its arms and seeds)."""
+    stage_arms, stage_seeds, stage_dir = STAGES[stage]
+    unknown = sorted(set(arms or []) - set(stage_arms)) + sorted(set(seeds or []) - set(stage_seeds))
+    if unknown:
+        raise ValueError(f"{unknown}: not registered for stage {stage!r} (arms {stage_arms}, seeds {stage_seeds})")
+    argv = ["--config", RECIPE, "--set", *SHARED]
+    for name in arms or stage_arms:
+        argv += ["--arm", name, *ARMS[name]]
+    argv += ["--seeds", *map(str, seeds or stage_seeds), "--max_steps", "1000", "--max_tokens", str(BUDGET),
+             "--eval_every", "16", "--eval_dataset", "benchmarks/compute_study/test_hard.jsonl",
+             "--eval_extra_dataset", "benchmarks/compute_study/test_easy.jsonl", "--eval_examples", "256",
+             "--eval_k", "0", "--threads", "1", "--jobs", str(jobs), "--output_dir", output_dir or stage_dir]
+    return argv + (["--deadline_s", str(deadline_s)] if deadline_s is not None else [])
+
+
+def main(argv=None) -> dict | list[str]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    for action in ("run", "command"):
+        p = sub.add_parser(action, help="train the stage's runs" if action == "run" else "print the command")
+        p.add_argument("stage", choices=sorted(STAGES))
+        p.add_argument("--arms", nargs="+", default=None)
+        p.add_argument("--seeds", nargs="+", type=int, default=None)
+        p.add_argument("--jobs", type=int, default=1, help="runs at once, one thread each (a run holds 5-12 GB)")
+        p.add_argument("--deadline_s", type=float, default=None, help="cut runs then, with a checkpoint to continue")
+        p.add_argument("--output_dir", default=None)
+    p = sub.add_parser("analyse", help="the registered endpoints from a stage's results")
+    p.add_argument("output_dir", help="a trl-ada-compare --output_dir (its results/ folder is read)")
+    p.add_argument("--out", required=True, help="writes <out>.json and <out>.png")
+    args = parser.parse_args(argv)
+    if args.action in ("run", "command"):
+        compare_argv = command(args.stage, args.arms, args.seeds, args.jobs, args.deadline_s, args.output_dir)
+        if args.action == "command":
+            print(shlex.join(["trl-ada-compare", *compare_argv]))
+            return compare_argv
+        import trl_ada
+        from trl_ada.cli.compare import main as compare_main
+
+        if os.path.realpath(os.getcwd()) != os.path.realpath(REPO) or not trl_ada.__file__.startswith(REPO):
+            raise SystemExit(f"run the study from the root of the clone that holds it ({REPO}), so that its runs "
+                             f"use that clone's package and paths (now: cwd {os.getcwd()}, trl_ada {trl_ada.__file__})")
+        commit = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+        print(f"[study] {args.stage}: trl_ada from {os.path.dirname(trl_ada.__file__)}, commit {commit.strip()}"
+              f"{' with uncommitted changes' if dirty else ''}", flush=True)
+        return compare_main(compare_argv)
+    if not os.path.isdir(os.path.join(args.output_dir, "results")):
+        raise SystemExit(f"{args.output_dir}/results: no such folder (give the --output_dir of trl-ada-compare)")
+    results = load_results(args.output_dir)
+    report = analyse(results)
+    print_tables(report)
+    with open(f"{args.out}.json", "w") as f:
+        json.dump(report, f, indent=1)
+    plot(results, f"{args.out}.png")
+    return report
+
+
+if __name__ == "__main__":
+    main()

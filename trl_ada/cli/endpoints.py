@@ -1,0 +1,136 @@
+"""A study's pre-registered endpoints, read from `trl-ada-compare` records: the score over a window of a cost axis,
+the plateau rule, and Holm's correction for several comparisons.
+
+- **A window, not a point.** One evaluation of a run is noisy: on 127 questions, one greedy answer each, a run's score
+  moves by several points between neighbouring evaluations. A study that asks where an arm *ends* reads the mean of
+  its scores over the last stretch of the budget: `window_items` interpolates each question's score at `points`
+  evenly spaced positions of an axis (generated tokens, say) in [low, high] and averages them, so every arm is read
+  at the same positions whatever its evaluation steps were; `window_difference` pairs two arms' windows by seed and
+  resamples seeds and questions (`trl_ada.cli.paired`).
+- **The plateau rule.** A budget B is at the baseline's plateau when neither its held-out score nor its training
+  reward is still rising at its end: `rise` fits a least-squares line through the last quarter of the budget,
+  [3B/4, B] (the held-out evaluations in it; the training steps whose generated tokens fall in it, a step's tokens
+  interpolated between evaluations) and reads how much the line rises across that quarter. A line, not the last
+  points: one evaluation moves by several points, one step's reward (16 samples) by more. `plateau` checks it per seed and over
+  seeds resampled with replacement: the rule holds over seeds when the one-sided 95% upper bound of the mean rise is
+  within the tolerance.
+- **Several comparisons** (the secondary endpoints): `holm` adjusts their bootstrap p-values (`paired_difference`'s
+  `p`) by Holm's step-down rule, which controls the chance of any false "ahead" or "behind" among them.
+
+Pure numpy; no model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trl_ada.cli import paired
+
+__all__ = ["holm", "plateau", "rise", "window_difference", "window_items"]
+
+
+def window_items(curve: list[dict], axis: str, low: float, high: float, points: int = 5,
+                 key: str = "items") -> np.ndarray | None:
+    """Each question's mean score over [low, high] on `axis` ("tokens", "samples", "step"): the scores interpolated
+    at `points` evenly spaced positions and averaged; None when the curve does not span the window."""
+    if points < 1 or high < low:
+        raise ValueError(f"window_items: a window needs points >= 1 and high >= low, got {points}, [{low}, {high}]")
+    values = [paired.interpolate_items(curve, axis, key, x) for x in np.linspace(low, high, points)]
+    if any(v is None for v in values):
+        return None
+    return np.mean(values, axis=0)
+
+
+def window_difference(runs: dict[int, dict], bases: dict[int, dict], axis: str, low: float, high: float,
+                      points: int = 5, key: str = "items", **bootstrap) -> dict:
+    """The paired difference (arm minus baseline) of the window means, over the seeds both arms ran; `runs` and
+    `bases` map seed -> `trl-ada-compare` record, `key` picks the held-out set ("items"; "extra_items" for the
+    second). Raises when a seed's run stops short of the window: a pre-registered budget is reached by every run, or
+    the study says why not."""
+    seeds = sorted(set(runs) & set(bases))
+    if not seeds:
+        raise ValueError("window_difference: no seed ran in both arms")
+    diffs = []
+    for seed in seeds:
+        arm, base = (window_items(r[seed]["curve"], axis, low, high, points, key) for r in (runs, bases))
+        if arm is None or base is None:
+            short = "the arm" if arm is None else "the baseline"
+            raise ValueError(f"seed {seed}: {short}'s run does not reach {high:g} on {axis!r}: continue it (a rerun "
+                             "of trl-ada-compare continues a cut run) or shrink the window")
+        diffs.append(arm - base)
+    # "seeds": which ones (paired_difference counts them)
+    return {**paired.paired_difference(diffs, **bootstrap), "seeds": seeds, "window": [low, high], "axis": axis}
+
+
+def _step_tokens(record: dict) -> np.ndarray:
+    """The generated tokens by the end of each training step (1, 2, ...), interpolated from the evaluation points."""
+    steps = [p["step"] for p in record["curve"]]
+    tokens = [p["tokens"] for p in record["curve"]]
+    return np.interp(np.arange(1, len(record["reward"]) + 1), steps, tokens)
+
+
+def _fitted_rise(x: np.ndarray, y: np.ndarray, width: float) -> float | None:
+    """The rise across `width` of the least-squares line through (x, y); None with fewer than 3 points."""
+    keep = np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if len(x) < 3 or np.ptp(x) == 0:
+        return None
+    return float(np.polyfit(x, y, 1)[0] * width)
+
+
+def rise(record: dict, budget: float, axis: str = "tokens") -> dict:
+    """How much one run's held-out score ("greedy") and training reward still rose at the end of `budget`: the rise
+    of the least-squares line through the last quarter, [3B/4, B], across that quarter. The held-out line goes
+    through the run's evaluations in the quarter (its end included), the reward's through the steps whose generated
+    tokens fall in it (a step's tokens interpolated between evaluations). None for a quantity the run cannot answer:
+    it stops short of the budget, or fewer than 3 points fall in the quarter."""
+    low, width = 0.75 * budget, 0.25 * budget
+    curve = record["curve"]
+    held_out = None
+    if curve and curve[-1][axis] >= budget:
+        at = [p for p in curve if low <= p[axis] <= budget]
+        held_out = _fitted_rise(np.asarray([p[axis] for p in at], dtype=float),
+                                np.asarray([p["greedy"] for p in at], dtype=float), width)
+    reward = None
+    if axis == "tokens" and record.get("reward") and curve[-1]["tokens"] >= budget:
+        at = _step_tokens(record)
+        values = np.asarray([np.nan if r is None else r for r in record["reward"]], dtype=float)
+        inside = (at > low) & (at <= budget)
+        reward = _fitted_rise(at[inside], values[inside], width)
+    return {"held_out": held_out, "reward": reward}
+
+
+def plateau(records: dict[int, dict], budget: float, held_out_tolerance: float, reward_tolerance: float,
+            axis: str = "tokens", replicates: int = 4000, seed: int = 0) -> dict:
+    """The plateau rule for one arm's runs (seed -> record) at `budget`: per seed, whether both rises are within
+    their tolerances; over seeds, the mean rises with their one-sided 95% bootstrap upper bounds (seeds resampled
+    with replacement), and whether both bounds are within the tolerances."""
+    per_seed = {}
+    for s, record in sorted(records.items()):
+        r = rise(record, budget, axis)
+        if r["held_out"] is None or r["reward"] is None:
+            raise ValueError(f"seed {s}: the run does not reach the budget {budget:g} on {axis!r}, or logged no "
+                             "training reward in one of its last two quarters")
+        per_seed[s] = {**r, "plateaued": r["held_out"] <= held_out_tolerance and r["reward"] <= reward_tolerance}
+    rng = np.random.default_rng(seed)
+    over_seeds = {}
+    for quantity, tolerance in (("held_out", held_out_tolerance), ("reward", reward_tolerance)):
+        values = np.asarray([r[quantity] for r in per_seed.values()])
+        draws = values[rng.integers(0, len(values), size=(replicates, len(values)))].mean(axis=1)
+        upper = float(np.percentile(draws, 95))
+        over_seeds[quantity] = {"mean": float(values.mean()), "upper": upper, "within": upper <= tolerance}
+    return {"budget": budget, "axis": axis, "tolerances": {"held_out": held_out_tolerance, "reward": reward_tolerance},
+            "per_seed": per_seed, "seeds_plateaued": sum(r["plateaued"] for r in per_seed.values()),
+            "over_seeds": over_seeds,
+            "plateaued": all(q["within"] for q in over_seeds.values())}
+
+
+def holm(p_values: dict[str, float], alpha: float = 0.05) -> dict[str, dict]:
+    """Holm's step-down adjustment: name -> {"p", "adjusted", "rejected"}. The k-th smallest of m p-values is scaled
+    by (m - k + 1), made monotone, capped at 1; a hypothesis is rejected when its adjusted p is below `alpha`."""
+    order = sorted(p_values, key=lambda name: p_values[name])
+    m, running, out = len(order), 0.0, {}
+    for k, name in enumerate(order):
+        running = max(running, min(1.0, (m - k) * p_values[name]))
+        out[name] = {"p": p_values[name], "adjusted": running, "rejected": running < alpha}
+    return out
