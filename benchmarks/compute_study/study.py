@@ -10,8 +10,8 @@ accuracy against generated tokens.
 `run` is `trl-ada-compare` with the registered recipe, flags and arms (a rerun skips finished runs and continues cut
 ones); run it from a clone pinned at the plan's commit, with the vLLM environment (`make install-vllm smollm2`).
 `analyse` reads a `trl-ada-compare --output_dir`'s results (one JSON per arm and seed), writes `<out>.json` and
-`<out>.png` and prints the tables. A comparison whose arms are not both in the folder is reported as not run; a run that stops short
-of the budget is refused (every run of a pair reaches it, or the study is not finished). Every number comes from
+`<out>.png` and prints the tables. A comparison whose arms are not both in the folder is reported as not run; a seed whose run stops
+short of the window (unfinished, or cut and not yet continued) is left out and named. Every number comes from
 `trl_ada.cli.endpoints` (windows, plateau, Holm) and `trl_ada.cli.paired` (the one interval method: the paired
 bootstrap over seeds and questions, 4000 replicates).
 """
@@ -58,8 +58,8 @@ STAGES = {  # stage: (arms, the first of them the baseline of trl-ada-compare's 
 BUDGET = 64_000  # generated tokens a run
 WINDOW = (48_000, 64_000)  # the last quarter of the budget
 POINTS = 5  # positions in the window: 48k, 52k, 56k, 60k, 64k
-HELD_OUT_TOLERANCE = 0.02  # the plateau rule: the fitted rise across the last quarter, held-out greedy
-REWARD_TOLERANCE = 0.05  # and training reward
+HELD_OUT_TOLERANCE = 0.06  # the plateau rule: the fitted rise across the last quarter, held-out greedy
+REWARD_TOLERANCE = 0.08  # and training reward (plan.md: why these)
 PRIMARY = ("budget4", "grpo_n4", "items", WINDOW)
 SECONDARY = {  # name: (arm, baseline, held-out set, window); Holm over these four
     "est_n8 vs grpo_n8, hard, window": ("est_n8", "grpo_n8", "items", WINDOW),
@@ -72,7 +72,8 @@ BASELINES = ("grpo_n4", "grpo_n8")  # whose plateau the budget must reach
 
 
 def comparison(results, arm, baseline, key, window):
-    """One registered comparison, or why it cannot be read (an arm not run, a held-out set not scored per question)."""
+    """One registered comparison over the seeds both arms ran through the window (the others are named: `short`), or
+    why it cannot be read (an arm not run, a held-out set not scored per question)."""
     if not results.get(arm) or not results.get(baseline):
         return {"arm": arm, "baseline": baseline, "not_run": True}
     low, high = window
@@ -80,31 +81,55 @@ def comparison(results, arm, baseline, key, window):
     runs = list(results[arm].values()) + list(results[baseline].values())
     if not all(key in p for r in runs for p in r["curve"]):
         return {"arm": arm, "baseline": baseline, "not_run": True, "why": f"no per-question {key!r} in the records"}
-    out = endpoints.window_difference(results[arm], results[baseline], "tokens", low, high, points, key=key)
-    per_seed = [float(np.mean(endpoints.window_items(results[arm][s]["curve"], "tokens", low, high, points, key)
-                              - endpoints.window_items(results[baseline][s]["curve"], "tokens", low, high, points,
-                                                       key)))
-                for s in out["seeds"]]
-    by_step = [row for row in compare(results, [baseline, arm])["arms"][arm]["equal_steps"]
-               if row["seeds"] == len(out["seeds"])]  # descriptive: the last evaluated step every pair reached
-    return {"arm": arm, "baseline": baseline, "held_out": key, **out, "per_seed": per_seed,
-            "equal_steps": by_step[-1] if by_step and key == "items" else None,
+
+    def window(name, seed):
+        return endpoints.window_items(results[name][seed]["curve"], "tokens", low, high, points, key)
+
+    seeds = sorted(set(results[arm]) & set(results[baseline]))
+    short = [s for s in seeds if window(arm, s) is None or window(baseline, s) is None]  # unfinished or cut
+    unpaired = sorted(set(results[arm]) ^ set(results[baseline]))
+    done = [s for s in seeds if s not in short]
+    if not done:
+        return {"arm": arm, "baseline": baseline, "not_run": True, "why": f"no seed through the window (short: {short})"}
+    out = endpoints.window_difference({s: results[arm][s] for s in done}, {s: results[baseline][s] for s in done},
+                                      "tokens", low, high, points, key=key)
+    per_seed = [float(np.mean(window(arm, s) - window(baseline, s))) for s in done]
+    by_step = [row for row in compare({arm: {s: results[arm][s] for s in done},
+                                       baseline: {s: results[baseline][s] for s in done}},
+                                      [baseline, arm])["arms"][arm]["equal_steps"]
+               if row["seeds"] == len(done)]  # descriptive: the last evaluated step every pair reached
+    return {"arm": arm, "baseline": baseline, "held_out": key, **out, "short": short, "unpaired": unpaired,
+            "per_seed": per_seed, "equal_steps": by_step[-1] if by_step and key == "items" else None,
             "seed_sd": float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else None,
-            "resumed": sorted({f"{name}-seed{s}" for name in (arm, baseline) for s in out["seeds"]
+            "resumed": sorted({f"{name}-seed{s}" for name in (arm, baseline) for s in done
                                if results[name][s].get("resumed_at")})}
 
 
 def analyse(results: dict[str, dict[int, dict]]) -> dict:
     primary = comparison(results, *PRIMARY)
     secondary = {name: comparison(results, *spec) for name, spec in SECONDARY.items()}
-    ran = {name: c for name, c in secondary.items() if not c.get("not_run")}
-    for name, adjusted in endpoints.holm({name: c["p"] for name, c in ran.items()}).items():
-        ran[name]["holm"] = adjusted
+    # Holm over the registered four: one not (yet) run counts with p = 1, so the family never shrinks
+    holm = endpoints.holm({name: 1.0 if c.get("not_run") else c["p"] for name, c in secondary.items()})
+    for name, c in secondary.items():
+        if not c.get("not_run"):
+            c["holm"] = holm[name]
+            c["verdict"] = c["verdict"] if holm[name]["rejected"] else paired.NO_DIFFERENCE  # the Holm-adjusted one
     exploratory = {arm: comparison(results, arm, "grpo_n4", "items", WINDOW) for arm in EXPLORATORY}
-    plateaus = {arm: endpoints.plateau(results[arm], BUDGET, HELD_OUT_TOLERANCE, REWARD_TOLERANCE)
-                for arm in BASELINES if results.get(arm)}
+    for c in exploratory.values():
+        if not c.get("not_run"):
+            c["verdict"] = "exploratory: no verdict"
+    plateaus = {}
+    for arm in BASELINES:
+        reached = {s: r for s, r in results.get(arm, {}).items() if r["curve"][-1]["tokens"] >= BUDGET}
+        if reached:
+            try:
+                rule = endpoints.plateau(reached, BUDGET, HELD_OUT_TOLERANCE, REWARD_TOLERANCE)
+            except ValueError as error:  # too few evaluations in the quarter: reported, not a crash of the analysis
+                rule = {"unreadable": str(error), "plateaued": None}
+            plateaus[arm] = {**rule, "short": sorted(set(results[arm]) - set(reached))}
     runs = {arm: {s: {"steps": r["steps"], "tokens": r["generated_tokens"], "resumed_at": r.get("resumed_at"),
-                      "train_hours": r["train_seconds"] / 3600, "eval_hours": r.get("eval_seconds", 0) / 3600}
+                      "cut": bool(r.get("cut")), "train_hours": r["train_seconds"] / 3600,
+                      "eval_hours": r.get("eval_seconds", 0) / 3600}
                   for s, r in sorted(by_seed.items())} for arm, by_seed in sorted(results.items())}
     return {"plan": {"budget": BUDGET, "window": WINDOW, "points": POINTS, "held_out_tolerance": HELD_OUT_TOLERANCE,
                      "reward_tolerance": REWARD_TOLERANCE},
@@ -119,6 +144,7 @@ def line(name: str, c: dict) -> str:
     holm = f"; Holm p {c['holm']['adjusted']:.3f}" if "holm" in c else ""
     sd = "" if c["seed_sd"] is None else f"; per-seed SD {100 * c['seed_sd']:.1f}"
     resumed = f"; resumed: {', '.join(c['resumed'])}" if c["resumed"] else ""
+    resumed += f"; short of the window, left out: seeds {c['short']}" if c["short"] else ""
     steps = "-" if c["equal_steps"] is None else f"{paired.describe(c['equal_steps'])} at step {c['equal_steps']['step']}"
     return f"| {name} | {len(c['seeds'])} | {paired.describe(c)} (p {c['p']:.3f}{holm}{sd}{resumed}) | {steps} |"
 
@@ -134,6 +160,9 @@ def print_tables(report: dict) -> None:
     for arm, c in report["exploratory"].items():
         print(line(f"(exploratory) {arm} vs grpo_n4, hard, window", c))
     for arm, p in report["plateau"].items():
+        if "unreadable" in p:
+            print(f"\nPlateau of {arm}: unreadable ({p['unreadable']})")
+            continue
         seeds = ", ".join(f"{s}: {100 * r['held_out']:+.1f} pt / {r['reward']:+.3f}"
                           for s, r in p["per_seed"].items())
         over = p["over_seeds"]
@@ -141,7 +170,8 @@ def print_tables(report: dict) -> None:
               f"tolerances +{100 * HELD_OUT_TOLERANCE:.0f} pt / +{REWARD_TOLERANCE}): per seed {seeds}; "
               f"{p['seeds_plateaued']} of {len(p['per_seed'])} seeds within; over resampled seeds, upper 95% "
               f"{100 * over['held_out']['upper']:+.1f} pt / {over['reward']['upper']:+.3f}: "
-              f"{'plateaued' if p['plateaued'] else 'NOT plateaued'}")
+              f"{'plateaued' if p['plateaued'] else 'NOT plateaued'}"
+              + (f" (short of the budget, left out: seeds {p['short']})" if p["short"] else ""))
     print(f"\nCPU-hours in these records: {report['cpu_hours']:.1f}")
 
 

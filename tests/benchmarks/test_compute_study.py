@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 
 from tests.helpers import ROOT, load_script
+from trl_ada.cli import paired
 
 STUDY = os.path.join(ROOT, "benchmarks", "compute_study")
 
@@ -53,18 +54,25 @@ def test_training_set_mixes_difficulties_from_the_screen_and_its_rows_are_what_g
     assert len(train) / 4 == 12
 
 
-def synthetic_record(arm, seed, level, reward_slope=0.0, tokens_end=64_000, questions=10):
-    """A compare record whose held-out score is `level` on every question from 16k tokens on (0 before), evaluated
-    every 16 steps of 400 tokens, with a training reward rising by `reward_slope` per 10k tokens."""
-    steps = tokens_end // 400
-    curve = [{"step": s, "tokens": 400 * s, "samples": 16 * s, "greedy": level if 400 * s >= 16_000 else 0.0,
-              "items": [level if 400 * s >= 16_000 else 0.0] * questions,
-              "extra_items": [level / 2] * 4, "extra_greedy": level / 2}
-             for s in list(range(0, steps, 16)) + [steps]]
-    reward = [0.5 + reward_slope * 400 * (s + 1) / 10_000 for s in range(steps)]
-    return {"arm": arm, "seed": seed, "steps": steps, "generated_tokens": 400 * steps, "train_seconds": 3600.0,
-            "generated_completions": 16 * steps, "trained_completions": 16 * steps,
-            "eval_seconds": 360.0, "curve": curve, "reward": reward, "resumed_at": 40 if arm == "est_n8" else None}
+def synthetic_record(arm, seed, level, per_step=200, reward_slope=0.0, tokens_end=64_000, spread=None):
+    """A compare record that generates `per_step` tokens a step until the first step at or past `tokens_end` (as
+    --max_tokens stops a run), evaluated every 16 steps and at the end. From 16k tokens on, question q scores
+    `level + spread[q]` on the hard set (0 before) and `level / 2` on the easy one; the training reward rises by
+    `reward_slope` per 10k tokens."""
+    spread = spread or [0.0] * 10
+    steps = -(-tokens_end // per_step)
+
+    def point(s):
+        on = per_step * s >= 16_000
+        items = [level + d if on else 0.0 for d in spread]
+        return {"step": s, "tokens": per_step * s, "samples": 16 * s, "items": items,
+                "greedy": sum(items) / len(items), "extra_items": [level / 2] * 4, "extra_greedy": level / 2}
+
+    reward = [0.5 + reward_slope * per_step * (s + 1) / 10_000 for s in range(steps)]
+    return {"arm": arm, "seed": seed, "steps": steps, "generated_tokens": per_step * steps, "train_seconds": 3600.0,
+            "generated_completions": 16 * steps, "trained_completions": 16 * steps, "eval_seconds": 360.0,
+            "curve": [point(s) for s in list(range(0, steps, 16)) + [steps]], "reward": reward,
+            "resumed_at": 40 if arm == "est_n8" else None}
 
 
 def write_results(folder, records):
@@ -75,37 +83,57 @@ def write_results(folder, records):
 
 def test_the_analysis_reads_the_registered_endpoints(tmp_path):
     """study.py analyse on records whose answers are known: the primary and secondary differences, Holm over the
-    secondary ones, the plateau rule, resumed runs named, arms not run reported as such, the plot drawn."""
+    four registered secondary endpoints (one not run counts as p = 1) deciding their verdicts, the plateau rule on
+    runs that end just past the budget (n=8's with half the steps), resumed runs named, exploratory arms without a
+    verdict, arms not run reported as such, the plot drawn."""
     study = load_script("benchmarks/compute_study/study.py", "compute_study")
-    records = [synthetic_record("grpo_n4", s, 0.4) for s in (0, 1, 2)]
-    records += [synthetic_record("budget4", s, 0.4 + 0.1 * (s + 1)) for s in (0, 1, 2)]  # +0.1, +0.2, +0.3
-    records += [synthetic_record("grpo_n8", s, 0.5, reward_slope=0.1) for s in (0, 1, 2)]  # reward still rising
-    records += [synthetic_record("est_n8", s, 0.5) for s in (0, 1, 2)]  # level with its baseline
+    spread = [0.3, 0.3, -0.2, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -0.4]  # question luck, mean 0
+    records = [synthetic_record("grpo_n4", s, 0.4, per_step=210) for s in (0, 1, 2)]
+    records += [synthetic_record("budget4", s, 0.4 + 0.05 * (s + 1), per_step=190, spread=spread) for s in (0, 1, 2)]
+    records += [synthetic_record("grpo_n8", s, 0.5, per_step=410, reward_slope=0.1) for s in (0, 1, 2)]
+    records += [synthetic_record("est_n8", s, 0.5, per_step=430) for s in (0, 1, 2)]  # level with its baseline
+    records += [synthetic_record("dapo", s, 0.6, per_step=230) for s in (0,)]
     write_results(tmp_path / "study", records)
     report = study.main(["analyse", str(tmp_path / "study"), "--out", str(tmp_path / "out")])
     primary = report["primary"]
-    assert primary["mean"] == pytest.approx(0.2) and primary["verdict"] == "ahead" and primary["seeds"] == [0, 1, 2]
-    assert primary["per_seed"] == pytest.approx([0.1, 0.2, 0.3]) and primary["seed_sd"] == pytest.approx(0.1)
-    assert primary["equal_steps"]["step"] == 160 and primary["equal_steps"]["mean"] == pytest.approx(0.2)
+    assert primary["mean"] == pytest.approx(0.1) and primary["seeds"] == [0, 1, 2] and primary["short"] == []
+    assert primary["per_seed"] == pytest.approx([0.05, 0.1, 0.15]) and primary["seed_sd"] == pytest.approx(0.05)
+    assert 0 < primary["p"] < 1 and primary["verdict"] == ("ahead" if primary["low"] > 0 else paired.NO_DIFFERENCE)
+    assert primary["equal_steps"]["mean"] == pytest.approx(0.1)
     secondary = report["secondary"]
     est = secondary["est_n8 vs grpo_n8, hard, window"]
     assert est["mean"] == 0.0 and est["p"] == 1.0 and not est["holm"]["rejected"]
     assert est["resumed"] == ["est_n8-seed0", "est_n8-seed1", "est_n8-seed2"]
     easy = secondary["budget4 vs grpo_n4, easy, window"]
-    assert easy["mean"] == pytest.approx(0.1) and easy["holm"]["rejected"]  # level / 2 on the easy slice
-    assert report["exploratory"]["dapo"]["not_run"]
+    assert easy["mean"] == pytest.approx(0.05) and easy["p"] == 0.0 and easy["verdict"] == "ahead"
+    point = secondary["budget4 vs grpo_n4, hard, at the budget"]
+    # Holm over four: the point's p is the second smallest (after the easy slice's 0), so it is scaled by 3
+    assert 0 < 3 * point["p"] < 1 and point["holm"]["adjusted"] == pytest.approx(3 * point["p"])
+    assert point["verdict"] == ("ahead" if point["holm"]["rejected"] else paired.NO_DIFFERENCE)
+    assert report["exploratory"]["dapo"]["verdict"] == "exploratory: no verdict"
+    assert report["exploratory"]["dapo"]["mean"] == pytest.approx(0.2)
+    assert report["exploratory"]["balanced"]["not_run"]
     plateau = report["plateau"]
     assert plateau["grpo_n4"]["plateaued"] and plateau["grpo_n4"]["seeds_plateaued"] == 3
-    # 0.1 per 10k tokens across a 16k-token quarter: a fitted rise of 0.16, over the 0.05 tolerance
-    assert plateau["grpo_n8"]["per_seed"][0]["reward"] == pytest.approx(0.16) and not plateau["grpo_n8"]["plateaued"]
-    assert report["cpu_hours"] == pytest.approx(12 * 1.1)
-    assert json.loads((tmp_path / "out.json").read_text())["primary"]["mean"] == pytest.approx(0.2)
+    # 0.1 per 10k tokens across a 16k-token quarter: a fitted rise of 0.16, over the 0.08 tolerance
+    assert plateau["grpo_n8"]["per_seed"][0]["reward"] == pytest.approx(0.16, rel=0.02)
+    assert plateau["grpo_n8"]["per_seed"][0]["held_out"] == pytest.approx(0.0, abs=1e-9)
+    assert not plateau["grpo_n8"]["plateaued"]
+    assert report["cpu_hours"] == pytest.approx(13 * 1.1)
+    assert json.loads((tmp_path / "out.json").read_text())["primary"]["mean"] == pytest.approx(0.1)
     assert (tmp_path / "out.png").stat().st_size > 0
 
-    # a run short of the budget is refused, naming the seed and the fix
-    write_results(tmp_path / "short", records[:3] + [synthetic_record("budget4", 0, 0.5, tokens_end=40_000)])
-    with pytest.raises(ValueError, match="seed 0: the arm's run does not reach 64000"):
-        study.main(["analyse", str(tmp_path / "short"), "--out", str(tmp_path / "short_out")])
+    # a seed whose run stops short of the window (unfinished, cut) is left out and named, in the comparison and
+    # in the plateau
+    write_results(tmp_path / "short", records[:6] + [synthetic_record("grpo_n4", 3, 0.4, tokens_end=40_000),
+                                                     synthetic_record("budget4", 3, 0.5, tokens_end=40_000)])
+    report = study.main(["analyse", str(tmp_path / "short"), "--out", str(tmp_path / "short_out")])
+    assert report["primary"]["seeds"] == [0, 1, 2] and report["primary"]["short"] == [3]
+    assert report["plateau"]["grpo_n4"]["short"] == [3]
+    # the est pair is not run: its two endpoints still count in Holm's family, as p = 1
+    assert report["secondary"]["est_n8 vs grpo_n8, hard, window"]["not_run"]
+    point = report["secondary"]["budget4 vs grpo_n4, hard, at the budget"]
+    assert point["holm"]["adjusted"] == pytest.approx(min(1.0, 3 * point["p"])) and 3 * point["p"] < 1
 
 
 @pytest.mark.parametrize("stage", ["pilot", "confirm", "explore"])

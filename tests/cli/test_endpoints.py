@@ -55,6 +55,23 @@ def test_rise_fits_a_line_through_the_last_quarter():
     assert at[9] == 250 and at[0] == 25  # a step's tokens: between the evaluations around it
 
 
+def test_rise_counts_the_final_evaluation_a_budget_stopped_run_makes_just_past_it():
+    """A run stopped by a token budget ends at the first step past it: its final evaluation (here a drop to 0.3 at
+    1010 tokens) is read at the budget, by interpolation, not left out; the step that crossed the budget counts too."""
+    tokens = [0, 250, 500, 750, 800, 850, 900, 950, 1010]
+    dropping = record(tokens, [0.1, 0.3, 0.4, 0.5, 0.5, 0.5, 0.5, 0.5, 0.3], reward=[0.8] * 79 + [0.0])
+    r = endpoints.rise(dropping, 1000)
+    x = np.array([750, 800, 850, 900, 950, 1000.0])
+    y = np.array([0.5, 0.5, 0.5, 0.5, 0.5, 0.5 - 0.2 * 50 / 60])
+    assert r["held_out"] == pytest.approx(np.polyfit(x, y, 1)[0] * 250) and r["held_out"] < -0.05
+    assert r["reward"] < 0  # the last step, 0.0, is in the line
+    # a run with half the steps (n=8's) and an evaluation every 10: two evaluations in the quarter and the point at B
+    half = record([0, 500, 760, 900, 1004], [0.1, 0.4, 0.5, 0.5, 0.5], reward=[0.5] * 40)
+    assert endpoints.rise(half, 1000)["held_out"] == pytest.approx(0.0, abs=1e-12)
+    # evaluated at an earlier budget, a longer run's later evaluations do not count
+    assert endpoints.rise(dropping, 900)["held_out"] == pytest.approx(0.0, abs=1e-12)
+
+
 def test_plateau_checks_every_seed_and_the_mean_over_resampled_seeds():
     tokens = [0, 250, 500, 750, 800, 850, 900, 950, 1000]
     flat = record(tokens, [0.1, 0.3, 0.4, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5], reward=[0.8] * 80)

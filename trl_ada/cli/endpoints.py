@@ -9,8 +9,8 @@ the plateau rule, and Holm's correction for several comparisons.
   resamples seeds and questions (`trl_ada.cli.paired`).
 - **The plateau rule.** A budget B is at the baseline's plateau when neither its held-out score nor its training
   reward is still rising at its end: `rise` fits a least-squares line through the last quarter of the budget,
-  [3B/4, B] (the held-out evaluations in it; the training steps whose generated tokens fall in it, a step's tokens
-  interpolated between evaluations) and reads how much the line rises across that quarter. A line, not the last
+  [3B/4, B] (the held-out evaluations in it and the score at B; the training steps that end in it or cross B, a
+  step's tokens interpolated between evaluations) and reads how much the line rises across that quarter. A line, not the last
   points: one evaluation moves by several points, one step's reward (16 samples) by more. `plateau` checks it per seed and over
   seeds resampled with replacement: the rule holds over seeds when the one-sided 95% upper bound of the mean rise is
   within the tolerance.
@@ -81,22 +81,26 @@ def _fitted_rise(x: np.ndarray, y: np.ndarray, width: float) -> float | None:
 def rise(record: dict, budget: float, axis: str = "tokens") -> dict:
     """How much one run's held-out score ("greedy") and training reward still rose at the end of `budget`: the rise
     of the least-squares line through the last quarter, [3B/4, B], across that quarter. The held-out line goes
-    through the run's evaluations in the quarter (its end included), the reward's through the steps whose generated
-    tokens fall in it (a step's tokens interpolated between evaluations). None for a quantity the run cannot answer:
-    it stops short of the budget, or fewer than 3 points fall in the quarter."""
+    through the run's evaluations in the quarter and its score at B itself (interpolated between the evaluations
+    around B: a run stopped by a budget ends at the first step at or past it, so its final evaluation lies just past
+    B and counts almost whole); the reward's line through the steps that end in the quarter or cross B (a step's
+    tokens interpolated between evaluations). None for a quantity the run cannot answer: it stops short of the
+    budget, or fewer than 3 points fall in the quarter."""
     low, width = 0.75 * budget, 0.25 * budget
     curve = record["curve"]
-    held_out = None
-    if curve and curve[-1][axis] >= budget:
-        at = [p for p in curve if low <= p[axis] <= budget]
-        held_out = _fitted_rise(np.asarray([p[axis] for p in at], dtype=float),
-                                np.asarray([p["greedy"] for p in at], dtype=float), width)
+    if not curve or curve[-1][axis] < budget:
+        return {"held_out": None, "reward": None}
+    xs = np.asarray([p[axis] for p in curve], dtype=float)
+    ys = np.asarray([p["greedy"] for p in curve], dtype=float)
+    inside = (xs >= low) & (xs < budget)
+    held_out = _fitted_rise(np.append(xs[inside], budget), np.append(ys[inside], np.interp(budget, xs, ys)), width)
     reward = None
-    if axis == "tokens" and record.get("reward") and curve[-1]["tokens"] >= budget:
+    if axis == "tokens" and record.get("reward"):
         at = _step_tokens(record)
         values = np.asarray([np.nan if r is None else r for r in record["reward"]], dtype=float)
-        inside = (at > low) & (at <= budget)
-        reward = _fitted_rise(at[inside], values[inside], width)
+        started = np.concatenate([[0.0], at[:-1]])  # the tokens before each step
+        steps = (at > low) & (started < budget)
+        reward = _fitted_rise(at[steps], values[steps], width)
     return {"held_out": held_out, "reward": reward}
 
 
@@ -109,8 +113,8 @@ def plateau(records: dict[int, dict], budget: float, held_out_tolerance: float, 
     for s, record in sorted(records.items()):
         r = rise(record, budget, axis)
         if r["held_out"] is None or r["reward"] is None:
-            raise ValueError(f"seed {s}: the run does not reach the budget {budget:g} on {axis!r}, or logged no "
-                             "training reward in one of its last two quarters")
+            raise ValueError(f"seed {s}: the run does not reach the budget {budget:g} on {axis!r}, or fewer than 3 "
+                             "evaluations or training steps fall in the budget's last quarter (evaluate more often)")
         per_seed[s] = {**r, "plateaued": r["held_out"] <= held_out_tolerance and r["reward"] <= reward_tolerance}
     rng = np.random.default_rng(seed)
     over_seeds = {}
