@@ -82,18 +82,17 @@ def comparison(results, arm, baseline, key, window):
     if not all(key in p for r in runs for p in r["curve"]):
         return {"arm": arm, "baseline": baseline, "not_run": True, "why": f"no per-question {key!r} in the records"}
 
-    def window(name, seed):
-        return endpoints.window_items(results[name][seed]["curve"], "tokens", low, high, points, key)
-
     seeds = sorted(set(results[arm]) & set(results[baseline]))
-    short = [s for s in seeds if window(arm, s) is None or window(baseline, s) is None]  # unfinished or cut
+    scores = {(name, s): endpoints.window_items(results[name][s]["curve"], "tokens", low, high, points, key)
+              for name in (arm, baseline) for s in seeds}  # each run's window, read once
+    short = [s for s in seeds if scores[arm, s] is None or scores[baseline, s] is None]  # unfinished or cut
     unpaired = sorted(set(results[arm]) ^ set(results[baseline]))
     done = [s for s in seeds if s not in short]
     if not done:
         return {"arm": arm, "baseline": baseline, "not_run": True, "why": f"no seed through the window (short: {short})"}
     out = endpoints.window_difference({s: results[arm][s] for s in done}, {s: results[baseline][s] for s in done},
                                       "tokens", low, high, points, key=key)
-    per_seed = [float(np.mean(window(arm, s) - window(baseline, s))) for s in done]
+    per_seed = [float(np.mean(scores[arm, s] - scores[baseline, s])) for s in done]
     by_step = [row for row in compare({arm: {s: results[arm][s] for s in done},
                                        baseline: {s: results[baseline][s] for s in done}},
                                       [baseline, arm])["arms"][arm]["equal_steps"]
