@@ -5,6 +5,7 @@ accuracy against generated tokens.
     python benchmarks/compute_study/study.py command confirm             # print the trl-ada-compare command
     python benchmarks/compute_study/study.py run confirm --jobs 2        # the two pairs, seeds 200-207
     python benchmarks/compute_study/study.py run confirm --arms grpo_n4 --seeds 200   # one arm-seed
+    python benchmarks/compute_study/study.py status confirm                # which runs are done, cut or to run
     python benchmarks/compute_study/study.py analyse runs/study --out benchmarks/compute_study/study
 
 `run` is `trl-ada-compare` with the registered recipe, flags and arms (a rerun skips finished runs and continues cut
@@ -222,6 +223,39 @@ def command(stage: str, arms: list[str] | None = None, seeds: list[int] | None =
     return argv + (["--deadline_s", str(deadline_s)] if deadline_s is not None else [])
 
 
+def status(stage: str, output_dir: str | None = None) -> dict[str, dict[int, str]]:
+    """Where a stage's runs stand, run by run, and the CPU-hours its records hold. It reads no accuracy: the plan takes
+    no decision on a partial look, so the progress of a study is read without its results."""
+    arms, seeds, stage_dir = STAGES[stage]
+    output_dir = output_dir or stage_dir
+    results = load_results(output_dir) if os.path.isdir(os.path.join(output_dir, "results")) else {}
+    table, hours = {}, 0.0
+    for arm in arms:
+        table[arm] = {}
+        for seed in seeds:
+            r = results.get(arm, {}).get(seed)
+            if r is None:
+                table[arm][seed] = "to run"
+                continue
+            hours += (r["train_seconds"] + r.get("eval_seconds", 0)) / 3600
+            where = f"step {r['steps']}, {r['generated_tokens']:,} tokens"
+            if not r.get("cut"):
+                table[arm][seed] = f"done ({where}{', resumed' if r.get('resumed_at') else ''})"
+            elif os.path.isdir(os.path.join(output_dir, "runs", f"{arm}-seed{seed}", f"checkpoint-{r['steps']}")):
+                table[arm][seed] = f"cut ({where}; a rerun continues it)"
+            else:
+                table[arm][seed] = f"cut ({where}; its checkpoint is gone: a rerun trains it anew)"
+    counts = {state: sum(v.startswith(state) for row in table.values() for v in row.values())
+              for state in ("done", "cut", "to run")}
+    for arm, row in table.items():
+        waiting = [seed for seed, state in row.items() if state == "to run"]
+        print(f"{arm}:" + "".join(f"\n  seed {seed}: {state}" for seed, state in row.items() if state != "to run")
+              + (f"\n  to run: seeds {', '.join(map(str, waiting))}" if waiting else ""))
+    print(f"{stage} in {output_dir}: " + ", ".join(f"{n} {state}" for state, n in counts.items())
+          + f"; {hours:.1f} CPU-hours in its records")
+    return table
+
+
 def main(argv=None) -> dict | list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="action", required=True)
@@ -233,6 +267,9 @@ def main(argv=None) -> dict | list[str]:
         p.add_argument("--jobs", type=int, default=1, help="runs at once, one thread each (a run holds 5-12 GB)")
         p.add_argument("--deadline_s", type=float, default=None, help="cut runs then, with a checkpoint to continue")
         p.add_argument("--output_dir", default=None)
+    p = sub.add_parser("status", help="which of a stage's runs are done, cut or still to run (no accuracy)")
+    p.add_argument("stage", choices=sorted(STAGES))
+    p.add_argument("--output_dir", default=None, help="the stage's trl-ada-compare --output_dir (default: the plan's)")
     p = sub.add_parser("analyse", help="the registered endpoints from a stage's results")
     p.add_argument("output_dir", help="a trl-ada-compare --output_dir (its results/ folder is read)")
     p.add_argument("--out", required=True, help="writes <out>.json and <out>.png")
@@ -254,6 +291,8 @@ def main(argv=None) -> dict | list[str]:
         print(f"[study] {args.stage}: trl_ada from {os.path.dirname(trl_ada.__file__)}, commit {commit.strip()}"
               f"{' with uncommitted changes' if dirty else ''}", flush=True)
         return compare_main(compare_argv)
+    if args.action == "status":
+        return status(args.stage, args.output_dir)
     if not os.path.isdir(os.path.join(args.output_dir, "results")):
         raise SystemExit(f"{args.output_dir}/results: no such folder (give the --output_dir of trl-ada-compare)")
     results = load_results(args.output_dir)

@@ -136,6 +136,22 @@ def test_the_analysis_reads_the_registered_endpoints(tmp_path):
     assert point["holm"]["adjusted"] == pytest.approx(min(1.0, 3 * point["p"])) and 3 * point["p"] < 1
 
 
+def test_status_tells_done_cut_and_missing_runs_without_reading_accuracy(tmp_path, capsys):
+    """study.py status: a finished run, a cut run with its checkpoint (a rerun continues it), a cut run whose
+    checkpoint is gone (a rerun trains it anew), runs not started; the CPU-hours of the records; and no accuracy."""
+    study = load_script("benchmarks/compute_study/study.py", "compute_study")
+    cut = [dict(synthetic_record(arm, 200, 0.437, tokens_end=40_000), cut=True) for arm in ("budget4", "grpo_n8")]
+    write_results(tmp_path, [synthetic_record("grpo_n4", 200, 0.437), *cut])
+    (tmp_path / "runs" / "budget4-seed200" / "checkpoint-200").mkdir(parents=True)  # 40k tokens at 200 a step
+    table = study.main(["status", "confirm", "--output_dir", str(tmp_path)])
+    assert table["grpo_n4"][200] == "done (step 320, 64,000 tokens)"
+    assert table["budget4"][200] == "cut (step 200, 40,000 tokens; a rerun continues it)"
+    assert table["grpo_n8"][200].startswith("cut (step 200") and "trains it anew" in table["grpo_n8"][200]
+    assert all(table[arm][s] == "to run" for arm in table for s in range(201, 208)) and table["est_n8"][200] == "to run"
+    printed = capsys.readouterr().out
+    assert "1 done, 2 cut, 29 to run; 3.3 CPU-hours" in printed and "43" not in printed and "0.4" not in printed
+
+
 @pytest.mark.parametrize("stage", ["pilot", "confirm", "explore"])
 def test_every_registered_arm_builds_its_config_as_trl_ada_compare_would(stage, tmp_path, monkeypatch):
     """The registered command parses as trl-ada-compare's arguments, and each arm's recipe, shared overrides and own
