@@ -355,10 +355,10 @@ class AdaGRPOConfig(GRPOConfig):
     prompt_memory_group_column: str | None = field(
         default=None,
         metadata={
-            "help": "With sampling_budget: a dataset column that groups prompts (a problem kind, a source, a "
-            "difficulty level). The pass rates seen in each group are fitted as a Beta distribution (trl_ada.core.memory.GroupPrior) "
-            "and used as the prior of every prompt of the group, so a prompt never seen before is screened by what "
-            "its group's prompts did. Worth it when a run rarely meets a prompt twice. None (the default): every "
+            "help": "With sampling_budget or reinforce_ada_est: a dataset column that groups prompts (a problem "
+            "kind, a source, a difficulty level). The pass rates seen in each group are fitted as a Beta distribution "
+            "(trl_ada.core.memory.GroupPrior) and used as the prior of every prompt of the group, so a prompt never "
+            "seen before is screened (budget) or allocated (Est) by what its group's prompts did. Worth it when a run rarely meets a prompt twice. None (the default): every "
             "prompt starts from the flat prior."
         },
     )

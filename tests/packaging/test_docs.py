@@ -1,10 +1,13 @@
 """The configuration reference is generated from the fields themselves, so that it cannot drift:
     python -m tests.packaging.test_docs    # prints docs/knobs.md's field table
+and the pages' links and the repository paths they name point at files that exist.
 """
 
 import ast
 import dataclasses
+import glob
 import os
+import re
 
 from trl import GRPOConfig
 
@@ -47,3 +50,51 @@ def test_the_config_docstring_names_every_field_with_its_default():
         assert f"        {f.name} (" in doc, f"{f.name} is not in AdaGRPOConfig's Parameters"
         line = doc.split(f"        {f.name} (", 1)[1].split("\n")[0]
         assert ast.literal_eval(line.split("defaults to `", 1)[1].split("`", 1)[0]) == f.default, f.name
+
+
+# --- Links and paths in the Markdown pages -----------------------------------------------------------------------
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+REPO_PATH = re.compile(r"`((?:tests|benchmarks|trl_ada|recipes|docs|notebooks|\.ci)/[\w./+-]+"
+                       r"\.(?:py|json|jsonl|md|yaml|png|ipynb|sh|txt))`")
+RETIRED = ("retired", "git history", "git show")  # a line naming a file that left the tree says so
+
+
+def pages():
+    found = ["README.md"] + [os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))]
+    for folder in ("benchmarks", "recipes", "notebooks"):
+        found += [os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, folder, "**", "*.md"), recursive=True)]
+    return sorted(found)
+
+
+def anchors(path):
+    """GitHub's heading anchors: lower case, punctuation dropped (hyphens and underscores kept), spaces to hyphens."""
+    with open(path) as f:
+        headings = re.findall(r"^#+ (.*)$", f.read(), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_link_and_named_file_in_the_pages_exists():
+    """Every relative link (and its #anchor) in the README, docs/ and the benchmark and recipe pages resolves, and
+    every repository path written as code there exists, unless its line says the file is retired. The benchmark
+    CHANGELOG is a record: its paths are those of their day (its header says so); its links must still resolve."""
+    assert len(pages()) > 15
+    broken = []
+    for page in pages():
+        with open(os.path.join(ROOT, page)) as f:
+            lines = f.read().splitlines()
+        for number, line in enumerate(lines, 1):
+            for target in LINK.findall(line):
+                if re.match(r"[a-z]+:", target):  # https:, mailto:
+                    continue
+                path, _, anchor = target.partition("#")
+                full = os.path.normpath(os.path.join(ROOT, os.path.dirname(page), path)) if path else os.path.join(ROOT, page)
+                if not os.path.exists(full):
+                    broken.append(f"{page}:{number}: link {target} (no {os.path.relpath(full, ROOT)})")
+                elif anchor and full.endswith(".md") and anchor not in anchors(full):
+                    broken.append(f"{page}:{number}: link {target} (no such heading)")
+            if page == "benchmarks/CHANGELOG.md" or any(word in line for word in RETIRED):
+                continue
+            broken += [f"{page}:{number}: `{p}` does not exist" for p in REPO_PATH.findall(line)
+                       if not glob.glob(os.path.join(ROOT, p))]
+    assert not broken, "\n".join(broken)
