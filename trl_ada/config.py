@@ -236,7 +236,9 @@ class AdaGRPOConfig(GRPOConfig):
             "proportional to (p_x + est_epsilon) ** -est_exponent within [est_min_samples, est_max_samples], "
             "num_generations per prompt on average (the generation batch GRPO makes); one generation call; every "
             "sample is trained on with advantage (r - mean_x) * (mean_x + est_epsilon) ** -(1 - est_exponent), "
-            "mean_x the mean reward of the prompt's N_x samples (trl_ada/core/est.py)."
+            "mean_x the mean reward of the prompt's N_x samples (trl_ada/core/est.py). Rewards are read as pass "
+            "rates, in [0, 1]: others are warned of (a mean at or below 0 would get the weight "
+            "est_epsilon ** -(1 - est_exponent))."
         },
     )
     est_exponent: float = field(
@@ -252,7 +254,7 @@ class AdaGRPOConfig(GRPOConfig):
         default=2,
         metadata={
             "help": "With reinforce_ada_est: fewest samples a prompt gets (>= 2: one sample has no baseline, so no "
-            "advantage)."
+            "advantage; <= num_generations, the average, so that every prompt can have it)."
         },
     )
     est_max_samples: int | None = field(
@@ -283,7 +285,9 @@ class AdaGRPOConfig(GRPOConfig):
         default=10,
         metadata={
             "help": "With dynamic_sampling: extra generation batches at most per step (DAPO's max_num_gen_batches). "
-            "Each is sized to close the remaining gap, at most one generation batch of prompts."
+            "Each is sized to close the remaining gap, at most one generation batch of prompts. With sampling_budget: "
+            "refill candidates to screen at most per step, in batches of one generation batch of prompts (drawn one "
+            "by one, so a candidate the step does not reach stays in the stream)."
         },
     )
     dynamic_sampling_tolerance: float = field(
@@ -329,8 +333,10 @@ class AdaGRPOConfig(GRPOConfig):
             "sampling_budget * prompts per step completions in all, padding included: remembered prompts predicted to "
             "come back uniform are skipped before any rollout and replaced from the training set, every trained "
             "prompt gets num_generations samples, and what is left buys top-ups for groups that came back uniform "
-            "(trl_ada/core/budget.py). Needs >= num_generations; best with prompt_memory=True. None (the default): the "
-            "reference rounds."
+            "(trl_ada/core/budget.py); the kept group follows the reference's rule at exit (floor(n/2) positives "
+            "first, the earliest samples), so the rounds' own fields (reinforce_ada_choice, round_repeat, max_rounds, "
+            "pool_selection) do not apply. Needs >= num_generations; best with prompt_memory=True. None (the "
+            "default): the reference rounds."
         },
     )
     budget_top_up: int = field(
@@ -340,8 +346,8 @@ class AdaGRPOConfig(GRPOConfig):
     budget_skip_threshold: float = field(
         default=0.5,
         metadata={
-            "help": "With sampling_budget and prompt_memory: skip a remembered prompt when the predicted chance that "
-            "its num_generations samples all agree exceeds this."
+            "help": "With sampling_budget and prompt_memory (or prompt_memory_group_column): skip a prompt when the "
+            "predicted chance that its num_generations samples all agree exceeds this."
         },
     )
     budget_skip_decay: float = field(

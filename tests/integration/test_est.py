@@ -175,6 +175,25 @@ def test_config_refuses_what_cannot_hold(tmp_path, fields, words):
     assert all(word in str(error.value) for word in words), str(error.value)
 
 
+def test_est_warns_of_rewards_outside_zero_one(tmp_path, caplog):
+    """Est's weight takes the mean reward for a pass rate: a mean at or below 0 gets (est_epsilon) ** -0.5 = 1000, so
+    rewards outside [0, 1] are named in a warning (with the weight and the fix); pass rates in [0, 1] are not."""
+    from accelerate import PartialState
+
+    from trl_ada.core.sampling import PromptResult
+    from trl_ada.integration.estimators import warn_if_not_binary
+
+    PartialState()  # accelerate's logger logs once a state exists, as in a trainer
+    args = est_config(tmp_path)
+    assert est_advantages([-1.0, -1.0, -1.0, 1.0]) == pytest.approx([-500.0, -500.0, -500.0, 1500.0])
+    with caplog.at_level("WARNING", logger="trl_ada.integration.estimators"):
+        assert not warn_if_not_binary(args, [PromptResult(pool_rewards=[0.0, 0.25, 1.0, math.nan])])
+        assert not caplog.records
+        assert warn_if_not_binary(args, [PromptResult(pool_rewards=[0.0, 1.0]), PromptResult(pool_rewards=[-1.0, 1.0])])
+    message = caplog.records[-1].getMessage()
+    assert "reinforce_ada_est" in message and "-1.0" in message and "1e+03" in message and "[0, 1]" in message
+
+
 def test_est_estimator_needs_est(tmp_path):
     with pytest.raises(ValueError, match="advantage_estimator='est' with reinforce_ada_est=False"):
         AdaGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", advantage_estimator="est")

@@ -249,6 +249,25 @@ def test_budget_properties(rates, target, per_prompt, top_up, world, seed, remem
         assert out.skipped == [] and [h for h, _ in out.sampled] == list(range(target))
 
 
+def test_budget_draws_only_the_candidates_it_screens():
+    """A refill batch is `target` candidates, drawn one by one: a candidate the step does not reach stays in the
+    stream, and every drawn one is either trained or counted as skipped (the consumption the logs report)."""
+    memory = PromptMemory()
+    for h in range(4):  # the step's own prompts 0-3: 0 and 1 remembered as always wrong, 2 and 3 unknown
+        memory.update([h], [8], [0], step=0) if h < 2 else None
+    drawn = []
+
+    def draw(k):
+        drawn.extend(range(100 + len(drawn), 100 + len(drawn) + k))
+        return drawn[-k:]
+
+    out = run_budgeted_sampling([0, 1, 2, 3], draw, memory.posterior, lambda h: 0.99,
+                                lambda hs, k: [[0.0, 1.0][: k] * (k // 2) for _ in hs], target=4, budget=16)
+    assert out.skipped == [0, 1] and [h for h, _ in out.sampled] == [2, 3, 100, 101]
+    assert drawn == [100, 101] and out.candidate_batches == 1  # not 4 drawn for the 2 that were missing
+    assert len(out.sampled) + len(out.skipped) == 4 + len(drawn)
+
+
 def test_budget_screens_out_remembered_extremes_but_keeps_exploring():
     rates = [0.0, 1.0, 0.5, 0.4] * 50
     memory = PromptMemory()
@@ -408,3 +427,29 @@ def test_a_checkpoint_written_before_the_resume_module_still_resumes(tmp_path):
     with np.load(again / "prompt_memory.npz") as saved, np.load(tmp_path / "prompt_memory.npz") as written:
         assert set(saved.files) == set(written.files)
         assert all(np.array_equal(saved[name], written[name]) for name in saved.files)
+
+
+def test_budget_iid_reward_reads_each_prompts_first_n_samples_not_an_equal_share_of_its_rounds():
+    """`sampling/iid_reward` is round one's mean reward: under the budget, the first num_generations samples of each
+    pool, whatever top-ups of `budget_top_up` followed."""
+    import torch
+
+    from trl_ada.core.sampling import PromptResult
+    from trl_ada.integration.rollouts import StepSampling, step_metrics
+
+    topped_up = PromptResult(pool_rewards=[1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0], selected=[0, 1, 4, 5], rounds=3,
+                             finished=True)  # n = 4, then two top-ups of 2 that found the negatives
+    uniform = PromptResult(pool_rewards=[0.0, 0.0, 0.0, 0.0], selected=[0, 1, 2, 3], rounds=1)
+    step = StepSampling(rows=[{}, {}], results={0: topped_up, 1: uniform}, chosen=[0, 1])
+    advantages = torch.tensor([0.5, 0.5, -0.5, -0.5, 0.0, 0.0, 0.0, 0.0])
+    metrics = step_metrics(step, advantages, num_generations=4, budget=True, dynamic=False, epochs_drawn=0.1)
+    assert metrics["sampling/iid_reward"] == 0.5  # (4 + 0) / 8; an equal share of 3 rounds read 2 / 6
+    assert metrics["sampling/total_samples"] == 12 and metrics["sampling/rounds_max"] == 3
+
+
+@pytest.mark.parametrize("per_prompt, prompts, expected", [(4.1, 30, 123), (4.6, 25, 115), (5.1, 50, 255),
+                                                           (4.0, 8, 32), (4.25, 3, 12), (6.0, 1, 6)])
+def test_the_step_budget_is_the_floor_of_the_decimal_product(per_prompt, prompts, expected):
+    from trl_ada.core.budget import step_budget
+
+    assert step_budget(per_prompt, prompts) == expected

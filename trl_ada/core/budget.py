@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from trl_ada.core.sampling import PromptResult, count_signs, select_at_exit
 
 __all__ = ["Budgeted", "predictive_uniform", "predictive_missing_class", "remembered_posterior",
-           "run_budgeted_sampling", "step_coin"]
+           "run_budgeted_sampling", "step_budget", "step_coin"]
 
 
 def _log_beta(a: float, b: float) -> float:
@@ -112,7 +112,8 @@ def run_budgeted_sampling(
 
     Args:
         first: the step's own prompt handles (at least `target`).
-        draw: `draw(k)` returns `k` more candidate handles (the refill stream).
+        draw: `draw(k)` returns `k` more candidate handles (the refill stream); called with k = 1, so that only the
+            candidates the step screens are drawn.
         predict: `predict(handle)` returns (a, b, evidence): the Beta posterior of its pass rate and how much
             informs it (its visits, plus one when its group's prior is known; 0: nothing, it is then always sampled).
         coin: `coin(handle)` returns a uniform number in [0, 1), deterministic for the step (the screening coin).
@@ -122,7 +123,8 @@ def run_budgeted_sampling(
         top_up: samples per prompt per top-up round.
         skip_threshold: a remembered candidate whose predicted P(uniform) exceeds this is skipped...
         explore_floor: ...except with this probability: every candidate is sampled with at least this probability.
-        max_candidate_batches: refill batches (of `target` candidates) to screen at most.
+        max_candidate_batches: refill candidates to screen at most, in batches of `target` (the count reported
+            as `candidate_batches`: batches begun).
         world_size: processes the samples of a round are split over; a round of k samples costs
             ceil(k / world_size) * world_size (the padding is generated too).
     """
@@ -139,13 +141,16 @@ def run_budgeted_sampling(
     out = Budgeted(sampled=[])
     accepted: list[int] = []
     skipped: list[tuple[float, int]] = []  # (P(uniform), handle)
-    queue = list(first)
+    queue, refills = list(first), 0
     while len(accepted) < target:
         if not queue:
-            if out.candidate_batches == max_candidate_batches:
+            if refills == max_candidate_batches * target:
                 break
-            queue = list(draw(target))
-            out.candidate_batches += 1
+            # One candidate at a time: a refill batch is `target` of them, but a prompt the step does not reach
+            # stays in the stream for a later step instead of being drawn and never screened.
+            queue = list(draw(1))
+            refills += 1
+            out.candidate_batches = -(-refills // target)
         handle = queue.pop(0)
         if handle in seen:
             raise ValueError(f"prompt handle {handle} was offered twice: handles must be unique within a step.")
@@ -196,6 +201,12 @@ def run_budgeted_sampling(
         result.selected = select_at_exit(pool, n, positive_threshold)
         out.sampled.append((handle, result))
     return out
+
+
+def step_budget(per_prompt: float, prompts: int) -> int:
+    """Completions a step of `prompts` may generate at `per_prompt` a prompt (`sampling_budget`): the floor of the
+    product, as written in decimals (4.1 x 30 is 123, where the float product is 122.99999999999999)."""
+    return math.floor(round(per_prompt * prompts, 9))
 
 
 def _cost(samples: int, world_size: int) -> int:

@@ -41,7 +41,19 @@ def step_advantages(args, rewards: list[float], num_generations: int,
 
 
 def warn_if_not_binary(args, results: list[PromptResult]) -> bool:
-    """Warn (and return True) when the pooled baseline counts positives of rewards that are not all 0 or 1."""
+    """Warn (and return True) when the estimator reads rewards as what they are not: the pooled baseline counts
+    positives of rewards that are not all 0 or 1; Est's scale (mean + eps) ** -(1 - est_exponent) takes them for
+    pass rates in [0, 1]."""
+    if args.advantage_estimator == "est":
+        outside = [x for r in results for x in r.pool_rewards if not math.isnan(x) and not 0.0 <= x <= 1.0]
+        if outside:
+            logger.warning(
+                f"reinforce_ada_est: rewards outside [0, 1] (e.g. {outside[0]!r}). Est's advantage "
+                "(r - mean) * (mean + est_epsilon) ** -(1 - est_exponent) takes the mean reward for a pass rate: a "
+                f"mean at or below 0 gets the weight {args.est_epsilon ** -(1 - args.est_exponent):.3g}. Scale the "
+                "rewards into [0, 1] (reward_weights, or the reward functions themselves)."
+            )
+        return bool(outside)
     if args.advantage_estimator != "reinforce_ada" or args.pool_baseline != "threshold_fraction":
         return False
     if any(not math.isnan(x) and x not in (0.0, 1.0) for r in results for x in r.pool_rewards):

@@ -207,7 +207,10 @@ def step_metrics(step: StepSampling, advantages: torch.Tensor, num_generations: 
     results = list(step.results.values())  # every prompt sampled this step, refills included
     sampled, chosen = len(results), len(step.chosen)
     rounds = [r.rounds for r in results]
-    round_one = [x for r in results for x in r.pool_rewards[: len(r.pool_rewards) // max(r.rounds, 1)]]
+    # Round one: the budget's first round is num_generations per prompt and its top-ups are smaller; the reference's
+    # rounds are all round_repeat.
+    round_one = [x for r in results
+                 for x in r.pool_rewards[: num_generations if budget else len(r.pool_rewards) // max(r.rounds, 1)]]
     sizes = [len(step.results[p].selected) for p in step.chosen]  # num_generations each; N_x under Est
     signal = torch.stack([group.abs().amax() > 1e-8 for group in torch.split(advantages, sizes)])
     # Every sample generated: the pools, and the speculative samples whose round did not happen (pipelined).

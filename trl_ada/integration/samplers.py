@@ -13,9 +13,8 @@ The rules themselves are pure and live in `trl_ada.core`; each strategy here wir
 from __future__ import annotations
 
 import functools
-import math
 
-from trl_ada.core.budget import remembered_posterior, run_budgeted_sampling, step_coin
+from trl_ada.core.budget import remembered_posterior, run_budgeted_sampling, step_budget, step_coin
 from trl_ada.core.dynamic import fill_with_signal
 from trl_ada.core.est import allocate, allocation_metrics
 from trl_ada.core.sampling import PromptResult, run_adaptive_sampling
@@ -111,7 +110,7 @@ class Budget:
             coin=lambda prompt: step_coin(args.seed, trainer.state.global_step, key(prompt), prompt),
             sample_round=functools.partial(trainer._sample_round, step),
             target=target,
-            budget=math.floor(args.sampling_budget * target),
+            budget=step_budget(args.sampling_budget, target),
             num_generations=trainer.num_generations,
             top_up=args.budget_top_up,
             skip_threshold=args.budget_skip_threshold,
