@@ -305,6 +305,30 @@ def test_est_allocation_follows_the_remembered_rates(tiny_model, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.lock_only  # as above
+def test_est_allocates_prompts_never_seen_before_from_their_groups_prior(tiny_model, tmp_path):
+    """With prompt_memory_group_column, a prompt met for the first time is allocated from its group's fitted pass
+    rate: in a run that never revisits a prompt, those of the group never solved get more samples than those of the
+    group always solved, once the groups have been seen (without the column every unseen prompt gets n)."""
+    rates = [0.0, 1.0, 0.0, 1.0]
+    dataset = pass_rate_dataset(rates, repeat=8)  # 32 distinct prompts; a 4-step run meets 16, each once
+    dataset = dataset.add_column("kind", ["hard" if r == 0.0 else "easy" for r in dataset["pass_rate"]])
+    trainer = EstRecorder(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=dataset,
+                          args=est_config(tmp_path, prompt_memory_group_column="kind"))
+    trainer.train()
+    assert trainer.group_prior is not None and trainer.group_prior.prior("hard")[0] < trainer.group_prior.prior("easy")[0]
+    for index, (before, output, _) in enumerate(trainer.steps):
+        groups = groups_of(trainer, output)
+        assert not set(before["keys"].tolist()) & {key for key, *_ in groups}  # never seen before
+        hard = [len(r) for _, rate, r, _ in groups if rate == 0.0]
+        easy = [len(r) for _, rate, r, _ in groups if rate == 1.0]
+        if index == 0:
+            assert hard == easy == [4, 4]  # no group seen yet: the flat prior, uniform
+        else:
+            assert min(hard) > max(easy), (index, hard, easy)
+
+
+@pytest.mark.slow
+@pytest.mark.lock_only  # as above
 def test_est_resumes_exactly(tiny_model, tmp_path):
     dataset = pass_rate_dataset([0.0, 1.0, 1.0, 0.5], repeat=2)
 
