@@ -10,7 +10,6 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
