@@ -83,6 +83,14 @@ def test_adaptive_off_defaults_to_grpo():
         ({"sampling_budget": 4.0, "prompt_memory_group_column": ""}, ["prompt_memory_group_column=''", "column"]),
         ({"multiround_adaptive_downsampling": False, "dynamic_sampling": True,
           "multi_objective_aggregation": "normalize_then_sum"}, ["multi_objective_aggregation", "sum_then_normalize"]),
+        # A string in a bool field would read as True; an out-of-range value is refused even with its switch off.
+        ({"multiround_adaptive_downsampling": "false"}, ["multiround_adaptive_downsampling='false'", "a bool"]),
+        ({"pipelined_rounds": "false"}, ["pipelined_rounds='false'", "a bool"]),
+        ({"prompt_memory": 1}, ["prompt_memory=1", "True or False"]),
+        ({"max_rounds": True}, ["max_rounds=True", "integer"]),
+        ({"budget_top_up": 0}, ["budget_top_up=0", ">= 1"]),
+        ({"est_exponent": 5.0}, ["est_exponent=5.0", "[0, 1]"]),
+        ({"est_min_samples": 0}, ["est_min_samples=0", "[2, num_generations=4]"]),
     ],
 )
 def test_bad_values_name_the_field_and_the_fix(kwargs, words):
@@ -108,3 +116,28 @@ def test_new_behaviour_is_opt_in():
 
 def test_plain_grpo_does_not_need_whole_groups_per_process():
     make(per_device_train_batch_size=6, num_generations=3, multiround_adaptive_downsampling=False)
+
+
+@pytest.mark.parametrize("kwargs, ignored", [
+    ({"est_exponent": 0.3}, "est_exponent=0.3 has no effect with reinforce_ada_est=False"),
+    ({"budget_skip_threshold": 0.2}, "budget_skip_threshold=0.2 has no effect with sampling_budget=None"),
+    ({"sampling_budget": 4.0, "reinforce_ada_choice": "positive_focused"},
+     "reinforce_ada_choice='positive_focused' has no effect with sampling_budget set"),
+    ({"sampling_budget": 8.0, "round_repeat": 4}, "round_repeat=4 has no effect with sampling_budget set"),
+    ({"reinforce_ada_est": True, "max_rounds": 2}, "max_rounds=2 has no effect with reinforce_ada_est=True"),
+])
+def test_a_field_the_chosen_sampling_does_not_read_is_named(kwargs, ignored):
+    with pytest.warns(UserWarning, match=ignored.replace("(", r"\(")) as caught:
+        make(**kwargs)
+    assert caught[0].filename == __file__  # the line that built the config
+
+
+def test_defaults_and_the_paper_settings_warn_of_nothing():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        make()
+        make(reinforce_ada_choice="positive_focused", round_repeat=16, max_rounds=2)
+        make(sampling_budget=6.0, prompt_memory=True, budget_top_up=1)
+        make(reinforce_ada_est=True, num_generations=8, per_device_train_batch_size=16, est_exponent=1.0)

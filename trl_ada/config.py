@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import warnings
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -380,7 +382,11 @@ class AdaGRPOConfig(GRPOConfig):
         # TRL's own checks first: they derive steps_per_generation and generation_batch_size, which ours use.
         super().__post_init__()
 
+        for name in _OWN_BOOLS:  # a string such as "false" would read as True in every `if`
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False (a bool, not a string).")
         self.reinforce_ada_choice = _normalize_field_choice(self.reinforce_ada_choice)
+        self._check_est_fields()
         if self.reinforce_ada_est:
             self._check_est()
         # The estimator's defaults: the authors' Ada-EMA for Est (docs/knobs.md says why), a flat prior otherwise.
@@ -403,11 +409,12 @@ class AdaGRPOConfig(GRPOConfig):
                 f"positive_threshold={self.positive_threshold!r} must be a finite number (the reference uses 0.7 for "
                 "0/1 rewards): set positive_threshold=0.7, or a value between your reward's wrong and right scores."
             )
-        if not isinstance(self.max_rounds, int) or self.max_rounds < 1:
+        if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds < 1:
             raise ValueError(f"max_rounds={self.max_rounds!r} must be an integer >= 1 (the reference uses 4).")
         # Only the rounds read round_repeat: GRPO at num_generations=16 with sampling off must not need it raised.
-        if self.multiround_adaptive_downsampling and not self.reinforce_ada_est and (
-                not isinstance(self.round_repeat, int) or self.round_repeat < self.num_generations):
+        if self.multiround_adaptive_downsampling and not self.reinforce_ada_est and self.sampling_budget is None and (
+                isinstance(self.round_repeat, bool) or not isinstance(self.round_repeat, int)
+                or self.round_repeat < self.num_generations):
             raise ValueError(
                 f"round_repeat={self.round_repeat!r} must be an integer >= num_generations ({self.num_generations}): "
                 f"one round must be able to fill a group. Set round_repeat >= {self.num_generations} (the reference "
@@ -470,19 +477,20 @@ class AdaGRPOConfig(GRPOConfig):
                     "sampling, which a hard budget cannot pay for; the budget already skips prompts predicted to come "
                     "back uniform. Set dynamic_sampling=False."
                 )
-            if isinstance(self.budget_top_up, bool) or not isinstance(self.budget_top_up, int) or self.budget_top_up < 1:
-                raise ValueError(f"budget_top_up={self.budget_top_up!r} must be an integer >= 1 (default 2).")
-            if not _is_number(self.budget_skip_threshold) or not 0 <= self.budget_skip_threshold <= 1:
-                raise ValueError(
-                    f"budget_skip_threshold={self.budget_skip_threshold!r} must be in [0, 1] (default 0.5)."
-                )
-            if not _is_number(self.budget_skip_decay) or not 0 < self.budget_skip_decay <= 1:
-                raise ValueError(f"budget_skip_decay={self.budget_skip_decay!r} must be in (0, 1] (default 0.9).")
-            if not _is_number(self.budget_explore_floor) or not 0 < self.budget_explore_floor <= 1:
-                raise ValueError(
-                    f"budget_explore_floor={self.budget_explore_floor!r} must be in (0, 1] (default 0.05): a floor of "
-                    "0 could starve a prompt forever."
-                )
+        # The budget's own fields, checked whether it is on or not: a value no setting could use is a mistake.
+        if isinstance(self.budget_top_up, bool) or not isinstance(self.budget_top_up, int) or self.budget_top_up < 1:
+            raise ValueError(f"budget_top_up={self.budget_top_up!r} must be an integer >= 1 (default 2).")
+        if not _is_number(self.budget_skip_threshold) or not 0 <= self.budget_skip_threshold <= 1:
+            raise ValueError(
+                f"budget_skip_threshold={self.budget_skip_threshold!r} must be in [0, 1] (default 0.5)."
+            )
+        if not _is_number(self.budget_skip_decay) or not 0 < self.budget_skip_decay <= 1:
+            raise ValueError(f"budget_skip_decay={self.budget_skip_decay!r} must be in (0, 1] (default 0.9).")
+        if not _is_number(self.budget_explore_floor) or not 0 < self.budget_explore_floor <= 1:
+            raise ValueError(
+                f"budget_explore_floor={self.budget_explore_floor!r} must be in (0, 1] (default 0.05): a floor of "
+                "0 could starve a prompt forever."
+            )
         if self.pipelined_speculation and not self.pipelined_rounds:
             raise ValueError(
                 "pipelined_speculation=True speculates within barrier-free rounds: set pipelined_rounds=True too "
@@ -537,9 +545,10 @@ class AdaGRPOConfig(GRPOConfig):
                     f"Set per_device_train_batch_size (or steps_per_generation) so that the product is a multiple of "
                     f"{self.num_generations}."
                 )
+        self._warn_of_ignored_fields()
 
     def _check_est(self) -> None:
-        """Reinforce-Ada-Est's own settings, and what cannot hold with it (each error names the fix)."""
+        """What cannot hold with Reinforce-Ada-Est (each error names the fix)."""
         for name, other in (("sampling_budget", self.sampling_budget is not None),
                             ("dynamic_sampling", self.dynamic_sampling), ("pipelined_rounds", self.pipelined_rounds)):
             if other:
@@ -548,6 +557,9 @@ class AdaGRPOConfig(GRPOConfig):
                     "front and trains on all of them (no rounds, no refills, no skipping). Unset "
                     f"{name}, or set reinforce_ada_est=False."
                 )
+        self.prompt_memory = True  # Est's estimator of p_x is the prompt memory
+    def _check_est_fields(self) -> None:
+        """Est's own fields, checked whether it is on or not: a value no setting could use is a mistake."""
         if not _is_number(self.est_exponent) or not 0 <= self.est_exponent <= 1:
             raise ValueError(
                 f"est_exponent={self.est_exponent!r} must be in [0, 1]: 0.5 is the paper's Est, 1.0 its implicit arm "
@@ -570,7 +582,21 @@ class AdaGRPOConfig(GRPOConfig):
                 f"est_max_samples={self.est_max_samples!r} must be None (no cap) or an integer >= num_generations "
                 f"({n}): the prompts get num_generations each on average."
             )
-        self.prompt_memory = True  # Est's estimator of p_x is the prompt memory
+
+    def _warn_of_ignored_fields(self) -> None:
+        """Name the fields set away from their defaults that the chosen sampling does not read."""
+        ignored = []
+        if not self.reinforce_ada_est:
+            ignored += [(name, "reinforce_ada_est=False") for name in _EST_FIELDS]
+        if self.sampling_budget is None:
+            ignored += [(name, "sampling_budget=None") for name in _BUDGET_FIELDS]
+        if self.multiround_adaptive_downsampling and (self.sampling_budget is not None or self.reinforce_ada_est):
+            why = "sampling_budget set" if self.sampling_budget is not None else "reinforce_ada_est=True"
+            ignored += [(name, why) for name in _ROUNDS_FIELDS]
+        for name, why in ignored:
+            if getattr(self, name) != _DEFAULTS[name]:
+                warnings.warn(f"{name}={getattr(self, name)!r} has no effect with {why}: it is ignored.", UserWarning,
+                              stacklevel=4)  # the line that built the config
 
     @property
     def sampling_active(self) -> bool:
@@ -578,6 +604,14 @@ class AdaGRPOConfig(GRPOConfig):
         memory)."""
         return (self.multiround_adaptive_downsampling or self.reinforce_ada_est or self.dynamic_sampling
                 or self.prompt_memory)
+
+
+_OWN = [f for f in dataclasses.fields(AdaGRPOConfig) if f.name not in {g.name for g in dataclasses.fields(GRPOConfig)}]
+_OWN_BOOLS = tuple(f.name for f in _OWN if f.type in ("bool", bool))
+_DEFAULTS = {f.name: f.default for f in _OWN}
+_EST_FIELDS = ("est_exponent", "est_min_samples", "est_max_samples", "est_epsilon")
+_BUDGET_FIELDS = ("budget_top_up", "budget_skip_threshold", "budget_skip_decay", "budget_explore_floor")
+_ROUNDS_FIELDS = ("reinforce_ada_choice", "round_repeat", "max_rounds", "pool_selection")
 
 
 def _normalize_field_choice(value: str) -> str:

@@ -389,8 +389,30 @@ def test_runs_one_after_another_use_a_free_port_not_accelerates_default(monkeypa
 
 
 @pytest.mark.slow
+def failing_reward(completions, **kwargs):
+    raise RuntimeError("a reward that fails at its first call")
+
+
+def test_every_arm_and_flag_is_checked_before_the_first_run(tmp_path):
+    """A typo in the last arm's overrides, a recipe that is not there, a flag out of range: refused before any run
+    trains, naming the arm (or the flag) and, for a typo, the closest field."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE)
+    out = tmp_path / "compare"
+    common = ["--config", str(recipe), "--seeds", "0", "--max_steps", "1", "--output_dir", str(out)]
+    with pytest.raises(ValueError, match=r"--arm bad .*'max_roundz' in the command line \(did you mean 'max_rounds'"):
+        compare_main([*common, "--arm", "grpo", "multiround_adaptive_downsampling=false", "--arm", "bad", "max_roundz=3"])
+    with pytest.raises(ValueError, match="--arm other: its recipe .*missing.yaml' is not a file"):
+        compare_main([*common, "--arm", "grpo", "--arm", "other", str(tmp_path / "missing.yaml")])
+    with pytest.raises(ValueError, match="--eval_every 0: must be at least 1"):
+        compare_main([*common, "--arm", "grpo", "--eval_every", "0"])
+    with pytest.raises(ValueError, match="--eval_fraction 1.5: must lie strictly between 0 and 1"):
+        compare_main([*common, "--arm", "grpo", "--eval_fraction", "1.5"])
+    assert not out.exists()  # nothing ran, nothing was written
+
+
 def test_a_failed_run_in_parallel_still_leaves_the_report_of_the_others(tmp_path, monkeypatch):
-    """--jobs 2: one arm's run fails (a batch its group size does not divide); the other's result and the report are
+    """--jobs 2: one arm's run fails (its reward raises at the first call); the other's result and the report are
     written before the command fails, naming the run to retry."""
     monkeypatch.setenv("PYTHONPATH", launch_env()["PYTHONPATH"])  # the runs import this module's reward
     recipe = tmp_path / "recipe.yaml"
@@ -398,7 +420,7 @@ def test_a_failed_run_in_parallel_still_leaves_the_report_of_the_others(tmp_path
     out = tmp_path / "compare"
     with pytest.raises(RuntimeError, match=r"failed \(rerun to retry them\): \['bad seed 0'\]"):
         compare_main(["--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false",
-                      "--arm", "bad", "per_device_train_batch_size=6", "--seeds", "0", "--max_steps", "1",
+                      "--arm", "bad", "reward_funcs=tests.cli.test_compare.failing_reward", "--seeds", "0", "--max_steps", "1",
                       "--eval_every", "1", "--eval_examples", "4", "--eval_min_examples", "4", "--eval_fraction", "0.2", "--eval_k", "0",
                       "--jobs", "2", "--output_dir", str(out)])
     assert (out / "results" / "grpo-seed0.json").exists() and not (out / "results" / "bad-seed0.json").exists()

@@ -131,6 +131,20 @@ def test_unknown_recipe_keys_say_where_they_are_and_what_was_meant(tmp_path):
         parse_recipe(["--config", str(recipe), "--output_dir", str(tmp_path), "--max_stpes", "2"])
 
 
+def test_recipe_values_are_checked_when_the_recipe_is_read(tmp_path):
+    """A one-name `reward_funcs:` is that name (not its letters); an unknown reward name, a prompt template that does
+    not exist and an empty training set are refused by parse_recipe, naming the key, before any model is built."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("model_name_or_path: tiny\nreward_funcs: last_number_reward\nuse_cpu: true\nbf16: false\n")
+    script_args, _, _ = parse_recipe(["--config", str(recipe), "--output_dir", str(tmp_path)])
+    assert script_args.reward_funcs == ["last_number_reward"]
+    for override, words in ((["--reward_funcs", "boxed_math"], "reward_funcs: unknown 'boxed_math'"),
+                            (["--dataset_prompt_template", "maths"], "dataset_prompt_template='maths': use one of"),
+                            (["--synthetic_num_examples", "0"], "synthetic_num_examples=0 must be an integer >= 1")):
+        with pytest.raises(ValueError, match=re.escape(words)):
+            parse_recipe(["--config", str(recipe), "--output_dir", str(tmp_path), *override])
+
+
 def test_a_missing_prompt_column_fails_before_the_model_loads(tmp_path):
     from datasets import Dataset as HFDataset
 

@@ -94,6 +94,33 @@ class Arm:
 # ---------------------------------------------------------------------------------------------------------------------
 # One run (held-out scoring: trl_ada.cli.heldout; its schedule: trl_ada.cli.progress; records: trl_ada.cli.records).
 
+def run_argv(args, arm: Arm, seed: int, run_dir: str) -> list[str]:
+    """The recipe arguments of one run: the arm's recipe, the shared `--set`, the arm's overrides, then ours."""
+    return ["--config", arm.recipe or args.config, *args.set_argv, *arm.argv(), *BASE_FIELDS,
+            "--seed", str(seed), "--output_dir", run_dir, "--max_steps", str(args.max_steps)]
+
+
+def check_inputs(args, arms: list[Arm]) -> None:
+    """Everything a run would refuse, checked before the first one starts: the flags' ranges, and every arm's recipe
+    and overrides parsed as its runs will parse them (a typo in the last arm fails now, not after the first trained)."""
+    from trl_ada.cli.train import parse_recipe
+
+    for flag in ("max_steps", "eval_every", "threads", "jobs"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag} {getattr(args, flag)}: must be at least 1")
+    if not 0 < args.eval_fraction < 1:
+        raise ValueError(f"--eval_fraction {args.eval_fraction}: must lie strictly between 0 and 1 (the share of "
+                         "training rows held out; default 0.1)")
+    for arm in arms:
+        recipe = arm.recipe or args.config
+        if not os.path.isfile(recipe):
+            raise ValueError(f"--arm {arm.name}: its recipe {recipe!r} is not a file")
+        try:
+            parse_recipe(run_argv(args, arm, args.seeds[0], os.path.join(args.output_dir, "runs", "check")))
+        except ValueError as error:
+            raise ValueError(f"--arm {arm.name} (with --set {' '.join(args.set) or '(none)'}): {error}") from None
+
+
 def run_one(args, arm: Arm, seed: int) -> dict:
     """Train one (arm, seed) and return its record (also written to results/<arm>-seed<seed>.json)."""
     from transformers import AutoTokenizer, PrinterCallback
@@ -103,9 +130,7 @@ def run_one(args, arm: Arm, seed: int) -> dict:
     from trl_ada.trainer import AdaGRPOTrainer
 
     run_dir = os.path.join(args.output_dir, "runs", f"{arm.name}-seed{seed}")
-    argv = ["--config", arm.recipe or args.config, *args.set_argv, *arm.argv(), *BASE_FIELDS,
-            "--seed", str(seed), "--output_dir", run_dir, "--max_steps", str(args.max_steps)]
-    script_args, training_args, model_args = parse_recipe(argv)
+    script_args, training_args, model_args = parse_recipe(run_argv(args, arm, seed, run_dir))
     model = resolve_model(model_args.model_name_or_path, training_args, script_args.warm_start_steps)
     if model_args.dtype not in (None, "auto"):
         training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype}
@@ -233,6 +258,8 @@ def main(argv=None) -> dict:
     if len(set(names)) != len(names):
         raise ValueError(f"--arm: names must differ, got {names}")
     args.set_argv = Arm("set", None, args.set).argv()
+    if args.only is None and not args.report_only:
+        check_inputs(args, arms)
     torch.set_num_threads(args.threads)
     if args.only is not None:
         run_one(args, next(arm for arm in arms if arm.name == args.only[0]), int(args.only[1]))

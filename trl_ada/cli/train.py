@@ -32,7 +32,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_ada.config import AdaGRPOConfig
 from trl_ada.examples.agents import product_problems, tool_warm_start
-from trl_ada.data import load_raw_dataset, to_trl_dataset
+from trl_ada.data import PROMPT_TEMPLATES, load_raw_dataset, to_trl_dataset
 from trl_ada.examples.arithmetic import arithmetic_problems, hard_arithmetic, synthetic_arithmetic, word_problems
 from trl_ada.examples.models import missing_model_message
 from trl_ada.rewards import boxed_math_reward, check_gold_answers, last_number_reward
@@ -90,6 +90,23 @@ class ScriptArguments:
         metadata={"help": "Import path of an environment class or factory (TRL's environment_factory): one instance "
                   "per sample of every round, reset with its row; its public methods are tools."},
     )
+
+    def __post_init__(self):
+        for name in ("reward_funcs", "tools"):  # `reward_funcs: boxed_math_reward` in YAML is one name, not letters
+            if isinstance(getattr(self, name), str):
+                setattr(self, name, [getattr(self, name)])
+        if self.dataset_prompt_template is not None and self.dataset_prompt_template not in PROMPT_TEMPLATES:
+            raise ValueError(f"dataset_prompt_template={self.dataset_prompt_template!r}: use one of "
+                             f"{list(PROMPT_TEMPLATES)}, or leave it unset (the data set's own `prompt` column).")
+        for name in ("synthetic_num_examples", "synthetic_difficulty", "dataset_num_examples"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name}={value!r} must be an integer >= 1 (a training set needs rows; difficulty "
+                                 "counts digits from 1).")
+        unknown = [name for name in self.reward_funcs if name not in NAMED_REWARDS and not ("." in name or ":" in name)]
+        if unknown:
+            raise ValueError(f"reward_funcs: unknown {unknown[0]!r}; use one of {sorted(NAMED_REWARDS)} or a dotted "
+                             "import path (my_task.my_reward for my_task.py in the current folder).")
 
 
 # Reward functions a recipe can name without an import path.
@@ -210,19 +227,24 @@ def resolve_model(name: str | None, training_args, warm_start_steps: int = 300) 
 
 def main(argv=None):
     script_args, training_args, model_args = parse_recipe(argv)
+    # The recipe's imports and data first: a typo there fails in seconds, before a model is built or warm-started.
+    reward_funcs = load_reward_funcs(script_args.reward_funcs)
+    tools = [load_object(path, "tools") for path in script_args.tools] or None
+    environment_factory = (load_object(script_args.environment_factory, "environment_factory")
+                           if script_args.environment_factory else None)
+    train_dataset = load_train_dataset(script_args, training_args.seed)
     model = resolve_model(model_args.model_name_or_path, training_args, script_args.warm_start_steps)
     if model_args.dtype not in (None, "auto"):
         training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype}
 
     trainer = AdaGRPOTrainer(
         model=model,
-        reward_funcs=load_reward_funcs(script_args.reward_funcs),
+        reward_funcs=reward_funcs,
         args=training_args,
-        train_dataset=load_train_dataset(script_args, training_args.seed),
+        train_dataset=train_dataset,
         peft_config=get_peft_config(model_args),
-        tools=[load_object(path, "tools") for path in script_args.tools] or None,
-        environment_factory=(load_object(script_args.environment_factory, "environment_factory")
-                             if script_args.environment_factory else None),
+        tools=tools,
+        environment_factory=environment_factory,
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
