@@ -596,7 +596,7 @@ class AdaGRPOConfig(GRPOConfig):
         for name, why in ignored:
             if getattr(self, name) != _DEFAULTS[name]:
                 warnings.warn(f"{name}={getattr(self, name)!r} has no effect with {why}: it is ignored.", UserWarning,
-                              stacklevel=4)  # the line that built the config
+                              stacklevel=4)  # the caller of the constructor (with the lock's transformers)
 
     @property
     def sampling_active(self) -> bool:
