@@ -83,7 +83,7 @@ import time  # noqa: E402
 
 from trl_ada.cli.compare import main as compare_main  # noqa: E402
 from trl_ada.integration.support import requested_processes  # noqa: E402
-from trl_ada.cli.train import ScriptArguments, load_train_dataset, parse_recipe  # noqa: E402
+from trl_ada.cli.train import ScriptArguments, load_train_dataset, parse_recipe, with_dataset  # noqa: E402
 
 CHAT = [{"prompt": [{"role": "user", "content": f"Write the word w{i} in capitals."}], "solution": f"W{i}",
          "level": i % 2} for i in range(24)]
@@ -311,3 +311,25 @@ def test_the_readme_quick_start_runs(tiny_model, tmp_path, monkeypatch):
     namespace = {}
     exec(compile(snippet, "README.md", "exec"), namespace)
     assert namespace["trainer"].state.global_step == 1
+
+
+@pytest.mark.parametrize("task", ["synthetic", "word_problems", "arithmetic", "products"])
+@pytest.mark.parametrize("setting", [{"dataset_prompt_template": "math"}, {"dataset_problem_column": "question"},
+                                     {"dataset_answer_column": "gt"}, {"dataset_num_examples": 8}])
+def test_a_built_in_task_refuses_the_fields_it_would_ignore(task, setting):
+    """The offline tasks build their own prompts; a template or column given with one would be lost silently."""
+    name = next(iter(setting))
+    with pytest.raises(ValueError, match=rf"{name}.*built-in task" if name != "dataset_num_examples"
+                       else "dataset_num_examples applies to .*synthetic_num_examples"):
+        ScriptArguments(dataset_name=task, **setting)
+
+
+def test_a_held_out_built_in_task_drops_the_recipes_file_only_fields(tmp_path):
+    """`--eval_dataset hard_arithmetic` beside a recipe whose file needs `dataset_prompt_template: math` loads the
+    built-in set as it is; another file keeps the recipe's template (it is loaded as the recipe loads its own)."""
+    recipe = ScriptArguments(dataset_name="train.jsonl", dataset_prompt_template="math", dataset_num_examples=4)
+    built_in = with_dataset(recipe, dataset_name="hard_arithmetic", dataset_split="test_hard")
+    assert (built_in.dataset_prompt_template, built_in.dataset_num_examples) == (None, 4)
+    assert with_dataset(recipe, dataset_name="synthetic").dataset_num_examples is None
+    other_file = with_dataset(recipe, dataset_name="test.jsonl")
+    assert other_file.dataset_prompt_template == "math" and other_file.dataset_num_examples == 4

@@ -126,7 +126,8 @@ def run_one(args, arm: Arm, seed: int) -> dict:
     from transformers import AutoTokenizer, PrinterCallback
     from trl import get_peft_config
 
-    from trl_ada.cli.train import ScriptArguments, load_object, load_reward_funcs, load_train_dataset, parse_recipe, resolve_model
+    from trl_ada.cli.train import (load_object, load_reward_funcs, load_train_dataset, parse_recipe, resolve_model,
+                                   with_dataset)
     from trl_ada.trainer import AdaGRPOTrainer
 
     run_dir = os.path.join(args.output_dir, "runs", f"{arm.name}-seed{seed}")
@@ -146,7 +147,7 @@ def run_one(args, arm: Arm, seed: int) -> dict:
         extra_args = {"dataset_split": args.eval_extra_split or "train"}
         if args.eval_extra_dataset is not None:
             extra_args.update(dataset_name=args.eval_extra_dataset, dataset_num_examples=None)
-        extra = load_train_dataset(ScriptArguments(**{**vars(script_args), **extra_args}), args.task_seed)
+        extra = load_train_dataset(with_dataset(script_args, **extra_args), args.task_seed)
         extra_score = HeldOutScore(AutoTokenizer.from_pretrained(model), extra.select(range(min(args.eval_examples,
                                    len(extra)))), reward_funcs, training_args.reward_weights,
                                    training_args.max_completion_length, args.eval_seed, cache_dir)

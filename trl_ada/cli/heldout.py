@@ -20,16 +20,16 @@ def held_out_split(args, script_args, train):
     """(training rows, held-out rows, where the held-out rows come from): see the module docstring for the order of
     the choices. Fewer than `--eval_min_examples` held-out questions is an error: every interval of the comparison
     is over these questions, and a handful of them cannot tell two samplers apart."""
-    from trl_ada.cli.train import ScriptArguments, load_train_dataset
+    from trl_ada.cli.train import load_train_dataset, with_dataset
 
     if args.eval_dataset is not None:
         source = f"{args.eval_dataset}" + (f" (split {args.eval_split})" if args.eval_split else "")
-        eval_args = ScriptArguments(**{**vars(script_args), "dataset_name": args.eval_dataset,
-                                       "dataset_split": args.eval_split or "train", "dataset_num_examples": None})
+        eval_args = with_dataset(script_args, dataset_name=args.eval_dataset, dataset_split=args.eval_split or "train",
+                                 dataset_num_examples=None)
         held = load_train_dataset(eval_args, args.task_seed)
     elif args.eval_split is not None:
         source = f"{script_args.dataset_name} split {args.eval_split}"
-        eval_args = ScriptArguments(**{**vars(script_args), "dataset_split": args.eval_split})
+        eval_args = with_dataset(script_args, dataset_split=args.eval_split)
         held = load_train_dataset(eval_args, args.task_seed)
     elif script_args.dataset_name == "arithmetic":
         from trl_ada.examples.arithmetic import arithmetic_problems

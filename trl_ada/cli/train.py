@@ -103,10 +103,36 @@ class ScriptArguments:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name}={value!r} must be an integer >= 1 (a training set needs rows; difficulty "
                                  "counts digits from 1).")
+        if self.dataset_name in BUILT_IN_TASKS:  # they build their own prompts: a template given here would be lost
+            for name, default in FILE_ONLY_FIELDS.items():
+                if getattr(self, name) != default:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)!r} applies to a Hub id or a local file; the built-in task "
+                        f"dataset_name={self.dataset_name!r} builds its own prompts and columns. Drop {name}, or point "
+                        "dataset_name at your data.")
+            if self.dataset_num_examples is not None and self.dataset_name != "hard_arithmetic":
+                raise ValueError(f"dataset_num_examples applies to a Hub id, a local file or 'hard_arithmetic'; "
+                                 f"the built-in task {self.dataset_name!r} is sized by synthetic_num_examples.")
         unknown = [name for name in self.reward_funcs if name not in NAMED_REWARDS and not ("." in name or ":" in name)]
         if unknown:
             raise ValueError(f"reward_funcs: unknown {unknown[0]!r}; use one of {sorted(NAMED_REWARDS)} or a dotted "
                              "import path (my_task.my_reward for my_task.py in the current folder).")
+
+
+# The offline tasks `dataset_name` can name; they build their own prompts, so the fields below are for files only.
+BUILT_IN_TASKS = ("synthetic", "word_problems", "arithmetic", "hard_arithmetic", "products")
+FILE_ONLY_FIELDS = {"dataset_prompt_template": None, "dataset_problem_column": "problem", "dataset_answer_column": None}
+
+
+def with_dataset(script_args: ScriptArguments, **changes) -> ScriptArguments:
+    """The recipe's arguments with another data set (a held-out file, another split): a built-in task drops the
+    recipe's file-only fields, a file keeps them (it is loaded as the recipe loads its own)."""
+    values = {**vars(script_args), **changes}
+    if values["dataset_name"] in BUILT_IN_TASKS:
+        values.update(FILE_ONLY_FIELDS)
+        if values["dataset_name"] != "hard_arithmetic":
+            values["dataset_num_examples"] = None
+    return ScriptArguments(**values)
 
 
 # Reward functions a recipe can name without an import path.
