@@ -194,17 +194,25 @@ def test_imports_run_one_way_no_package_module_imports_the_demo():
 
 
 @pytest.mark.slow
-def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
+@pytest.mark.parametrize("own_task", [False, True], ids=["as_shipped", "own_task"])
+def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch, own_task):
+    """As shipped, and with its switch to a user's own task (the README's capitals task, built in Python) turned on."""
     nbformat = pytest.importorskip("nbformat")
     monkeypatch.setenv("TRL_ADA_NOTEBOOK_STEPS", "4")  # its default run (200 steps) learns: measured, in its text
     from nbclient import NotebookClient
 
     notebook = nbformat.read(os.path.join(ROOT, "notebooks", "lora_quickstart.ipynb"), as_version=4)
+    switch = [cell for cell in notebook.cells if cell.source.startswith("OWN_TASK = False")]
+    assert len(switch) == 1
+    if own_task:
+        switch[0].source = switch[0].source.replace("OWN_TASK = False", "OWN_TASK = True", 1)
     NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
                    ).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert (tmp_path / "runs" / "notebook" / "ada-lora" / "adapter_config.json").exists()
+    printed = "".join(o.get("text", "") for o in outputs)
+    assert f"held-out ({32 if own_task else 128} problems)" in printed
 
 
 @pytest.mark.slow

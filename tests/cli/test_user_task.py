@@ -333,3 +333,28 @@ def test_a_held_out_built_in_task_drops_the_recipes_file_only_fields(tmp_path):
     assert with_dataset(recipe, dataset_name="synthetic").dataset_num_examples is None
     other_file = with_dataset(recipe, dataset_name="test.jsonl")
     assert other_file.dataset_prompt_template == "math" and other_file.dataset_num_examples == 4
+
+
+def test_held_out_accuracy_calls_a_users_reward_as_grpo_trainer_does(tiny_model):
+    """The evaluation helpers (the notebook's, the demo's) hand the reward what training hands it: the prompts,
+    conversational completions and the data set's own columns by name, k rows per question in order."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ada.cli.evaluate import held_out_accuracy
+
+    rows = [{"prompt": [{"role": "user", "content": f"Write the word {w} in capitals."}], "solution": w.upper(),
+             "level": i} for i, w in enumerate(["alpha", "beta", "gamma"])]
+    calls = []
+
+    def upper_reward(prompts, completions, solution, **kwargs):
+        calls.append((prompts, completions, solution, kwargs))
+        return [1.0 if "Write the word alpha" in p[-1]["content"] else None for p in prompts]
+
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(tiny_model), AutoTokenizer.from_pretrained(tiny_model)
+    result = held_out_accuracy(model, tokenizer, Dataset.from_list(rows), k=2, max_new_tokens=4,
+                               reward_func=upper_reward)
+    assert result["greedy"] == result["avg@k"] == pytest.approx(1 / 3)  # the None of the other rows counts 0
+    greedy, sampled = calls
+    assert greedy[0] == [r["prompt"] for r in rows] and greedy[2] == ["ALPHA", "BETA", "GAMMA"]
+    assert sampled[2] == ["ALPHA", "ALPHA", "BETA", "BETA", "GAMMA", "GAMMA"] and sampled[3] == {"level": [0, 0, 1, 1, 2, 2]}
+    assert all(c[0]["role"] == "assistant" and isinstance(c[0]["content"], str) for c in sampled[1])

@@ -54,15 +54,28 @@ def sample_rewards(model, tokenizer, dataset, k=32, max_new_tokens=4096, tempera
                    use_vllm=False, model_path=None, reward_func=boxed_math_reward) -> list[float]:
     """The reward of each of k samples per problem, problem by problem (k rows for the first problem, then the next).
 
-    `temperature=0` decodes greedily (then k=1 is enough). `reward_func` is any TRL-style reward function taking the
-    completion texts and `answer=`."""
+    `temperature=0` decodes greedily (then k=1 is enough). `reward_func` is any TRL reward function; it gets the
+    data set's columns by name, as in training (boxed_math_reward reads `answer`)."""
     prompts = list(dataset["prompt"])
     if use_vllm:
         texts = _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p)
     else:
         texts = _generate_transformers(model, tokenizer, prompts, k, max_new_tokens, temperature, top_p, batch_size)
-    answers = [a for a in dataset["answer"] for _ in range(k)]
-    return reward_func(texts, answer=answers)
+    return reward_samples([reward_func], None, dataset, texts, k)
+
+
+def reward_samples(reward_funcs, reward_weights, dataset, texts, k) -> list[float]:
+    """The weighted reward of each of k answers per row (`texts`, row by row), the reward functions called as
+    GRPOTrainer calls them: `prompts`, conversational `completions` and every other column by name; a reward's
+    None (no opinion on that sample) counts 0."""
+    prompts = [p for p in dataset["prompt"] for _ in range(k)]
+    columns = {c: [v for v in dataset[c] for _ in range(k)] for c in dataset.column_names if c != "prompt"}
+    completions = [[{"role": "assistant", "content": t}] for t in texts]  # the prompts are chat messages
+    total = [0.0] * len(texts)
+    for func, weight in zip(reward_funcs, reward_weights or [1.0] * len(reward_funcs)):
+        values = func(prompts=prompts, completions=completions, **columns)
+        total = [t + weight * (v if v is not None else 0.0) for t, v in zip(total, values)]
+    return total
 
 
 def avg_at_k(model, tokenizer, dataset, k=32, max_new_tokens=4096, temperature=1.0, top_p=1.0, batch_size=64,

@@ -118,18 +118,12 @@ class HeldOutScore:
             return items
 
     def _score(self, model, k: int, temperature: float) -> list[float]:
-        from trl_ada.cli.evaluate import _generate_transformers, evaluation_noise
+        from trl_ada.cli.evaluate import _generate_transformers, evaluation_noise, reward_samples
 
         start = time.time()
         prompts = list(self.dataset["prompt"])
         with evaluation_noise(model, self.seed):
             texts = _generate_transformers(model, self.tokenizer, prompts, k, self.max_new_tokens, temperature, 1.0, 64)
-        columns = {c: [v for v in self.dataset[c] for _ in range(k)]
-                   for c in self.dataset.column_names if c != "prompt"}
-        completions = [[{"role": "assistant", "content": t}] for t in texts]  # as TRL hands conversational rewards
-        total = [0.0] * len(texts)
-        for func, weight in zip(self.reward_funcs, self.weights):
-            values = func(prompts=[p for p in prompts for _ in range(k)], completions=completions, **columns)
-            total = [t + weight * (v if v is not None else 0.0) for t, v in zip(total, values)]
+        total = reward_samples(self.reward_funcs, self.weights, self.dataset, texts, k)
         self.seconds += time.time() - start
         return [sum(total[i * k : (i + 1) * k]) / k for i in range(len(prompts))]
