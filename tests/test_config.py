@@ -131,6 +131,51 @@ def test_a_field_the_chosen_sampling_does_not_read_is_named(kwargs, ignored):
         make(**kwargs)
 
 
+@pytest.mark.parametrize("kwargs, sampling", [
+    ({"scale_rewards": "batch"}, "reinforce_ada"),
+    ({"scale_rewards": "none", "reinforce_ada_est": True}, "est"),
+])
+def test_scale_rewards_under_an_estimator_of_its_own_is_named(kwargs, sampling):
+    with pytest.warns(UserWarning, match=f"scale_rewards=.* has no effect with advantage_estimator='{sampling}'"):
+        make(**kwargs)
+
+
+@pytest.mark.parametrize("field_name, typo", [("loss_type", "dapo "), ("loss_type", "ppo"), ("scale_rewards", "grp"),
+                                              ("scale_rewards", "true"), ("importance_sampling_level", "seq"),
+                                              ("multi_objective_aggregation", "sum")])
+def test_trls_enumerated_fields_are_checked_at_construction(field_name, typo):
+    """GRPOConfig reads these only inside a training step (an unknown loss fails after the first generation)."""
+    with pytest.raises(ValueError, match=rf"{field_name}={typo!r} is not valid: use one of \["):
+        make(**{field_name: typo})
+
+
+def test_trls_choices_are_the_ones_trl_documents_and_reads():
+    """Each value is in GRPOConfig's help for the field and is compared against in GRPOTrainer's code, and the
+    losses are the ones the help lists (a new TRL loss would be refused here otherwise)."""
+    import dataclasses
+    import inspect
+    import re
+
+    import trl.trainer.grpo_trainer as grpo_trainer
+    from trl import GRPOConfig
+
+    from trl_ada.config import TRL_CHOICES
+
+    helps = {f.name: f.metadata["help"] for f in dataclasses.fields(GRPOConfig)}
+    source = inspect.getsource(grpo_trainer)
+    for name, allowed in TRL_CHOICES.items():
+        for value in allowed:
+            assert re.search(rf"\b{value}\b", helps[name]), (name, value)
+            assert f'"{value}"' in source or f"'{value}'" in source, (name, value)
+    listed = re.search(r"Supported values are (.*?)\.", helps["loss_type"]).group(1)
+    assert set(re.findall(r"'([a-z_]+)'", listed)) == set(TRL_CHOICES["loss_type"])
+    grpo = dict(multiround_adaptive_downsampling=False)  # where scale_rewards is read
+    for value in ("group", "batch", "none"):
+        make(scale_rewards=value, **grpo)
+    assert make(scale_rewards=True, **grpo).scale_rewards == "group"  # GRPOConfig maps True and False
+    assert make(scale_rewards=False, **grpo).scale_rewards == "none"
+
+
 def test_defaults_and_the_paper_settings_warn_of_nothing():
     import warnings
 
@@ -140,3 +185,5 @@ def test_defaults_and_the_paper_settings_warn_of_nothing():
         make(reinforce_ada_choice="positive_focused", round_repeat=16, max_rounds=2)
         make(sampling_budget=6.0, prompt_memory=True, budget_top_up=1)
         make(reinforce_ada_est=True, num_generations=8, per_device_train_batch_size=16, est_exponent=1.0)
+        make(multiround_adaptive_downsampling=False, dynamic_sampling=True, scale_rewards="batch")  # DAPO: TRL's
+        make(global_stat_est=False, scale_rewards="none")  # the kept group's own statistics: TRL's

@@ -266,7 +266,7 @@ CELLS = [
     *(Cell(f"loss-{loss}", f"`loss_type=\"{loss}\"`", config=dict(loss_type=loss))
       for loss in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo")),
     *(Cell(f"scale-{scale}", f"`scale_rewards=\"{scale}\"`", config=dict(scale_rewards=scale),
-           samplers=("positive_focused",)) for scale in ("group", "batch", "none")),
+           samplers=("dynamic",)) for scale in ("group", "batch", "none")),  # GRPO's advantages: where it is read
     Cell("beta", "a KL term (`beta=0.1`, a reference model)", config=dict(beta=0.1)),
     Cell("num-iterations", "`num_iterations=2` (old log-probs, clipping)", config=dict(num_iterations=2),
          samplers=("balanced", "dynamic")),

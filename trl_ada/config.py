@@ -26,6 +26,13 @@ PAPER = {  # what TRL's model card cites for a trainer trained with these defaul
     ),
 }
 
+# GRPOConfig's enumerated fields (trl 1.16) that TRL reads only inside a training step, after the first generation.
+TRL_CHOICES = {
+    "loss_type": ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"),
+    "scale_rewards": ("group", "batch", "none"),  # after GRPOConfig maps True and False to 'group' and 'none'
+    "importance_sampling_level": ("token", "sequence"),
+    "multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
+}
 ADVANTAGE_ESTIMATORS = ("reinforce_ada", "grpo", "reinforce_rej", "raft", "est")
 
 
@@ -382,6 +389,8 @@ class AdaGRPOConfig(GRPOConfig):
         # TRL's own checks first: they derive steps_per_generation and generation_batch_size, which ours use.
         super().__post_init__()
 
+        for name, allowed in TRL_CHOICES.items():  # TRL reads these only once a step runs: checked here, at once
+            _check_one_of(name, getattr(self, name), allowed)
         for name in _OWN_BOOLS:  # a string such as "false" would read as True in every `if`
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False (a bool, not a string).")
@@ -597,6 +606,17 @@ class AdaGRPOConfig(GRPOConfig):
             if getattr(self, name) != _DEFAULTS[name]:
                 warnings.warn(f"{name}={getattr(self, name)!r} has no effect with {why}: it is ignored.", UserWarning,
                               stacklevel=4)  # the caller of the constructor (with the lock's transformers)
+        if self.replaces_grpo_advantages and self.scale_rewards != "group":
+            warnings.warn(f"scale_rewards={self.scale_rewards!r} has no effect with advantage_estimator="
+                          f"{self.advantage_estimator!r}: it scales only GRPO's group advantages (pool_std_scaling "
+                          "scales the pooled ones).", UserWarning, stacklevel=4)
+
+    @property
+    def replaces_grpo_advantages(self) -> bool:
+        """Whether the advantages are the estimator's own, not TRL's group statistics over the kept samples (which
+        `advantage_estimator='reinforce_ada'` with `global_stat_est=False` and 'grpo' keep)."""
+        estimator = self.advantage_estimator
+        return not (estimator == "grpo" or (estimator == "reinforce_ada" and not self.global_stat_est))
 
     @property
     def sampling_active(self) -> bool:

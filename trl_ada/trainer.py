@@ -278,7 +278,7 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _replace_advantages(self, output: dict[str, Any], results: list[PromptResult] | None) -> None:
         """Swap TRL's GRPO advantages for the configured estimator's (`results`: the chosen prompts' sampling)."""
-        if not estimators.replaces_grpo(self.args):
+        if not self.args.replaces_grpo_advantages:
             self._last_advantages = None  # TRL's own group statistics, already in `output`
             return
         if not self._warned_non_binary:

@@ -18,12 +18,6 @@ from trl_ada.core.sampling import PromptResult
 logger = get_logger(__name__)
 
 
-def replaces_grpo(args) -> bool:
-    """Whether the estimator differs from TRL's own group statistics (then TRL's advantages stay as they are)."""
-    estimator = args.advantage_estimator
-    return not (estimator == "grpo" or (estimator == "reinforce_ada" and not args.global_stat_est))
-
-
 def step_advantages(args, rewards: list[float], num_generations: int,
                     results: list[PromptResult] | None) -> list[list[float]]:
     """Advantages of the kept samples, one list per chosen prompt (`rewards`: the kept samples' weighted rewards, in
