@@ -265,6 +265,8 @@ CELLS = [
     # Loss and advantage settings (GRPOConfig)
     *(Cell(f"loss-{loss}", f"`loss_type=\"{loss}\"`", config=dict(loss_type=loss))
       for loss in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo")),
+    Cell("loss-luspo", "`loss_type=\"luspo\"` (with its sequence-level ratios)",
+         config=dict(loss_type="luspo", importance_sampling_level="sequence")),
     *(Cell(f"scale-{scale}", f"`scale_rewards=\"{scale}\"`", config=dict(scale_rewards=scale),
            samplers=("dynamic",)) for scale in ("group", "batch", "none")),  # GRPO's advantages: where it is read
     Cell("beta", "a KL term (`beta=0.1`, a reference model)", config=dict(beta=0.1)),
