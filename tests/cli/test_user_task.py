@@ -236,7 +236,7 @@ def seen(prompts, completions, **kwargs):
 @pytest.mark.slow
 def test_the_readme_task_trains_through_every_entry_point(tmp_path):
     files, commands = readme_blocks()
-    assert set(files) == {"task.py", "upper_ada.yaml"} and len(commands) == 4
+    assert set(files) == {"task.py", "upper_ada.yaml"} and len(commands) == 5
     for name, body in files.items():
         (tmp_path / name).write_text(body)
     bin_dir = os.path.dirname(sys.executable)
@@ -252,6 +252,8 @@ def test_the_readme_task_trains_through_every_entry_point(tmp_path):
     assert (tmp_path / "out" / "upper-2p" / "model.safetensors").exists()
     report = json.loads((tmp_path / "out" / "upper-compare" / "report.json").read_text())
     assert report["held_out"] == [["upper_test.jsonl", 32]] and "balanced" in report["arms"]
+    scored = json.loads((tmp_path / "out" / "upper" / "eval_avg@4.json").read_text())
+    assert scored["datasets"]["upper_test.jsonl"]["size"] == 32 and 0 <= scored["weighted_average"] <= 1
     # The reward sees the prompt as written, on both processes of a 2-process run.
     (tmp_path / "marker.py").write_text(MARKER)
     done = subprocess.run([os.path.join(bin_dir, "torchrun"), "--nproc_per_node", "2", "-m", "trl_ada.cli.train",
@@ -358,3 +360,37 @@ def test_held_out_accuracy_calls_a_users_reward_as_grpo_trainer_does(tiny_model)
     assert greedy[0] == [r["prompt"] for r in rows] and greedy[2] == ["ALPHA", "BETA", "GAMMA"]
     assert sampled[2] == ["ALPHA", "ALPHA", "BETA", "BETA", "GAMMA", "GAMMA"] and sampled[3] == {"level": [0, 0, 1, 1, 2, 2]}
     assert all(c[0]["role"] == "assistant" and isinstance(c[0]["content"], str) for c in sampled[1])
+
+
+def test_the_eval_command_scores_a_users_task_with_its_own_reward(tiny_model, tmp_path, monkeypatch, capsys):
+    """trl-ada-eval on the README's capitals task: the rows as written, the reward by import path from the current
+    folder; a wrong reward name fails before the model loads, text prompts with the fix."""
+    from trl_ada.cli.evaluate import main as eval_main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "capitals.py").write_text(
+        "def upper_reward(completions, solution, **kwargs):\n"
+        "    return [float(word in c[-1]['content']) + 0.25 for c, word in zip(completions, solution)]\n")
+    rows = [{"prompt": [{"role": "user", "content": f"Write the word {w} in capitals."}], "solution": w.upper()}
+            for w in ("alpha", "beta", "gamma")]
+    path = write_jsonl(tmp_path / "upper_test.jsonl", rows)
+    out = tmp_path / "eval.json"
+    eval_main(["--model_name_or_path", tiny_model, "--datasets", path, "--prompt_template", "none",
+               "--reward_funcs", "capitals.upper_reward", "--k", "2", "--max_new_tokens", "4",
+               "--output_file", str(out)])
+    result = json.loads(out.read_text())
+    assert result["datasets"][path]["size"] == 3
+    assert 0.25 <= result["datasets"][path]["avg@2"] <= 1.25  # the reward's own scale: it was the one called
+    math = write_jsonl(tmp_path / "math.jsonl", [{"problem": "What is 1 + 1?", "answer": "2"}] * 2)
+    eval_main(["--model_name_or_path", tiny_model, "--datasets", math, "--k", "1", "--max_new_tokens", "4",
+               "--output_file", str(out)])  # the default: the reference's prompt and boxed_math_reward
+    scored = json.loads(out.read_text())["datasets"][math]
+    assert scored["size"] == 2 and scored["avg@1"] in (0.0, 0.5, 1.0)
+    with pytest.raises(ValueError, match="reward_funcs: cannot import 'capitals.no_such_reward'"):
+        eval_main(["--model_name_or_path", str(tmp_path / "no-model"), "--datasets", path, "--prompt_template",
+                   "none", "--reward_funcs", "capitals.no_such_reward"])
+    text = write_jsonl(tmp_path / "text.jsonl", [{**r, "prompt": r["prompt"][0]["content"]} for r in rows])
+    with pytest.raises(ValueError, match="holds text.*--prompt_template user"):
+        eval_main(["--model_name_or_path", str(tmp_path / "no-model"), "--datasets", text, "--prompt_template",
+                   "none", "--reward_funcs", "capitals.upper_reward"])

@@ -5,6 +5,12 @@
 Each data set is a Hub id or a local json/jsonl/parquet file with `problem` and `answer` (or `gt`) columns. Prints a
 table (avg@k per set and the average weighted by set size, the paper's headline figure) and writes it as JSON.
 Generation uses vLLM when it is installed and a GPU is present, transformers otherwise.
+
+A task of your own is scored as it trains: its rows as written (`--prompt_template none`: a chat `prompt` column,
+every column handed to the rewards by name) and its rewards by import path, as a recipe names them:
+
+    trl-ada-eval --model_name_or_path out/upper --datasets upper_test.jsonl --prompt_template none \
+        --reward_funcs task.upper_reward --k 4
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import statistics
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from trl_ada.data import load_math_dataset
+from trl_ada.data import load_raw_dataset, to_trl_dataset
 from trl_ada.rewards import boxed_math_reward
 
 
@@ -54,14 +60,15 @@ def sample_rewards(model, tokenizer, dataset, k=32, max_new_tokens=4096, tempera
                    use_vllm=False, model_path=None, reward_func=boxed_math_reward) -> list[float]:
     """The reward of each of k samples per problem, problem by problem (k rows for the first problem, then the next).
 
-    `temperature=0` decodes greedily (then k=1 is enough). `reward_func` is any TRL reward function; it gets the
-    data set's columns by name, as in training (boxed_math_reward reads `answer`)."""
+    `temperature=0` decodes greedily (then k=1 is enough). `reward_func` is any TRL reward function (or a list of
+    them, summed); it gets the data set's columns by name, as in training (boxed_math_reward reads `answer`)."""
     prompts = list(dataset["prompt"])
     if use_vllm:
         texts = _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p)
     else:
         texts = _generate_transformers(model, tokenizer, prompts, k, max_new_tokens, temperature, top_p, batch_size)
-    return reward_samples([reward_func], None, dataset, texts, k)
+    return reward_samples(reward_func if isinstance(reward_func, (list, tuple)) else [reward_func], None, dataset,
+                          texts, k)
 
 
 def reward_samples(reward_funcs, reward_weights, dataset, texts, k) -> list[float]:
@@ -132,6 +139,21 @@ def _vllm_usable() -> bool:
     return torch.cuda.is_available()
 
 
+def load_eval_dataset(name: str, args):
+    """One evaluation set, its rows made into prompts as `--prompt_template` says; chat prompts only (the model
+    answers through its chat template, as in training)."""
+    template = None if args.prompt_template == "none" else args.prompt_template
+    dataset = to_trl_dataset(load_raw_dataset(name, args.split, local_split="any"), template, args.problem_column,
+                             args.answer_column, source=name)
+    if args.num_examples is not None:
+        dataset = dataset.select(range(min(args.num_examples, len(dataset))))
+    if len(dataset) and not isinstance(dataset[0]["prompt"], list):
+        raise ValueError(f"{name}: the `prompt` column holds text; trl-ada-eval answers through the chat template, so "
+                         "it needs chat messages ([{'role': 'user', 'content': ...}]), or --prompt_template user to "
+                         f"make them from the {args.problem_column!r} column.")
+    return dataset
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model_name_or_path", required=True)
@@ -143,8 +165,22 @@ def main(argv=None):
     parser.add_argument("--top_p", type=float, default=1.0)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--num_examples", type=int, default=None, help="evaluate on the first N problems only")
+    parser.add_argument("--prompt_template", default="math", choices=["math", "user", "none"],
+                        help="math (default): the reference's \\boxed{} prompt from the problem column, the gold "
+                        "column as `answer`; user: the problem column as one user message; none: the data set's own "
+                        "chat `prompt` column (as trl-ada-train reads it without dataset_prompt_template)")
+    parser.add_argument("--problem_column", default="problem")
+    parser.add_argument("--answer_column", default=None, help="with --prompt_template math (default: the first of gt, "
+                        "answer, solution)")
+    parser.add_argument("--reward_funcs", nargs="+", default=["boxed_math_reward"],
+                        help="as in a recipe: boxed_math_reward, last_number_reward or import paths (task.my_reward "
+                        "for task.py in the current folder); several are summed")
     parser.add_argument("--output_file", default=None, help="JSON results (default: <model>/eval_avg@k.json)")
     args = parser.parse_args(argv)
+    from trl_ada.cli.train import load_reward_funcs
+
+    reward_funcs = load_reward_funcs(args.reward_funcs)  # before any model loads: a wrong name fails at once
+    datasets = {name: load_eval_dataset(name, args) for name in args.datasets}
 
     use_vllm = _vllm_usable()
     tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
@@ -153,10 +189,10 @@ def main(argv=None):
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path).to(device)
     results = {}
-    for name in args.datasets:
-        dataset = load_math_dataset(name, split=args.split, num_examples=args.num_examples)
+    for name, dataset in datasets.items():
         score = avg_at_k(model, tokenizer, dataset, args.k, args.max_new_tokens, args.temperature, args.top_p,
-                         args.batch_size, use_vllm=use_vllm, model_path=args.model_name_or_path)
+                         args.batch_size, use_vllm=use_vllm, model_path=args.model_name_or_path,
+                         reward_func=reward_funcs)
         results[name] = {"size": len(dataset), f"avg@{args.k}": score}
     total = sum(r["size"] for r in results.values())
     weighted = sum(r["size"] * r[f"avg@{args.k}"] for r in results.values()) / total
