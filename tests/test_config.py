@@ -136,7 +136,8 @@ def test_a_field_the_chosen_sampling_does_not_read_is_named(kwargs, ignored):
     ({"scale_rewards": "none", "reinforce_ada_est": True}, "est"),
 ])
 def test_scale_rewards_under_an_estimator_of_its_own_is_named(kwargs, sampling):
-    with pytest.warns(UserWarning, match=f"scale_rewards=.* has no effect with advantage_estimator='{sampling}'"):
+    with pytest.warns(UserWarning, match=f"scale_rewards=.* does not change the advantages of advantage_estimator="
+                                         f"'{sampling}'"):
         make(**kwargs)
 
 

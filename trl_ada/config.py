@@ -607,9 +607,10 @@ class AdaGRPOConfig(GRPOConfig):
                 warnings.warn(f"{name}={getattr(self, name)!r} has no effect with {why}: it is ignored.", UserWarning,
                               stacklevel=4)  # the caller of the constructor (with the lock's transformers)
         if self.replaces_grpo_advantages and self.scale_rewards != "group":
-            warnings.warn(f"scale_rewards={self.scale_rewards!r} has no effect with advantage_estimator="
-                          f"{self.advantage_estimator!r}: it scales only GRPO's group advantages (pool_std_scaling "
-                          "scales the pooled ones).", UserWarning, stacklevel=4)
+            pooled = " (pool_std_scaling scales the pooled ones)" if self.advantage_estimator == "reinforce_ada" else ""
+            warnings.warn(f"scale_rewards={self.scale_rewards!r} does not change the advantages of advantage_estimator="
+                          f"{self.advantage_estimator!r}: it scales GRPO's group advantages only{pooled}; TRL's "
+                          "frac_reward_zero_std metric still reads it.", UserWarning, stacklevel=4)
 
     @property
     def replaces_grpo_advantages(self) -> bool:

@@ -318,12 +318,23 @@ def test_the_readme_quick_start_runs(tiny_model, tmp_path, monkeypatch):
 @pytest.mark.parametrize("task", ["synthetic", "word_problems", "arithmetic", "products"])
 @pytest.mark.parametrize("setting", [{"dataset_prompt_template": "math"}, {"dataset_problem_column": "question"},
                                      {"dataset_answer_column": "gt"}, {"dataset_num_examples": 8}])
-def test_a_built_in_task_refuses_the_fields_it_would_ignore(task, setting):
-    """The offline tasks build their own prompts; a template or column given with one would be lost silently."""
-    name = next(iter(setting))
-    with pytest.raises(ValueError, match=rf"{name}.*built-in task" if name != "dataset_num_examples"
-                       else "dataset_num_examples applies to .*synthetic_num_examples"):
-        ScriptArguments(dataset_name=task, **setting)
+def test_a_built_in_task_names_and_drops_the_fields_it_does_not_read(task, setting):
+    """The offline tasks build their own prompts: a math recipe smoke-tested with `--dataset_name synthetic` runs,
+    and the fields it sets for its own data are named in a warning, not lost in silence."""
+    name, value = next(iter(setting.items()))
+    with pytest.warns(UserWarning, match=rf"{name}={value!r}: for a Hub id or a local file; the built-in task "
+                                         rf"dataset_name='{task}'"):
+        args = ScriptArguments(dataset_name=task, **setting)
+    assert getattr(args, name) == getattr(ScriptArguments(dataset_name=task), name)
+
+
+def test_hard_arithmetic_is_cut_by_dataset_num_examples_and_files_keep_their_fields():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        assert ScriptArguments(dataset_name="hard_arithmetic", dataset_num_examples=4).dataset_num_examples == 4
+        assert ScriptArguments(dataset_name="my.jsonl", dataset_prompt_template="math").dataset_prompt_template == "math"
 
 
 def test_a_held_out_built_in_task_drops_the_recipes_file_only_fields(tmp_path):
@@ -358,8 +369,23 @@ def test_held_out_accuracy_calls_a_users_reward_as_grpo_trainer_does(tiny_model)
     assert result["greedy"] == result["avg@k"] == pytest.approx(1 / 3)  # the None of the other rows counts 0
     greedy, sampled = calls
     assert greedy[0] == [r["prompt"] for r in rows] and greedy[2] == ["ALPHA", "BETA", "GAMMA"]
-    assert sampled[2] == ["ALPHA", "ALPHA", "BETA", "BETA", "GAMMA", "GAMMA"] and sampled[3] == {"level": [0, 0, 1, 1, 2, 2]}
+    assert sampled[2] == ["ALPHA", "ALPHA", "BETA", "BETA", "GAMMA", "GAMMA"]
+    assert set(sampled[3]) == {"level", "log_metric", "log_extra"} and sampled[3]["level"] == [0, 0, 1, 1, 2, 2]
     assert all(c[0]["role"] == "assistant" and isinstance(c[0]["content"], str) for c in sampled[1])
+
+    async def async_reward(completions, **kwargs):  # TRL awaits an `async def` reward; so does the evaluation
+        kwargs["log_metric"]("seen", 1.0)
+        return [0.5] * len(completions)
+
+    assert held_out_accuracy(model, tokenizer, Dataset.from_list(rows), k=0, max_new_tokens=4,
+                             reward_func=[upper_reward, async_reward], reward_weights=[1.0, 2.0]) == {
+        "greedy": pytest.approx(1 / 3 + 1.0)}
+
+    def short_reward(completions, **kwargs):
+        return [1.0]
+
+    with pytest.raises(ValueError, match="'short_reward' returned 1 values for 3 completions"):
+        held_out_accuracy(model, tokenizer, Dataset.from_list(rows), k=0, max_new_tokens=4, reward_func=short_reward)
 
 
 def test_the_eval_command_scores_a_users_task_with_its_own_reward(tiny_model, tmp_path, monkeypatch, capsys):
@@ -390,7 +416,13 @@ def test_the_eval_command_scores_a_users_task_with_its_own_reward(tiny_model, tm
     with pytest.raises(ValueError, match="reward_funcs: cannot import 'capitals.no_such_reward'"):
         eval_main(["--model_name_or_path", str(tmp_path / "no-model"), "--datasets", path, "--prompt_template",
                    "none", "--reward_funcs", "capitals.no_such_reward"])
+    with pytest.raises(ValueError, match="--answer_column does not apply with --prompt_template none"):
+        eval_main(["--model_name_or_path", str(tmp_path / "no-model"), "--datasets", path, "--prompt_template",
+                   "none", "--answer_column", "solution", "--reward_funcs", "capitals.upper_reward"])
+    with pytest.raises(ValueError, match="no rows to evaluate"):
+        eval_main(["--model_name_or_path", str(tmp_path / "no-model"), "--datasets", path, "--prompt_template",
+                   "none", "--num_examples", "0", "--reward_funcs", "capitals.upper_reward"])
     text = write_jsonl(tmp_path / "text.jsonl", [{**r, "prompt": r["prompt"][0]["content"]} for r in rows])
-    with pytest.raises(ValueError, match="holds text.*--prompt_template user"):
+    with pytest.raises(ValueError, match="holds text.*--prompt_template user --problem_column prompt"):
         eval_main(["--model_name_or_path", str(tmp_path / "no-model"), "--datasets", text, "--prompt_template",
                    "none", "--reward_funcs", "capitals.upper_reward"])

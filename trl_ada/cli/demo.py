@@ -200,8 +200,9 @@ def real_model_demo(args) -> dict:
         torch.manual_seed(training_args.seed)  # the same sampling noise before and after training
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(path)
-        reward = load_reward_funcs(script_args.reward_funcs)[0]
-        return held_out_accuracy(model, tokenizer, held_out, k=args.eval_k, max_new_tokens=tokens, reward_func=reward)
+        return held_out_accuracy(model, tokenizer, held_out, k=args.eval_k, max_new_tokens=tokens,
+                                 reward_func=load_reward_funcs(script_args.reward_funcs),
+                                 reward_weights=training_args.reward_weights)
 
     before = measure(model_dir, "before")
     print(f"[demo {_clock(started)}] before RL: greedy {100 * before['greedy']:.1f}%"

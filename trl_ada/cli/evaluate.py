@@ -16,7 +16,10 @@ every column handed to the rewards by name) and its rewards by import path, as a
 from __future__ import annotations
 
 import argparse
+import asyncio
+import concurrent.futures
 import contextlib
+import inspect
 import json
 import os
 import statistics
@@ -57,47 +60,68 @@ def _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p):
 
 
 def sample_rewards(model, tokenizer, dataset, k=32, max_new_tokens=4096, temperature=1.0, top_p=1.0, batch_size=64,
-                   use_vllm=False, model_path=None, reward_func=boxed_math_reward) -> list[float]:
+                   use_vllm=False, model_path=None, reward_func=boxed_math_reward,
+                   reward_weights=None) -> list[float]:
     """The reward of each of k samples per problem, problem by problem (k rows for the first problem, then the next).
 
-    `temperature=0` decodes greedily (then k=1 is enough). `reward_func` is any TRL reward function (or a list of
-    them, summed); it gets the data set's columns by name, as in training (boxed_math_reward reads `answer`)."""
+    `temperature=0` decodes greedily (then k=1 is enough). `reward_func` is a TRL reward function, or a list of them
+    weighted by `reward_weights` (default 1 each), called as in training (`reward_samples`): it takes `**kwargs`
+    and gets the data set's columns by name (boxed_math_reward reads `answer`)."""
     prompts = list(dataset["prompt"])
     if use_vllm:
         texts = _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p)
     else:
         texts = _generate_transformers(model, tokenizer, prompts, k, max_new_tokens, temperature, top_p, batch_size)
-    return reward_samples(reward_func if isinstance(reward_func, (list, tuple)) else [reward_func], None, dataset,
-                          texts, k)
+    return reward_samples(reward_func if isinstance(reward_func, (list, tuple)) else [reward_func], reward_weights,
+                          dataset, texts, k)
 
 
 def reward_samples(reward_funcs, reward_weights, dataset, texts, k) -> list[float]:
     """The weighted reward of each of k answers per row (`texts`, row by row), the reward functions called as
-    GRPOTrainer calls them: `prompts`, conversational `completions` and every other column by name; a reward's
-    None (no opinion on that sample) counts 0."""
+    GRPOTrainer calls them: `prompts`, conversational `completions`, every other column by name, and `log_metric` /
+    `log_extra` (which record nothing here); an `async def` reward is awaited. Outside training there is no
+    `trainer_state` and no `completion_ids`. A reward's None (no opinion on that sample) counts 0."""
     prompts = [p for p in dataset["prompt"] for _ in range(k)]
     columns = {c: [v for v in dataset[c] for _ in range(k)] for c in dataset.column_names if c != "prompt"}
     completions = [[{"role": "assistant", "content": t}] for t in texts]  # the prompts are chat messages
+    logs = {"log_metric": lambda *args, **kwargs: None, "log_extra": lambda *args, **kwargs: None}
     total = [0.0] * len(texts)
     for func, weight in zip(reward_funcs, reward_weights or [1.0] * len(reward_funcs)):
-        values = func(prompts=prompts, completions=completions, **columns)
+        values = func(prompts=prompts, completions=completions, **columns, **logs)
+        if inspect.isawaitable(values):
+            values = _run_coroutine(values)
+        values = list(values)
+        if len(values) != len(texts):
+            raise ValueError(f"reward function {getattr(func, '__name__', func)!r} returned {len(values)} values for "
+                             f"{len(texts)} completions: it must return one float (or None) per completion.")
         total = [t + weight * (v if v is not None else 0.0) for t, v in zip(total, values)]
     return total
 
 
+def _run_coroutine(coroutine):
+    """The value of an async reward's call; in a thread of its own where an event loop already runs (a notebook)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def avg_at_k(model, tokenizer, dataset, k=32, max_new_tokens=4096, temperature=1.0, top_p=1.0, batch_size=64,
              use_vllm=False, model_path=None, reward_func=boxed_math_reward) -> float:
-    """Mean over problems of the fraction of k samples that `reward_func` grades right (default: the last \\boxed{}
-    matches the gold answer)."""
+    """The mean reward of k samples per problem, over problems: the share graded right for a 0/1 reward such as the
+    default (the last \\boxed{} matches the gold answer)."""
     rewards = sample_rewards(model, tokenizer, dataset, k, max_new_tokens, temperature, top_p, batch_size, use_vllm,
                              model_path, reward_func)
     return sum(rewards) / len(rewards)
 
 
 def held_out_accuracy(model, tokenizer, dataset, k=4, max_new_tokens=48, reward_func=boxed_math_reward,
-                      batch_size=256, group_column="kind") -> dict[str, float]:
+                      batch_size=256, group_column="kind", reward_weights=None) -> dict[str, float]:
     """Greedy accuracy and avg@k (k samples at temperature 1.0) on `dataset`, overall and, when the dataset has a
     `group_column` (the arithmetic task's `kind`), per group: keys "greedy", "avg@k", "greedy 1-digit +", ...
+    (the mean reward: accuracy for a 0/1 reward; `reward_func` and `reward_weights` as in `sample_rewards`).
 
     Sampling draws from torch's global generator: seed it before the call to compare two models under the same noise.
     """
@@ -106,7 +130,8 @@ def held_out_accuracy(model, tokenizer, dataset, k=4, max_new_tokens=48, reward_
     measures = (("greedy", 1, 0.0), ("avg@k", k, 1.0)) if k > 0 else (("greedy", 1, 0.0),)  # k=0: greedy only
     for measure, samples, temperature in measures:
         rewards = sample_rewards(model, tokenizer, dataset, k=samples, max_new_tokens=max_new_tokens,
-                                 temperature=temperature, batch_size=batch_size, reward_func=reward_func)
+                                 temperature=temperature, batch_size=batch_size, reward_func=reward_func,
+                                 reward_weights=reward_weights)
         per_problem = [statistics.mean(rewards[i * samples : (i + 1) * samples]) for i in range(len(dataset))]
         result[measure] = statistics.mean(per_problem)
         for group in sorted(set(groups)):
@@ -143,14 +168,22 @@ def load_eval_dataset(name: str, args):
     """One evaluation set, its rows made into prompts as `--prompt_template` says; chat prompts only (the model
     answers through its chat template, as in training)."""
     template = None if args.prompt_template == "none" else args.prompt_template
+    unused = {"none": ("problem_column", "answer_column"), "user": ("answer_column",), "math": ()}[args.prompt_template]
+    for flag in unused:
+        if getattr(args, flag) != {"problem_column": "problem", "answer_column": None}[flag]:
+            raise ValueError(f"--{flag} does not apply with --prompt_template {args.prompt_template} (the rows are "
+                             "read as written): drop it, or pick the template that reads it.")
     dataset = to_trl_dataset(load_raw_dataset(name, args.split, local_split="any"), template, args.problem_column,
                              args.answer_column, source=name)
     if args.num_examples is not None:
         dataset = dataset.select(range(min(args.num_examples, len(dataset))))
-    if len(dataset) and not isinstance(dataset[0]["prompt"], list):
+    if len(dataset) == 0:
+        raise ValueError(f"{name} (split {args.split}): no rows to evaluate" + (
+            f" (--num_examples {args.num_examples})" if args.num_examples is not None else "") + ".")
+    if not isinstance(dataset[0]["prompt"], list):
         raise ValueError(f"{name}: the `prompt` column holds text; trl-ada-eval answers through the chat template, so "
-                         "it needs chat messages ([{'role': 'user', 'content': ...}]), or --prompt_template user to "
-                         f"make them from the {args.problem_column!r} column.")
+                         "it needs chat messages ([{'role': 'user', 'content': ...}]), or --prompt_template user "
+                         "--problem_column prompt to make each text one user message.")
     return dataset
 
 

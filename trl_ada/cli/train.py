@@ -26,6 +26,7 @@ import difflib
 import importlib
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field
 
 from trl import ModelConfig, TrlParser, get_peft_config
@@ -66,7 +67,9 @@ class ScriptArguments:
         default=None, metadata={"help": "With dataset_prompt_template=math: the column with the gold answer "
                                 "(default: the first of gt, answer, solution)."}
     )
-    dataset_num_examples: int | None = field(default=None, metadata={"help": "Train on the first N examples only."})
+    dataset_num_examples: int | None = field(default=None, metadata={
+        "help": "Train on the first N examples only (a Hub id, a local file or hard_arithmetic; the other built-in "
+                "tasks take synthetic_num_examples)."})
     synthetic_difficulty: int = field(
         default=1, metadata={"help": "Digits per operand of the synthetic task (word_problems: 1 = small numbers, "
                              "each level up x10)."})
@@ -103,35 +106,46 @@ class ScriptArguments:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name}={value!r} must be an integer >= 1 (a training set needs rows; difficulty "
                                  "counts digits from 1).")
-        if self.dataset_name in BUILT_IN_TASKS:  # they build their own prompts: a template given here would be lost
-            for name, default in FILE_ONLY_FIELDS.items():
-                if getattr(self, name) != default:
-                    raise ValueError(
-                        f"{name}={getattr(self, name)!r} applies to a Hub id or a local file; the built-in task "
-                        f"dataset_name={self.dataset_name!r} builds its own prompts and columns. Drop {name}, or point "
-                        "dataset_name at your data.")
-            if self.dataset_num_examples is not None and self.dataset_name != "hard_arithmetic":
-                raise ValueError(f"dataset_num_examples applies to a Hub id, a local file or 'hard_arithmetic'; "
-                                 f"the built-in task {self.dataset_name!r} is sized by synthetic_num_examples.")
+        if self.dataset_name in BUILT_IN_TASKS:
+            # A built-in task builds its own prompts. A recipe's data fields are dropped, said aloud: a math recipe
+            # smoke-tested with `--dataset_name synthetic` keeps working, and nothing is lost in silence.
+            dropped = file_only_fields(self)
+            if dropped:
+                warnings.warn(f"{', '.join(f'{k}={v!r}' for k, v in dropped.items())}: for a Hub id or a local file; "
+                              f"the built-in task dataset_name={self.dataset_name!r} builds its own prompts and "
+                              "columns (synthetic_num_examples sizes it), so they are ignored.", UserWarning,
+                              stacklevel=3)
+                for name in dropped:
+                    setattr(self, name, _FILE_ONLY_DEFAULTS[name])
         unknown = [name for name in self.reward_funcs if name not in NAMED_REWARDS and not ("." in name or ":" in name)]
         if unknown:
             raise ValueError(f"reward_funcs: unknown {unknown[0]!r}; use one of {sorted(NAMED_REWARDS)} or a dotted "
                              "import path (my_task.my_reward for my_task.py in the current folder).")
 
 
-# The offline tasks `dataset_name` can name; they build their own prompts, so the fields below are for files only.
+# The offline tasks `dataset_name` can name; they build their own prompts, so the fields below are for files only
+# (and dataset_num_examples for hard_arithmetic too, which it cuts).
 BUILT_IN_TASKS = ("synthetic", "word_problems", "arithmetic", "hard_arithmetic", "products")
-FILE_ONLY_FIELDS = {"dataset_prompt_template": None, "dataset_problem_column": "problem", "dataset_answer_column": None}
+_FILE_ONLY_DEFAULTS = {"dataset_prompt_template": None, "dataset_problem_column": "problem",
+                       "dataset_answer_column": None, "dataset_num_examples": None}
+
+
+def file_only_fields(values) -> dict:
+    """The data fields set away from their defaults that the built-in task `values.dataset_name` does not read."""
+    values = values if isinstance(values, dict) else vars(values)
+    if values["dataset_name"] not in BUILT_IN_TASKS:
+        return {}
+    ignored = [n for n in _FILE_ONLY_DEFAULTS if not (n == "dataset_num_examples"
+                                                       and values["dataset_name"] == "hard_arithmetic")]
+    return {n: values[n] for n in ignored if values[n] != _FILE_ONLY_DEFAULTS[n]}
 
 
 def with_dataset(script_args: ScriptArguments, **changes) -> ScriptArguments:
     """The recipe's arguments with another data set (a held-out file, another split): a built-in task drops the
-    recipe's file-only fields, a file keeps them (it is loaded as the recipe loads its own)."""
+    recipe's file-only fields quietly (the recipe's own data needs them), a file keeps them (it is loaded as the
+    recipe loads its own)."""
     values = {**vars(script_args), **changes}
-    if values["dataset_name"] in BUILT_IN_TASKS:
-        values.update(FILE_ONLY_FIELDS)
-        if values["dataset_name"] != "hard_arithmetic":
-            values["dataset_num_examples"] = None
+    values.update({name: _FILE_ONLY_DEFAULTS[name] for name in file_only_fields(values)})
     return ScriptArguments(**values)
 
 
