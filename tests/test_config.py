@@ -131,14 +131,17 @@ def test_a_field_the_chosen_sampling_does_not_read_is_named(kwargs, ignored):
         make(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs, sampling", [
-    ({"scale_rewards": "batch"}, "reinforce_ada"),
-    ({"scale_rewards": "none", "reinforce_ada_est": True}, "est"),
+@pytest.mark.parametrize("kwargs, sampling, metric", [
+    ({"scale_rewards": "batch"}, "reinforce_ada", True),
+    ({"scale_rewards": "none"}, "reinforce_ada", False),
+    ({"scale_rewards": "batch", "reinforce_ada_est": True}, "est", False),
 ])
-def test_scale_rewards_under_an_estimator_of_its_own_is_named(kwargs, sampling):
+def test_scale_rewards_under_an_estimator_of_its_own_is_named(kwargs, sampling, metric):
     with pytest.warns(UserWarning, match=f"scale_rewards=.* does not change the advantages of advantage_estimator="
-                                         f"'{sampling}'"):
+                                         f"'{sampling}'") as caught:
         make(**kwargs)
+    message = next(str(w.message) for w in caught if "scale_rewards" in str(w.message))
+    assert ("frac_reward_zero_std" in message) == metric
 
 
 @pytest.mark.parametrize("field_name, typo", [("loss_type", "dapo "), ("loss_type", "ppo"), ("scale_rewards", "grp"),

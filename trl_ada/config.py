@@ -608,9 +608,12 @@ class AdaGRPOConfig(GRPOConfig):
                               stacklevel=4)  # the caller of the constructor (with the lock's transformers)
         if self.replaces_grpo_advantages and self.scale_rewards != "group":
             pooled = " (pool_std_scaling scales the pooled ones)" if self.advantage_estimator == "reinforce_ada" else ""
+            # TRL's frac_reward_zero_std takes the batch's std under 'batch' (Est's is recomputed per prompt).
+            metric = ("; TRL's frac_reward_zero_std still reads the batch's std" if self.scale_rewards == "batch"
+                      and not self.reinforce_ada_est else "")
             warnings.warn(f"scale_rewards={self.scale_rewards!r} does not change the advantages of advantage_estimator="
-                          f"{self.advantage_estimator!r}: it scales GRPO's group advantages only{pooled}; TRL's "
-                          "frac_reward_zero_std metric still reads it.", UserWarning, stacklevel=4)
+                          f"{self.advantage_estimator!r}: it scales GRPO's group advantages only{pooled}{metric}.",
+                          UserWarning, stacklevel=4)
 
     @property
     def replaces_grpo_advantages(self) -> bool:

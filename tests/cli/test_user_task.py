@@ -318,14 +318,15 @@ def test_the_readme_quick_start_runs(tiny_model, tmp_path, monkeypatch):
 @pytest.mark.parametrize("task", ["synthetic", "word_problems", "arithmetic", "products"])
 @pytest.mark.parametrize("setting", [{"dataset_prompt_template": "math"}, {"dataset_problem_column": "question"},
                                      {"dataset_answer_column": "gt"}, {"dataset_num_examples": 8}])
-def test_a_built_in_task_names_and_drops_the_fields_it_does_not_read(task, setting):
+def test_a_built_in_task_names_the_fields_it_does_not_read(task, setting):
     """The offline tasks build their own prompts: a math recipe smoke-tested with `--dataset_name synthetic` runs,
-    and the fields it sets for its own data are named in a warning, not lost in silence."""
+    and the fields it sets for its own data are named in a warning, not lost in silence; they stay set for a
+    held-out file loaded as the recipe's data."""
     name, value = next(iter(setting.items()))
     with pytest.warns(UserWarning, match=rf"{name}={value!r}: for a Hub id or a local file; the built-in task "
-                                         rf"dataset_name='{task}'"):
+                                         rf"dataset_name='{task}'.*its training set ignores them"):
         args = ScriptArguments(dataset_name=task, **setting)
-    assert getattr(args, name) == getattr(ScriptArguments(dataset_name=task), name)
+    assert getattr(args, name) == value
 
 
 def test_hard_arithmetic_is_cut_by_dataset_num_examples_and_files_keep_their_fields():
@@ -340,10 +341,14 @@ def test_hard_arithmetic_is_cut_by_dataset_num_examples_and_files_keep_their_fie
 def test_a_held_out_built_in_task_drops_the_recipes_file_only_fields(tmp_path):
     """`--eval_dataset hard_arithmetic` beside a recipe whose file needs `dataset_prompt_template: math` loads the
     built-in set as it is; another file keeps the recipe's template (it is loaded as the recipe loads its own)."""
+    import warnings
+
     recipe = ScriptArguments(dataset_name="train.jsonl", dataset_prompt_template="math", dataset_num_examples=4)
-    built_in = with_dataset(recipe, dataset_name="hard_arithmetic", dataset_split="test_hard")
-    assert (built_in.dataset_prompt_template, built_in.dataset_num_examples) == (None, 4)
-    assert with_dataset(recipe, dataset_name="synthetic").dataset_num_examples is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # quietly: the recipe's own data needs its fields
+        built_in = with_dataset(recipe, dataset_name="hard_arithmetic", dataset_split="test_hard")
+        assert (built_in.dataset_prompt_template, built_in.dataset_num_examples) == (None, 4)
+        assert with_dataset(recipe, dataset_name="synthetic").dataset_num_examples is None
     other_file = with_dataset(recipe, dataset_name="test.jsonl")
     assert other_file.dataset_prompt_template == "math" and other_file.dataset_num_examples == 4
 
@@ -386,6 +391,32 @@ def test_held_out_accuracy_calls_a_users_reward_as_grpo_trainer_does(tiny_model)
 
     with pytest.raises(ValueError, match="'short_reward' returned 1 values for 3 completions"):
         held_out_accuracy(model, tokenizer, Dataset.from_list(rows), k=0, max_new_tokens=4, reward_func=short_reward)
+    with pytest.raises(ValueError, match="reward_weights has 1 values for 2 reward functions"):
+        held_out_accuracy(model, tokenizer, Dataset.from_list(rows), k=0, max_new_tokens=4,
+                          reward_func=[upper_reward, async_reward], reward_weights=[1.0])
+
+
+def test_an_async_reward_is_awaited_on_one_lasting_loop_also_where_a_loop_runs():
+    """As GRPOTrainer runs async rewards: on one daemon loop that outlives the call (a client bound to a loop keeps
+    working from one evaluation to the next), and from inside a running loop too (a notebook's)."""
+    import asyncio
+
+    from trl_ada.cli.evaluate import reward_samples
+
+    loops = []
+
+    async def loop_reward(completions, **kwargs):
+        loops.append(asyncio.get_running_loop())
+        return [1.0] * len(completions)
+
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": "hi"}], "level": 0}])
+    assert reward_samples([loop_reward], None, data, ["a", "b"], 2) == [1.0, 1.0]
+
+    async def inside_a_running_loop():
+        return reward_samples([loop_reward], [3.0], data, ["a"], 1)
+
+    assert asyncio.run(inside_a_running_loop()) == [3.0]
+    assert len(loops) == 2 and loops[0] is loops[1] and loops[0].is_running()
 
 
 def test_the_eval_command_scores_a_users_task_with_its_own_reward(tiny_model, tmp_path, monkeypatch, capsys):
@@ -419,6 +450,9 @@ def test_the_eval_command_scores_a_users_task_with_its_own_reward(tiny_model, tm
     with pytest.raises(ValueError, match="--answer_column does not apply with --prompt_template none"):
         eval_main(["--model_name_or_path", str(tmp_path / "no-model"), "--datasets", path, "--prompt_template",
                    "none", "--answer_column", "solution", "--reward_funcs", "capitals.upper_reward"])
+    with pytest.raises(ValueError, match="--reward_weights has 2 values for 1 --reward_funcs"):
+        eval_main(["--model_name_or_path", str(tmp_path / "no-model"), "--datasets", path, "--prompt_template",
+                   "none", "--reward_funcs", "capitals.upper_reward", "--reward_weights", "1", "2"])
     with pytest.raises(ValueError, match="no rows to evaluate"):
         eval_main(["--model_name_or_path", str(tmp_path / "no-model"), "--datasets", path, "--prompt_template",
                    "none", "--num_examples", "0", "--reward_funcs", "capitals.upper_reward"])

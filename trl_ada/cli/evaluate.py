@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
+import atexit
 import contextlib
 import inspect
 import json
@@ -85,8 +85,12 @@ def reward_samples(reward_funcs, reward_weights, dataset, texts, k) -> list[floa
     columns = {c: [v for v in dataset[c] for _ in range(k)] for c in dataset.column_names if c != "prompt"}
     completions = [[{"role": "assistant", "content": t}] for t in texts]  # the prompts are chat messages
     logs = {"log_metric": lambda *args, **kwargs: None, "log_extra": lambda *args, **kwargs: None}
+    weights = reward_weights if reward_weights is not None else [1.0] * len(reward_funcs)
+    if len(weights) != len(reward_funcs):
+        raise ValueError(f"reward_weights has {len(weights)} values for {len(reward_funcs)} reward functions: give one "
+                         "weight per reward function.")
     total = [0.0] * len(texts)
-    for func, weight in zip(reward_funcs, reward_weights or [1.0] * len(reward_funcs)):
+    for func, weight in zip(reward_funcs, weights):
         values = func(prompts=prompts, completions=completions, **columns, **logs)
         if inspect.isawaitable(values):
             values = _run_coroutine(values)
@@ -98,22 +102,29 @@ def reward_samples(reward_funcs, reward_weights, dataset, texts, k) -> list[floa
     return total
 
 
+_ASYNC_LOOP = None  # one lasting loop, as GRPOTrainer keeps one: a reward's client bound to a loop keeps working
+
+
 def _run_coroutine(coroutine):
-    """The value of an async reward's call; in a thread of its own where an event loop already runs (a notebook)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
+    """The value of an async reward's call, on a daemon thread's event loop that lasts (TRL's helper, as TRL runs
+    async rewards), so it also runs inside a notebook, whose own loop is busy."""
+    global _ASYNC_LOOP
+    if _ASYNC_LOOP is None:
+        from trl.trainer.utils import shutdown_event_loop_in_daemon, start_event_loop_in_daemon
+
+        thread, loop, ready = start_event_loop_in_daemon(name="trl-ada-eval-rewards")
+        ready.wait()
+        atexit.register(shutdown_event_loop_in_daemon, thread, loop)
+        _ASYNC_LOOP = loop
+    return asyncio.run_coroutine_threadsafe(coroutine, _ASYNC_LOOP).result()
 
 
 def avg_at_k(model, tokenizer, dataset, k=32, max_new_tokens=4096, temperature=1.0, top_p=1.0, batch_size=64,
-             use_vllm=False, model_path=None, reward_func=boxed_math_reward) -> float:
+             use_vllm=False, model_path=None, reward_func=boxed_math_reward, reward_weights=None) -> float:
     """The mean reward of k samples per problem, over problems: the share graded right for a 0/1 reward such as the
-    default (the last \\boxed{} matches the gold answer)."""
+    default (the last \\boxed{} matches the gold answer); `reward_func` and `reward_weights` as in `sample_rewards`."""
     rewards = sample_rewards(model, tokenizer, dataset, k, max_new_tokens, temperature, top_p, batch_size, use_vllm,
-                             model_path, reward_func)
+                             model_path, reward_func, reward_weights)
     return sum(rewards) / len(rewards)
 
 
@@ -171,8 +182,8 @@ def load_eval_dataset(name: str, args):
     unused = {"none": ("problem_column", "answer_column"), "user": ("answer_column",), "math": ()}[args.prompt_template]
     for flag in unused:
         if getattr(args, flag) != {"problem_column": "problem", "answer_column": None}[flag]:
-            raise ValueError(f"--{flag} does not apply with --prompt_template {args.prompt_template} (the rows are "
-                             "read as written): drop it, or pick the template that reads it.")
+            raise ValueError(f"--{flag} does not apply with --prompt_template {args.prompt_template}, which does not "
+                             "read it: drop it, or pick the template that reads it.")
     dataset = to_trl_dataset(load_raw_dataset(name, args.split, local_split="any"), template, args.problem_column,
                              args.answer_column, source=name)
     if args.num_examples is not None:
@@ -207,12 +218,17 @@ def main(argv=None):
                         "answer, solution)")
     parser.add_argument("--reward_funcs", nargs="+", default=["boxed_math_reward"],
                         help="as in a recipe: boxed_math_reward, last_number_reward or import paths (task.my_reward "
-                        "for task.py in the current folder); several are summed")
+                        "for task.py in the current folder); several are summed, weighted by --reward_weights")
+    parser.add_argument("--reward_weights", nargs="+", type=float, default=None,
+                        help="one weight per reward function, as the recipe's reward_weights (default 1 each)")
     parser.add_argument("--output_file", default=None, help="JSON results (default: <model>/eval_avg@k.json)")
     args = parser.parse_args(argv)
     from trl_ada.cli.train import load_reward_funcs
 
     reward_funcs = load_reward_funcs(args.reward_funcs)  # before any model loads: a wrong name fails at once
+    if args.reward_weights is not None and len(args.reward_weights) != len(reward_funcs):
+        raise ValueError(f"--reward_weights has {len(args.reward_weights)} values for {len(reward_funcs)} "
+                         "--reward_funcs: give one weight per reward function.")
     datasets = {name: load_eval_dataset(name, args) for name in args.datasets}
 
     use_vllm = _vllm_usable()
@@ -225,7 +241,7 @@ def main(argv=None):
     for name, dataset in datasets.items():
         score = avg_at_k(model, tokenizer, dataset, args.k, args.max_new_tokens, args.temperature, args.top_p,
                          args.batch_size, use_vllm=use_vllm, model_path=args.model_name_or_path,
-                         reward_func=reward_funcs)
+                         reward_func=reward_funcs, reward_weights=args.reward_weights)
         results[name] = {"size": len(dataset), f"avg@{args.k}": score}
     total = sum(r["size"] for r in results.values())
     weighted = sum(r["size"] * r[f"avg@{args.k}"] for r in results.values()) / total

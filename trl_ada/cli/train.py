@@ -106,17 +106,15 @@ class ScriptArguments:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name}={value!r} must be an integer >= 1 (a training set needs rows; difficulty "
                                  "counts digits from 1).")
-        if self.dataset_name in BUILT_IN_TASKS:
-            # A built-in task builds its own prompts. A recipe's data fields are dropped, said aloud: a math recipe
-            # smoke-tested with `--dataset_name synthetic` keeps working, and nothing is lost in silence.
-            dropped = file_only_fields(self)
-            if dropped:
-                warnings.warn(f"{', '.join(f'{k}={v!r}' for k, v in dropped.items())}: for a Hub id or a local file; "
-                              f"the built-in task dataset_name={self.dataset_name!r} builds its own prompts and "
-                              "columns (synthetic_num_examples sizes it), so they are ignored.", UserWarning,
-                              stacklevel=3)
-                for name in dropped:
-                    setattr(self, name, _FILE_ONLY_DEFAULTS[name])
+        # A built-in task builds its own prompts: a recipe's data fields are ignored for it, said aloud (a math recipe
+        # smoke-tested with `--dataset_name synthetic` still runs). They stay set: a held-out file
+        # (`trl-ada-compare --eval_dataset`) is loaded as the recipe's data, with them.
+        ignored = file_only_fields(self)
+        if ignored:
+            sized = ("dataset_num_examples" if self.dataset_name == "hard_arithmetic" else "synthetic_num_examples")
+            warnings.warn(f"{', '.join(f'{k}={v!r}' for k, v in ignored.items())}: for a Hub id or a local file; the "
+                          f"built-in task dataset_name={self.dataset_name!r} builds its own prompts and columns "
+                          f"({sized} sizes it), so its training set ignores them.", UserWarning, stacklevel=3)
         unknown = [name for name in self.reward_funcs if name not in NAMED_REWARDS and not ("." in name or ":" in name)]
         if unknown:
             raise ValueError(f"reward_funcs: unknown {unknown[0]!r}; use one of {sorted(NAMED_REWARDS)} or a dotted "
