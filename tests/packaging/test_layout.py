@@ -1,15 +1,11 @@
 """The package's layers (docs/layout.md): the pure algorithm imports without torch or TRL, no import runs up a layer,
-and the modules import each other without a cycle. Old module paths still import, as the new module, with a warning."""
+and the modules import each other without a cycle."""
 
 import ast
 import functools
-import importlib
 import os
 import subprocess
 import sys
-import warnings
-
-import pytest
 
 from tests.helpers import ROOT
 
@@ -17,18 +13,11 @@ PACKAGE = os.path.join(ROOT, "trl_ada")
 # bottom to top, as docs/layout.md draws them; a module may import its own layer and the ones below
 LAYERS = {"trl_ada.core": 1, "trl_ada.data": 1, "trl_ada.rewards": 1, "trl_ada.config": 2, "trl_ada.integration": 2,
           "trl_ada.trainer": 3, "trl_ada.examples": 4, "trl_ada.cli": 5}
-MOVED = {"sampling": "core", "advantages": "core", "est": "core", "budget": "core", "dynamic": "core",
-         "memory": "core", "pipelined": "core", "rollouts": "integration", "refill": "integration",
-         "resume": "integration", "seams": "integration", "support": "integration",
-         "generation_count": "integration", "vllm_backend": "integration", "vllm_stream": "integration",
-         "pipelined_rank": "integration", "train": "cli", "evaluate": "cli", "demo": "cli", "compare": "cli",
-         "paired": "cli", "plotting": "cli", "tiny": "examples", "models": "examples", "warm_start": "examples",
-         "agents": "examples"}
 
 
 @functools.cache
 def modules():
-    """Every module of the library (the old-path aliases and the package's face left out), by dotted name."""
+    """Every module of the library (the package's face left out), by dotted name."""
     found = {}
     for folder, _, files in os.walk(PACKAGE):
         for name in files:
@@ -36,7 +25,7 @@ def modules():
                 continue
             path = os.path.join(folder, name)
             dotted = os.path.relpath(path, ROOT)[: -len(".py")].replace(os.sep, ".").removesuffix(".__init__")
-            if dotted in ("trl_ada", "trl_ada._moved") or dotted.split(".")[-1] in MOVED and dotted.count(".") == 1:
+            if dotted == "trl_ada":
                 continue
             found[dotted] = path
     return found
@@ -95,14 +84,3 @@ def test_the_modules_import_each_other_without_a_cycle():
     for name in graph:
         if name not in state:
             visit(name, [name])
-
-
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_an_old_module_path_imports_the_new_module_and_warns(old):
-    new = f"trl_ada.{MOVED[old]}.{old}"
-    sys.modules.pop(f"trl_ada.{old}", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        module = importlib.import_module(f"trl_ada.{old}")
-    assert module is importlib.import_module(new)
-    assert any(issubclass(w.category, FutureWarning) and new in str(w.message) for w in caught)

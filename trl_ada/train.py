@@ -1,8 +1,0 @@
-"""Moved to `trl_ada.cli.train`; this old path warns and imports it."""
-
-from trl_ada._moved import alias, run_moved
-
-if __name__ == "__main__":
-    run_moved("trl_ada.train", "trl_ada.cli.train")
-else:
-    alias(__name__, "trl_ada.cli.train")
