@@ -17,6 +17,7 @@ accelerate drop DeepSpeed and run DDP.) `--zero2`: the same with ZeRO stage 2 (o
 partitioned, parameters whole on every rank).
 """
 
+import gc
 import json
 import os
 import sys
@@ -65,6 +66,10 @@ from torch.distributed.tensor import DTensor  # noqa: E402
 
 from tests.helpers.data import make_recording_reward, pass_rate_dataset  # noqa: E402
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
+
+# As tests/conftest.py: the libraries out of the full gc.collect() that starts every train().
+gc.collect()
+gc.freeze()
 
 
 class Recorder(AdaGRPOTrainer):

@@ -1,5 +1,6 @@
 """Run by tests/integration/test_multiprocess.py under torchrun with 2 CPU processes (gloo); writes one JSON per rank."""
 
+import gc
 import json
 import os
 import sys
@@ -7,6 +8,10 @@ import sys
 
 from tests.helpers.data import extra_column_mismatches, make_recording_reward, pass_rate_dataset  # noqa: E402
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
+
+# As tests/conftest.py: the libraries out of the full gc.collect() that starts every train().
+gc.collect()
+gc.freeze()
 
 
 class Recorder(AdaGRPOTrainer):
