@@ -199,6 +199,7 @@ def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch, own_task):
     """As shipped, and with its switch to a user's own task (the README's capitals task, built in Python) turned on."""
     nbformat = pytest.importorskip("nbformat")
     monkeypatch.setenv("TRL_ADA_NOTEBOOK_STEPS", "4")  # its default run (200 steps) learns: measured, in its text
+    monkeypatch.setenv("TRL_ADA_NOTEBOOK_WARM_STEPS", "20")  # its default warm start: 300 supervised steps
     from nbclient import NotebookClient
 
     notebook = nbformat.read(os.path.join(ROOT, "notebooks", "lora_quickstart.ipynb"), as_version=4)
