@@ -70,6 +70,7 @@ def test_no_library_file_reads_outside_the_package():
 
 
 @pytest.mark.slow
+@pytest.mark.lock_only  # the newest set runs trl-ada-train and trl-ada-demo from its own installed wheel (Makefile)
 def test_console_scripts_run_from_the_installed_wheel(installed, tmp_path):
     site, bin_dir, _ = installed
     where = run(installed, tmp_path, sys.executable, "-c", "import trl_ada, trl_ada.examples.arithmetic as d; "
