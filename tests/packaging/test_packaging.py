@@ -145,6 +145,13 @@ def test_a_changed_seam_is_named_at_construction(monkeypatch, tmp_path):
     assert trl.__version__ in message and seams.SUPPORTED_TRL in message
 
 
+def test_an_instance_seam_trl_stopped_setting_is_named():
+    gone = seams.Seam("trl.trainer.grpo_trainer.GRPOTrainer", "_a_field_trl_never_set", kind="instance")
+    assert seams._problem(gone) == ("trl.trainer.grpo_trainer.GRPOTrainer._a_field_trl_never_set is no longer set by "
+                                    "GRPOTrainer")
+    assert seams._problem(seams.Seam("trl.trainer.grpo_trainer.GRPOTrainer", "vllm_generation", kind="instance")) is None
+
+
 def test_a_missing_vllm_backend_is_named(monkeypatch):
     import trl.trainer.grpo_trainer as grpo_module
 
