@@ -375,7 +375,7 @@ def test_held_out_accuracy_calls_a_users_reward_as_grpo_trainer_does(tiny_model)
     greedy, sampled = calls
     assert greedy[0] == [r["prompt"] for r in rows] and greedy[2] == ["ALPHA", "BETA", "GAMMA"]
     assert sampled[2] == ["ALPHA", "ALPHA", "BETA", "BETA", "GAMMA", "GAMMA"]
-    assert set(sampled[3]) == {"level", "log_metric", "log_extra"} and sampled[3]["level"] == [0, 0, 1, 1, 2, 2]
+    assert set(sampled[3]) == {"level", "log_metric", "log_extra", "completion_ids", "trainer_state"} and sampled[3]["level"] == [0, 0, 1, 1, 2, 2]
     assert all(c[0]["role"] == "assistant" and isinstance(c[0]["content"], str) for c in sampled[1])
 
     async def async_reward(completions, **kwargs):  # TRL awaits an `async def` reward; so does the evaluation
@@ -394,6 +394,55 @@ def test_held_out_accuracy_calls_a_users_reward_as_grpo_trainer_does(tiny_model)
     with pytest.raises(ValueError, match="reward_weights has 1 values for 2 reward functions"):
         held_out_accuracy(model, tokenizer, Dataset.from_list(rows), k=0, max_new_tokens=4,
                           reward_func=[upper_reward, async_reward], reward_weights=[1.0])
+
+
+def test_evaluation_hands_a_reward_the_keys_and_token_ids_grpo_trainer_hands_it(tiny_model, tmp_path, monkeypatch):
+    """A reward written for GRPOTrainer (one that takes `completion_ids` or `trainer_state` by name) is scored by the
+    evaluation helpers and trl-ada-eval as training calls it: the same keyword arguments as GRPOTrainer's with every
+    column kept, each answer's token ids as its text decodes, and a checkpoint's own trainer state."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerState
+
+    from trl_ada.cli.evaluate import held_out_accuracy
+    from trl_ada.cli.evaluate import main as eval_main
+
+    theirs = set(reward_keys(GRPOTrainer, GRPOConfig, tiny_model, tmp_path / "grpo", max_steps=1,
+                             remove_unused_columns=False))
+    assert len(theirs) == 1 and {"completion_ids", "trainer_state", "answer", "level"} <= next(iter(theirs))
+    calls = []
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(tiny_model), AutoTokenizer.from_pretrained(tiny_model)
+    held_out = dataset(repeat=1)
+    held_out_accuracy(model, tokenizer, held_out, k=2, max_new_tokens=6, reward_func=keys_reward(calls))
+    assert set(calls) == theirs
+
+    seen = []
+
+    def ids_reward(completions, completion_ids, trainer_state, **kwargs):
+        seen.append((completions, completion_ids, trainer_state.global_step))
+        return [0.0] * len(completions)
+
+    held_out_accuracy(model, tokenizer, held_out, k=2, max_new_tokens=6, reward_func=ids_reward)
+    (greedy, greedy_ids, greedy_step), (sampled, sampled_ids, sampled_step) = seen
+    assert (len(greedy_ids), len(sampled_ids), greedy_step, sampled_step) == (len(held_out), 2 * len(held_out), 0, 0)
+    for completions, completion_ids in ((greedy, greedy_ids), (sampled, sampled_ids)):
+        assert [tokenizer.decode(ids, skip_special_tokens=True) for ids in completion_ids] == [
+            c[0]["content"] for c in completions]
+        assert all(0 < len(ids) <= 6 and tokenizer.pad_token_id not in ids[:-1] for ids in completion_ids)
+
+    checkpoint = tmp_path / "checkpoint-7"
+    shutil.copytree(tiny_model, checkpoint)
+    TrainerState(global_step=7).save_to_json(str(checkpoint / "trainer_state.json"))
+    (tmp_path / "ids_task.py").write_text(
+        "def step_reward(completions, completion_ids, trainer_state, **kwargs):\n"
+        "    return [float(trainer_state.global_step) for _ in completion_ids]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = write_jsonl(tmp_path / "held_out.jsonl", held_out.to_list())
+    out = tmp_path / "eval.json"
+    eval_main(["--model_name_or_path", str(checkpoint), "--datasets", data, "--prompt_template", "none",
+               "--reward_funcs", "ids_task.step_reward", "--k", "1", "--max_new_tokens", "4",
+               "--output_file", str(out)])
+    assert json.loads(out.read_text())["datasets"][data]["avg@1"] == 7.0  # the checkpoint's step, not 0
 
 
 def test_an_async_reward_is_awaited_on_one_lasting_loop_also_where_a_loop_runs():

@@ -25,16 +25,20 @@ import os
 import statistics
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerState
 
 from trl_ada.data import load_raw_dataset, to_trl_dataset
 from trl_ada.rewards import boxed_math_reward
 
 
 def _generate_transformers(model, tokenizer, prompts, k, max_new_tokens, temperature, top_p, batch_size):
+    """k completions per prompt, prompt by prompt: their texts and their token ids, as GRPOTrainer hands them to a
+    reward (up to and including the first end-of-sequence token, no padding)."""
     tokenizer.padding_side = "left"
-    texts = []
+    texts, ids = [], []
     rows = [p for p in prompts for _ in range(k)]
+    stop = model.generation_config.eos_token_id
+    stop = set(stop if isinstance(stop, list) else [stop] if stop is not None else []) | {tokenizer.eos_token_id}
     model.eval()
     for start in range(0, len(rows), batch_size):
         batch = tokenizer.apply_chat_template(
@@ -46,8 +50,12 @@ def _generate_transformers(model, tokenizer, prompts, k, max_new_tokens, tempera
                 **batch, do_sample=temperature > 0, temperature=temperature or None, top_p=top_p,
                 max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
             )
-        texts += tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-    return texts
+        completions = out[:, batch["input_ids"].shape[1] :]
+        texts += tokenizer.batch_decode(completions, skip_special_tokens=True)
+        for row in completions.tolist():  # generate pads a row after its end; the row itself holds it
+            end = next((i + 1 for i, token in enumerate(row) if token in stop), len(row))
+            ids.append(row[:end])
+    return texts, ids
 
 
 def _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p):
@@ -55,13 +63,13 @@ def _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p):
 
     llm = LLM(model=model_path)
     params = SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens)
-    outputs = llm.chat(prompts, params, use_tqdm=True)
-    return [o.text for out in outputs for o in out.outputs]
+    outputs = [o for out in llm.chat(prompts, params, use_tqdm=True) for o in out.outputs]
+    return [o.text for o in outputs], [list(o.token_ids) for o in outputs]
 
 
 def sample_rewards(model, tokenizer, dataset, k=32, max_new_tokens=4096, temperature=1.0, top_p=1.0, batch_size=64,
                    use_vllm=False, model_path=None, reward_func=boxed_math_reward,
-                   reward_weights=None) -> list[float]:
+                   reward_weights=None, trainer_state=None) -> list[float]:
     """The reward of each of k samples per problem, problem by problem (k rows for the first problem, then the next).
 
     `temperature=0` decodes greedily (then k=1 is enough). `reward_func` is a TRL reward function, or a list of them
@@ -69,29 +77,37 @@ def sample_rewards(model, tokenizer, dataset, k=32, max_new_tokens=4096, tempera
     and gets the data set's columns by name (boxed_math_reward reads `answer`)."""
     prompts = list(dataset["prompt"])
     if use_vllm:
-        texts = _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p)
+        texts, ids = _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p)
     else:
-        texts = _generate_transformers(model, tokenizer, prompts, k, max_new_tokens, temperature, top_p, batch_size)
+        texts, ids = _generate_transformers(model, tokenizer, prompts, k, max_new_tokens, temperature, top_p,
+                                            batch_size)
     return reward_samples(reward_func if isinstance(reward_func, (list, tuple)) else [reward_func], reward_weights,
-                          dataset, texts, k)
+                          dataset, texts, k, completion_ids=ids, trainer_state=trainer_state)
 
 
-def reward_samples(reward_funcs, reward_weights, dataset, texts, k) -> list[float]:
+def reward_samples(reward_funcs, reward_weights, dataset, texts, k, completion_ids=None,
+                   trainer_state=None) -> list[float]:
     """The weighted reward of each of k answers per row (`texts`, row by row), the reward functions called as
-    GRPOTrainer calls them: `prompts`, conversational `completions`, every other column by name, and `log_metric` /
-    `log_extra` (which record nothing here); an `async def` reward is awaited. Outside training there is no
-    `trainer_state` and no `completion_ids`. A reward's None (no opinion on that sample) counts 0."""
+    GRPOTrainer calls them: `prompts`, conversational `completions`, `completion_ids` (each answer's token ids, when
+    given), every other column by name, `trainer_state` (the given one; a fresh `TrainerState`, step 0, if none) and
+    `log_metric` / `log_extra` (which record nothing here); an `async def` reward is awaited. A reward's None (no
+    opinion on that sample) counts 0."""
     prompts = [p for p in dataset["prompt"] for _ in range(k)]
     columns = {c: [v for v in dataset[c] for _ in range(k)] for c in dataset.column_names if c != "prompt"}
     completions = [[{"role": "assistant", "content": t}] for t in texts]  # the prompts are chat messages
     logs = {"log_metric": lambda *args, **kwargs: None, "log_extra": lambda *args, **kwargs: None}
+    training = {"trainer_state": trainer_state if trainer_state is not None else TrainerState()}
+    if completion_ids is not None:
+        if len(completion_ids) != len(texts):
+            raise ValueError(f"{len(completion_ids)} completion_ids for {len(texts)} completions: give one per text.")
+        training["completion_ids"] = [list(ids) for ids in completion_ids]
     weights = reward_weights if reward_weights is not None else [1.0] * len(reward_funcs)
     if len(weights) != len(reward_funcs):
         raise ValueError(f"reward_weights has {len(weights)} values for {len(reward_funcs)} reward functions: give one "
                          "weight per reward function.")
     total = [0.0] * len(texts)
     for func, weight in zip(reward_funcs, weights):
-        values = func(prompts=prompts, completions=completions, **columns, **logs)
+        values = func(prompts=prompts, completions=completions, **training, **columns, **logs)
         if inspect.isawaitable(values):
             values = _run_coroutine(values)
         values = list(values)
@@ -120,19 +136,23 @@ def _run_coroutine(coroutine):
 
 
 def avg_at_k(model, tokenizer, dataset, k=32, max_new_tokens=4096, temperature=1.0, top_p=1.0, batch_size=64,
-             use_vllm=False, model_path=None, reward_func=boxed_math_reward, reward_weights=None) -> float:
+             use_vllm=False, model_path=None, reward_func=boxed_math_reward, reward_weights=None,
+             trainer_state=None) -> float:
     """The mean reward of k samples per problem, over problems: the share graded right for a 0/1 reward such as the
-    default (the last \\boxed{} matches the gold answer); `reward_func` and `reward_weights` as in `sample_rewards`."""
+    default (the last \\boxed{} matches the gold answer); `reward_func`, `reward_weights` and `trainer_state` as in
+    `sample_rewards`."""
     rewards = sample_rewards(model, tokenizer, dataset, k, max_new_tokens, temperature, top_p, batch_size, use_vllm,
-                             model_path, reward_func, reward_weights)
+                             model_path, reward_func, reward_weights, trainer_state)
     return sum(rewards) / len(rewards)
 
 
 def held_out_accuracy(model, tokenizer, dataset, k=4, max_new_tokens=48, reward_func=boxed_math_reward,
-                      batch_size=256, group_column="kind", reward_weights=None) -> dict[str, float]:
+                      batch_size=256, group_column="kind", reward_weights=None,
+                      trainer_state=None) -> dict[str, float]:
     """Greedy accuracy and avg@k (k samples at temperature 1.0) on `dataset`, overall and, when the dataset has a
     `group_column` (the arithmetic task's `kind`), per group: keys "greedy", "avg@k", "greedy 1-digit +", ...
-    (the mean reward: accuracy for a 0/1 reward; `reward_func` and `reward_weights` as in `sample_rewards`).
+    (the mean reward: accuracy for a 0/1 reward; `reward_func`, `reward_weights` and `trainer_state` as in
+    `sample_rewards`).
 
     Sampling draws from torch's global generator: seed it before the call to compare two models under the same noise.
     """
@@ -142,7 +162,7 @@ def held_out_accuracy(model, tokenizer, dataset, k=4, max_new_tokens=48, reward_
     for measure, samples, temperature in measures:
         rewards = sample_rewards(model, tokenizer, dataset, k=samples, max_new_tokens=max_new_tokens,
                                  temperature=temperature, batch_size=batch_size, reward_func=reward_func,
-                                 reward_weights=reward_weights)
+                                 reward_weights=reward_weights, trainer_state=trainer_state)
         per_problem = [statistics.mean(rewards[i * samples : (i + 1) * samples]) for i in range(len(dataset))]
         result[measure] = statistics.mean(per_problem)
         for group in sorted(set(groups)):
@@ -231,6 +251,10 @@ def main(argv=None):
                          "--reward_funcs: give one weight per reward function.")
     datasets = {name: load_eval_dataset(name, args) for name in args.datasets}
 
+    # A checkpoint folder holds its run's state: a reward that reads trainer_state (a curriculum on global_step)
+    # scores the checkpoint as training would have; a final model folder has none, and the reward sees step 0.
+    state_file = os.path.join(args.model_name_or_path, "trainer_state.json")
+    trainer_state = TrainerState.load_from_json(state_file) if os.path.isfile(state_file) else None
     use_vllm = _vllm_usable()
     tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
     model = None
@@ -241,7 +265,7 @@ def main(argv=None):
     for name, dataset in datasets.items():
         score = avg_at_k(model, tokenizer, dataset, args.k, args.max_new_tokens, args.temperature, args.top_p,
                          args.batch_size, use_vllm=use_vllm, model_path=args.model_name_or_path,
-                         reward_func=reward_funcs, reward_weights=args.reward_weights)
+                         reward_func=reward_funcs, reward_weights=args.reward_weights, trainer_state=trainer_state)
         results[name] = {"size": len(dataset), f"avg@{args.k}": score}
     total = sum(r["size"] for r in results.values())
     weighted = sum(r["size"] * r[f"avg@{args.k}"] for r in results.values()) / total

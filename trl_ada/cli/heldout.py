@@ -123,7 +123,8 @@ class HeldOutScore:
         start = time.time()
         prompts = list(self.dataset["prompt"])
         with evaluation_noise(model, self.seed):
-            texts = _generate_transformers(model, self.tokenizer, prompts, k, self.max_new_tokens, temperature, 1.0, 64)
-        total = reward_samples(self.reward_funcs, self.weights, self.dataset, texts, k)
+            texts, ids = _generate_transformers(model, self.tokenizer, prompts, k, self.max_new_tokens, temperature,
+                                                1.0, 64)
+        total = reward_samples(self.reward_funcs, self.weights, self.dataset, texts, k, completion_ids=ids)
         self.seconds += time.time() - start
         return [sum(total[i * k : (i + 1) * k]) / k for i in range(len(prompts))]
