@@ -1,6 +1,5 @@
 """Shared fixtures: the tiny offline model and the packaged SmolLM2 (helpers to import: `tests.helpers`)."""
 
-import gc
 import importlib
 import os
 
@@ -12,12 +11,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from trl_ada.examples.tiny import build_tiny_model  # noqa: E402
 
-# Every Trainer.train() starts with accelerate's free_memory(), a full gc.collect(): over the imported libraries' half
-# million objects it took 0.35 s a call, about a fifth of a short trainer test. The modules live as long as the test
-# process, so they are moved out of the collector's view once; what the tests create is still collected.
+from tests.helpers.processes import freeze_loaded_objects  # noqa: E402
+
 importlib.import_module("trl_ada.trainer")  # torch, transformers, accelerate, TRL: what the tests load anyway
-gc.collect()
-gc.freeze()
+freeze_loaded_objects()
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,8 @@
 - `data`: deterministic rewards and datasets with known pass rates, the demo's recipe at toy size;
 - `tool_policy`: a calculator task and scripted policies that drive TRL's tool loop offline;
 - `standin_engine`: a deterministic stand-in for the colocated vLLM engine;
-- `multiprocess_worker`, `fsdp_worker`: the scripts the multi-process tests launch (with PYTHONPATH at the root).
+- `multiprocess_worker`, `fsdp_worker`: the scripts the multi-process tests launch (with PYTHONPATH at the root);
+- `processes`: what every test process does around its libraries (the collector, a worker's exit).
 """
 
 import importlib.util

@@ -17,7 +17,6 @@ accelerate drop DeepSpeed and run DDP.) `--zero2`: the same with ZeRO stage 2 (o
 partitioned, parameters whole on every rank).
 """
 
-import gc
 import json
 import os
 import sys
@@ -65,11 +64,10 @@ import torch  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
 
 from tests.helpers.data import make_recording_reward, pass_rate_dataset  # noqa: E402
+from tests.helpers.processes import exit_worker, freeze_loaded_objects  # noqa: E402
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
 
-# As tests/conftest.py: the libraries out of the full gc.collect() that starts every train().
-gc.collect()
-gc.freeze()
+freeze_loaded_objects()  # after the imports
 
 
 class Recorder(AdaGRPOTrainer):
@@ -186,14 +184,4 @@ def main():
 if __name__ == "__main__":
     torch.manual_seed(0)
     main()
-    # Tear the process group down before the interpreter does: left to exit, a rank once aborted after training had
-    # finished ("terminate called without an active exception", exit code -6) while gloo's threads were destroyed.
-    import torch.distributed
-
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
-    # Even so, under load a rank still aborted there (CI, 2026-11-25: exit -6 after its JSON was written). The results
-    # are on disk: leave without the interpreter's teardown of gloo's threads.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_worker()
