@@ -11,7 +11,7 @@ import zlib
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 from trl.import_utils import is_vllm_available
 
 from trl_ada.cli.evaluate import main as eval_main
@@ -25,8 +25,9 @@ def text_reward(completions, **kwargs):
     return [zlib.crc32(c[0]["content"].encode()) / 2**32 for c in completions]
 
 
-def lora_folders(root, with_tokenizer=True, **model):
-    """A base model, a LoRA adapter on it (random, non-zero: it changes the answers) and the two merged."""
+def lora_folders(root, with_tokenizer=True, template_prefix="", **model):
+    """A base model, a LoRA adapter on it (random, non-zero: it changes the answers) and the two merged; the run's
+    tokenizer (saved in both, or in the merged one only) with `template_prefix` before the base's chat template."""
     base = build_tiny_model(str(root / "base"), **model)
     torch.manual_seed(0)
     lora = get_peft_model(AutoModelForCausalLM.from_pretrained(base),
@@ -35,8 +36,10 @@ def lora_folders(root, with_tokenizer=True, **model):
     adapter, merged = str(root / "adapter"), str(root / "merged")
     lora.save_pretrained(adapter)
     lora.merge_and_unload().save_pretrained(merged)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    tokenizer.chat_template = template_prefix + tokenizer.chat_template
     for folder in (merged, adapter) if with_tokenizer else (merged,):
-        AutoTokenizer.from_pretrained(base).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
     return base, adapter, merged
 
 
@@ -53,6 +56,97 @@ def held_out_file(tmp_path):
     path = tmp_path / "held_out.jsonl"
     path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
     return str(path)
+
+
+class ScriptedModel:
+    """A model whose `generate` returns set rows after the prompt (what GRPOTrainer's trimming is checked against)."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, rows, eos_token_id):
+        self.rows, self.generation_config, self.kwargs = rows, GenerationConfig(eos_token_id=eos_token_id), None
+
+    def eval(self):
+        return self
+
+    def generate(self, input_ids, attention_mask, **kwargs):
+        self.kwargs = kwargs
+        return torch.cat([input_ids, torch.tensor(self.rows[: len(input_ids)])], dim=1)
+
+
+def test_answers_are_cut_at_the_first_stop_token_as_grpo_trainer_cuts_them(tiny_model):
+    """The ids a reward gets run up to and including the first stop token (the generation config's or the
+    tokenizer's: GRPOTrainer stops on both), padding dropped; the text is those ids decoded; generation stops on the
+    same tokens and samples the full distribution (no top-k), as training does."""
+    from trl_ada.cli.evaluate import _generate_transformers
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    eos, pad, other_stop = tokenizer.eos_token_id, tokenizer.pad_token_id, 7  # the tiny tokenizer pads with id 0
+    rows = [[40, 41, eos, pad, pad],  # the tokenizer's end, then padding
+            [40, other_stop, 42, pad, pad],  # the generation config's own stop token
+            [40, 41, 42, 43, 44],  # no stop: the whole row, as GRPOTrainer keeps a truncated answer
+            [eos, pad, pad, pad, pad]]  # an empty answer
+    model = ScriptedModel(rows, eos_token_id=[other_stop])
+    texts, ids = _generate_transformers(model, tokenizer, PROMPTS[:4], 1, 5, 1.0, 1.0, batch_size=4)
+    assert ids == [[40, 41, eos], [40, other_stop], [40, 41, 42, 43, 44], [eos]]
+    assert texts == tokenizer.batch_decode(ids, skip_special_tokens=True) and texts[3] == ""
+    assert model.kwargs["eos_token_id"] == sorted({eos, other_stop})
+    assert (model.kwargs["top_k"], model.kwargs["repetition_penalty"], model.kwargs["do_sample"]) == (0, 1.0, True)
+
+
+def test_a_column_named_as_a_training_argument_gives_way_to_it():
+    """As GRPOTrainer: a data set's `completion_ids` column is not handed on, and a `trainer_state` column is replaced
+    by the trainer state (no "got multiple values" TypeError)."""
+    from datasets import Dataset
+    from transformers import TrainerState
+
+    from trl_ada.cli.evaluate import reward_samples
+
+    seen = {}
+
+    def reward(completions, completion_ids, trainer_state, **kwargs):
+        seen.update(completion_ids=completion_ids, trainer_state=trainer_state, columns=sorted(kwargs))
+        return [1.0] * len(completions)
+
+    data = Dataset.from_list([{"prompt": PROMPTS[0], "completion_ids": [9], "trainer_state": "a column", "level": 1}])
+    assert reward_samples([reward], None, data, ["a", "b"], 2, completion_ids=[[1], [2]]) == [1.0, 1.0]
+    assert seen["completion_ids"] == [[1], [2]] and isinstance(seen["trainer_state"], TrainerState)
+    assert seen["columns"] == ["level", "log_extra", "log_metric", "prompts"]
+
+
+def test_an_adapters_base_model_is_checked_before_anything_loads(tmp_path):
+    from trl_ada.cli.evaluate import adapter_base
+
+    assert adapter_base("out", {"base_model_name_or_path": "Qwen/Qwen3-4B-Instruct-2507"}) == "Qwen/Qwen3-4B-Instruct-2507"
+    assert adapter_base("out", {"base_model_name_or_path": str(tmp_path)}) == str(tmp_path)
+    assert adapter_base("out", {"base_model_name_or_path": "runs/gone/model"}, base_model="elsewhere") == "elsewhere"
+    for config, message in (({"base_model_name_or_path": "runs/x/tiny-model"}, "not a folder here.*--base_model"),
+                            ({"base_model_name_or_path": "./model"}, "not a folder here.*--base_model"),
+                            ({}, "names no base_model_name_or_path: give the base model with --base_model")):
+        with pytest.raises(ValueError, match=message):
+            adapter_base("out", config)
+
+
+@pytest.mark.parametrize("setting", [{"use_dora": True}, {"modules_to_save": ["lm_head"]}, {"bias": "all"},
+                                     {"lora_bias": True}, {"rank_pattern": {"q_proj": 16}}, {"alpha_pattern": {"q": 8}},
+                                     {"trainable_token_indices": [5]}, {"peft_type": "LOHA"}],
+                         ids=lambda setting: next(iter(setting)))
+def test_what_vllm_would_serve_unlike_peft_is_refused_before_an_engine_starts(setting):
+    from trl_ada.cli.evaluate import check_vllm_adapter
+
+    adapter = {"peft_type": "LORA", "r": 8, "bias": "none", **setting}
+    name = "bias" if "bias" in next(iter(setting)) else "rank_pattern" if "pattern" in next(iter(setting)) else next(
+        iter(setting))
+    with pytest.raises(ValueError, match=f"sets {name}, which vLLM's LoRA serving .* --backend transformers"):
+        check_vllm_adapter("out", adapter)
+
+
+def test_vllms_lora_rank_is_the_smallest_it_accepts_above_the_adapters():
+    from trl_ada.cli.evaluate import check_vllm_adapter
+
+    assert [check_vllm_adapter("out", {"r": r}) for r in (1, 4, 8, 9, 64, 300)] == [1, 8, 8, 16, 64, 320]
+    with pytest.raises(ValueError, match="rank 1024; vLLM serves ranks up to 512"):
+        check_vllm_adapter("out", {"r": 1024})
 
 
 @pytest.mark.parametrize("with_tokenizer", [True, False], ids=["tokenizer_saved", "base_tokenizer"])
@@ -83,10 +177,16 @@ def test_vllm_serves_a_lora_output_folder_as_its_merged_model(tmp_path, monkeypa
 
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process: no spawned pytest
-    base, adapter, merged = lora_folders(tmp_path, **VLLM_CPU_TINY)  # head_dim 64, which vLLM's CPU kernels take
     greedy = dict(k=1, max_new_tokens=8, temperature=0.0, top_p=1.0, dtype="float32")
+    # The run's own chat template (here one that adds a line before every prompt) travels with the adapter.
+    base, adapter, merged = lora_folders(tmp_path / "template", template_prefix="Answer briefly.\n", **VLLM_CPU_TINY)
     served = _generate_vllm(adapter, PROMPTS, **greedy)
     assert served == _generate_vllm(merged, PROMPTS, **greedy)
     assert served[1] != _generate_vllm(base, PROMPTS, **greedy)[1]
+    # A folder without tokenizer files is served with its base's tokenizer and template.
+    base, adapter, merged = lora_folders(tmp_path / "no-tokenizer", with_tokenizer=False, **VLLM_CPU_TINY)
+    with_base_template = _generate_vllm(adapter, PROMPTS, **greedy)
+    assert with_base_template == _generate_vllm(merged, PROMPTS, **greedy)
+    assert with_base_template[1] != served[1]  # the same weights: the template alone changed the answers
     backend, score = greedy_score(adapter, held_out_file(tmp_path), tmp_path, "--backend", "vllm")
     assert backend == "vllm" and 0.0 <= score <= 1.0

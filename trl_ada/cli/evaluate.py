@@ -23,6 +23,7 @@ import contextlib
 import inspect
 import json
 import os
+import re
 import statistics
 
 import torch
@@ -32,14 +33,22 @@ from trl_ada.data import load_raw_dataset, to_trl_dataset
 from trl_ada.rewards import boxed_math_reward
 
 
+# GRPOConfig's defaults, which training samples with, over the model's own generation config (transformers would
+# otherwise keep 50 tokens, top_k=50, unless the model sets another): avg@k at temperature 1.0 is the full
+# distribution, as with vLLM. Part of the held-out cache key (trl_ada.cli.heldout).
+SAMPLING = {"top_k": 0, "min_p": None, "repetition_penalty": 1.0}
+
+
 def _generate_transformers(model, tokenizer, prompts, k, max_new_tokens, temperature, top_p, batch_size):
-    """k completions per prompt, prompt by prompt: their texts and their token ids, as GRPOTrainer hands them to a
-    reward (up to and including the first end-of-sequence token, no padding)."""
+    """k completions per prompt, prompt by prompt: their texts and their token ids, as GRPOTrainer samples and hands
+    them to a reward: no top-k or repetition penalty (GRPOConfig's defaults, not the model's generation config), the
+    stop tokens those of the generation config and the tokenizer, each answer's ids up to and including its first stop
+    token and its text decoded from those ids."""
     tokenizer.padding_side = "left"
     texts, ids = [], []
     rows = [p for p in prompts for _ in range(k)]
     stop = model.generation_config.eos_token_id
-    stop = set(stop if isinstance(stop, list) else [stop] if stop is not None else []) | {tokenizer.eos_token_id}
+    stop = sorted({t for t in (stop if isinstance(stop, list) else [stop]) + [tokenizer.eos_token_id] if t is not None})
     model.eval()
     for start in range(0, len(rows), batch_size):
         batch = tokenizer.apply_chat_template(
@@ -48,64 +57,118 @@ def _generate_transformers(model, tokenizer, prompts, k, max_new_tokens, tempera
         ).to(model.device)
         with torch.no_grad():
             out = model.generate(
-                **batch, do_sample=temperature > 0, temperature=temperature or None, top_p=top_p,
-                max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                **batch, **SAMPLING, do_sample=temperature > 0, temperature=temperature or None, top_p=top_p,
+                max_new_tokens=max_new_tokens, eos_token_id=stop, pad_token_id=tokenizer.pad_token_id,
             )
-        completions = out[:, batch["input_ids"].shape[1] :]
-        texts += tokenizer.batch_decode(completions, skip_special_tokens=True)
-        for row in completions.tolist():  # generate pads a row after its end; the row itself holds it
-            end = next((i + 1 for i, token in enumerate(row) if token in stop), len(row))
-            ids.append(row[:end])
+        for row in out[:, batch["input_ids"].shape[1] :].tolist():  # padded after its end: cut at the first stop
+            ids.append(row[: next((i + 1 for i, token in enumerate(row) if token in stop), len(row))])
+    texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
     return texts, ids
 
 
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM's max_lora_rank accepts
+def _vllm_lora_ranks() -> tuple[int, ...]:
+    """The ranks vLLM's `max_lora_rank` accepts (its own list where this vLLM declares one)."""
+    import typing
+
+    try:
+        from vllm.config.lora import MaxLoRARanks
+
+        return tuple(sorted(typing.get_args(MaxLoRARanks)))
+    except ImportError:
+        return (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 def _adapter_config(model_path) -> dict | None:
     """The peft adapter config of a LoRA run's output folder (`use_peft: true` saves only the adapter), else None."""
-    path = os.path.join(model_path, "adapter_config.json")
+    path = os.path.join(os.path.expanduser(model_path), "adapter_config.json")
     if not os.path.isfile(path):
         return None
     with open(path) as f:
         return json.load(f)
 
 
-def _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p, dtype="auto"):
-    """As `_generate_transformers`, with vLLM. A LoRA output folder is served as vLLM serves adapters: its base
-    model with the adapter applied per request (LoRARequest), with the chat template the run saved beside it."""
+def adapter_base(model_path, adapter: dict, base_model: str | None = None) -> str:
+    """The base model a saved adapter applies to: `base_model` when given, else the one its config names, checked
+    here so that a missing or moved base fails with its name, not inside a model loader."""
+    if base_model is not None:
+        return base_model
+    base = adapter.get("base_model_name_or_path")
+    if not base:
+        raise ValueError(f"{model_path}/adapter_config.json names no base_model_name_or_path: give the base model "
+                         "with --base_model.")
+    hub_id = re.fullmatch(r"[\w-][\w.-]*(/[\w.-]+)?", base)  # name or namespace/name: anything else is a path
+    if not os.path.isdir(os.path.expanduser(base)) and not hub_id:
+        raise ValueError(f"{model_path}/adapter_config.json: base_model_name_or_path {base!r} is not a folder here "
+                         "(a path relative to where it trained, or a moved folder): give it with --base_model.")
+    return os.path.expanduser(base)
+
+
+def check_vllm_adapter(model_path, adapter: dict) -> int:
+    """The `max_lora_rank` vLLM needs for this adapter; a clear error for what vLLM's LoRA serving would refuse
+    inside its engine or serve differently from peft (then the transformers backend evaluates it as peft does)."""
+    unsupported = {
+        "peft_type": adapter.get("peft_type", "LORA") != "LORA",
+        "use_dora": bool(adapter.get("use_dora")),
+        "modules_to_save": bool(adapter.get("modules_to_save")),
+        "bias": adapter.get("bias", "none") != "none" or bool(adapter.get("lora_bias")),
+        "rank_pattern": bool(adapter.get("rank_pattern")) or bool(adapter.get("alpha_pattern")),
+        "trainable_token_indices": bool(adapter.get("trainable_token_indices")),
+    }
+    found = [name for name, bad in unsupported.items() if bad]
+    if found:
+        raise ValueError(f"{model_path}: the adapter sets {', '.join(found)}, which vLLM's LoRA serving does not "
+                         "apply as peft does: evaluate it with --backend transformers.")
+    ranks = _vllm_lora_ranks()
+    rank = next((r for r in ranks if r >= adapter["r"]), None)
+    if rank is None:
+        raise ValueError(f"{model_path}: a LoRA adapter of rank {adapter['r']}; vLLM serves ranks up to {ranks[-1]}: "
+                         "evaluate it with --backend transformers.")
+    return rank
+
+
+def _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p, dtype="auto", base_model=None):
+    """As `_generate_transformers`, with vLLM (its context sized for the longest prompt and answer). A LoRA output
+    folder is served as vLLM serves adapters: its base model with the adapter applied per request (LoRARequest), with
+    the chat template the run saved beside it (the base's where it saved no tokenizer)."""
     from vllm import LLM, SamplingParams
 
     params = SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens)
     adapter = _adapter_config(model_path)
-    if adapter is None:
-        llm, chat = LLM(model=model_path, dtype=dtype), {}
-    else:
+    model, engine, chat = model_path, {}, {}
+    if adapter is not None:
         from vllm.lora.request import LoRARequest
 
-        rank = next((r for r in VLLM_LORA_RANKS if r >= adapter["r"]), None)
-        if rank is None:
-            raise ValueError(f"{model_path}: a LoRA adapter of rank {adapter['r']}; vLLM serves ranks up to "
-                             f"{VLLM_LORA_RANKS[-1]}: evaluate it with --backend transformers.")
-        llm = LLM(model=adapter["base_model_name_or_path"], enable_lora=True, max_lora_rank=rank, dtype=dtype)
+        model = adapter_base(model_path, adapter, base_model)
+        engine = {"enable_lora": True, "max_lora_rank": check_vllm_adapter(model_path, adapter)}
         chat = {"lora_request": LoRARequest("trained", 1, model_path)}
-        if os.path.isfile(os.path.join(model_path, "tokenizer_config.json")):
-            chat["chat_template"] = AutoTokenizer.from_pretrained(model_path).chat_template
+    has_tokenizer = os.path.isfile(os.path.join(model_path, "tokenizer_config.json"))
+    tokenizer = AutoTokenizer.from_pretrained(model_path if has_tokenizer else model)
+    if adapter is not None and has_tokenizer:
+        base = AutoTokenizer.from_pretrained(model)
+        if (len(tokenizer), tokenizer.eos_token, tokenizer.pad_token) != (len(base), base.eos_token, base.pad_token):
+            raise ValueError(f"{model_path}: the run's tokenizer differs from its base model's (vocabulary, eos or pad "
+                             "token), which vLLM serves the adapter with: evaluate it with --backend transformers.")
+        chat["chat_template"] = tokenizer.chat_template
+    longest = max(len(tokenizer(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False),
+                                add_special_tokens=False).input_ids) for p in prompts)
+    llm = LLM(model=model, dtype=dtype, max_model_len=longest + max_new_tokens, **engine)
     outputs = [o for out in llm.chat(prompts, params, use_tqdm=True, **chat) for o in out.outputs]
     return [o.text for o in outputs], [list(o.token_ids) for o in outputs]
 
 
 def sample_rewards(model, tokenizer, dataset, k=32, max_new_tokens=4096, temperature=1.0, top_p=1.0, batch_size=64,
                    use_vllm=False, model_path=None, reward_func=boxed_math_reward,
-                   reward_weights=None, trainer_state=None) -> list[float]:
+                   reward_weights=None, trainer_state=None, base_model=None) -> list[float]:
     """The reward of each of k samples per problem, problem by problem (k rows for the first problem, then the next).
 
     `temperature=0` decodes greedily (then k=1 is enough). `reward_func` is a TRL reward function, or a list of them
     weighted by `reward_weights` (default 1 each), called as in training (`reward_samples`): it takes `**kwargs`
-    and gets the data set's columns by name (boxed_math_reward reads `answer`)."""
+    and gets the data set's columns by name (boxed_math_reward reads `answer`). With vLLM, `model_path` is what it
+    loads (a LoRA folder's base: `base_model`, else the one the adapter names)."""
     prompts = list(dataset["prompt"])
     if use_vllm:
-        texts, ids = _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p)
+        texts, ids = _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p,
+                                    base_model=base_model)
     else:
         texts, ids = _generate_transformers(model, tokenizer, prompts, k, max_new_tokens, temperature, top_p,
                                             batch_size)
@@ -121,7 +184,9 @@ def reward_samples(reward_funcs, reward_weights, dataset, texts, k, completion_i
     `log_metric` / `log_extra` (which record nothing here); an `async def` reward is awaited. A reward's None (no
     opinion on that sample) counts 0."""
     prompts = [p for p in dataset["prompt"] for _ in range(k)]
-    columns = {c: [v for v in dataset[c] for _ in range(k)] for c in dataset.column_names if c != "prompt"}
+    # As GRPOTrainer: the columns but these three, then what training adds, which wins over a column of its name.
+    columns = {c: [v for v in dataset[c] for _ in range(k)] for c in dataset.column_names
+               if c not in ("prompt", "completion", "completion_ids")}
     completions = [[{"role": "assistant", "content": t}] for t in texts]  # the prompts are chat messages
     logs = {"log_metric": lambda *args, **kwargs: None, "log_extra": lambda *args, **kwargs: None}
     training = {"trainer_state": trainer_state if trainer_state is not None else TrainerState()}
@@ -135,7 +200,7 @@ def reward_samples(reward_funcs, reward_weights, dataset, texts, k, completion_i
                          "weight per reward function.")
     total = [0.0] * len(texts)
     for func, weight in zip(reward_funcs, weights):
-        values = func(prompts=prompts, completions=completions, **training, **columns, **logs)
+        values = func(prompts=prompts, completions=completions, **{**columns, **training, **logs})
         if inspect.isawaitable(values):
             values = _run_coroutine(values)
         values = list(values)
@@ -165,12 +230,11 @@ def _run_coroutine(coroutine):
 
 def avg_at_k(model, tokenizer, dataset, k=32, max_new_tokens=4096, temperature=1.0, top_p=1.0, batch_size=64,
              use_vllm=False, model_path=None, reward_func=boxed_math_reward, reward_weights=None,
-             trainer_state=None) -> float:
+             trainer_state=None, base_model=None) -> float:
     """The mean reward of k samples per problem, over problems: the share graded right for a 0/1 reward such as the
-    default (the last \\boxed{} matches the gold answer); `reward_func`, `reward_weights` and `trainer_state` as in
-    `sample_rewards`."""
+    default (the last \\boxed{} matches the gold answer); the other arguments as in `sample_rewards`."""
     rewards = sample_rewards(model, tokenizer, dataset, k, max_new_tokens, temperature, top_p, batch_size, use_vllm,
-                             model_path, reward_func, reward_weights, trainer_state)
+                             model_path, reward_func, reward_weights, trainer_state, base_model)
     return sum(rewards) / len(rewards)
 
 
@@ -278,6 +342,8 @@ def main(argv=None):
                         help="one weight per reward function, as the recipe's reward_weights (default 1 each)")
     parser.add_argument("--backend", default="auto", choices=["auto", "vllm", "transformers"],
                         help="auto (default): vLLM where it is installed and a GPU is present, transformers otherwise")
+    parser.add_argument("--base_model", default=None, help="a LoRA output folder's base model (default: the one its "
+                        "adapter_config.json names; give it where that path was relative or has moved)")
     parser.add_argument("--output_file", default=None, help="JSON results (default: <model>/eval_avg@k.json)")
     args = parser.parse_args(argv)
     from trl_ada.cli.train import load_reward_funcs
@@ -293,19 +359,32 @@ def main(argv=None):
     state_file = os.path.join(args.model_name_or_path, "trainer_state.json")
     trainer_state = TrainerState.load_from_json(state_file) if os.path.isfile(state_file) else None
     use_vllm = _vllm_usable(args.backend)
-    adapter = _adapter_config(args.model_name_or_path)  # a LoRA folder without a tokenizer uses its base model's
+    adapter = _adapter_config(args.model_name_or_path)
+    if adapter is None and args.base_model is not None:
+        raise ValueError(f"--base_model: {args.model_name_or_path} holds no adapter_config.json (a whole model, not a "
+                         "LoRA adapter): drop --base_model.")
+    base = adapter_base(args.model_name_or_path, adapter, args.base_model) if adapter is not None else None
+    if adapter is not None and use_vllm:
+        check_vllm_adapter(args.model_name_or_path, adapter)  # before an engine starts
+    # A LoRA folder without tokenizer files evaluates with its base model's.
     has_tokenizer = os.path.isfile(os.path.join(args.model_name_or_path, "tokenizer_config.json"))
-    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path if has_tokenizer or adapter is None
-                                              else adapter["base_model_name_or_path"])
+    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path if has_tokenizer or base is None else base)
     model = None
     if not use_vllm:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path).to(device)
+        if base is None:
+            model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path)
+        else:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), args.model_name_or_path)
+        model = model.to(device)
     results = {}
     for name, dataset in datasets.items():
         score = avg_at_k(model, tokenizer, dataset, args.k, args.max_new_tokens, args.temperature, args.top_p,
                          args.batch_size, use_vllm=use_vllm, model_path=args.model_name_or_path,
-                         reward_func=reward_funcs, reward_weights=args.reward_weights, trainer_state=trainer_state)
+                         reward_func=reward_funcs, reward_weights=args.reward_weights, trainer_state=trainer_state,
+                         base_model=base)
         results[name] = {"size": len(dataset), f"avg@{args.k}": score}
     total = sum(r["size"] for r in results.values())
     weighted = sum(r["size"] * r[f"avg@{args.k}"] for r in results.values()) / total

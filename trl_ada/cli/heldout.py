@@ -93,6 +93,8 @@ class HeldOutScore:
     def __call__(self, model, k: int = 1, temperature: float = 0.0, reuse: bool = False) -> list[float]:
         if not reuse or self.cache_dir is None:
             return self._score(model, k, temperature)
+        from trl_ada.cli.evaluate import SAMPLING
+
         device = str(model.device)
         if model.device.type == "cuda":  # an H100 and an H200 run other kernels: greedy answers may differ
             device += " " + torch.cuda.get_device_name(model.device)
@@ -100,7 +102,7 @@ class HeldOutScore:
             weights_digest(model), model.config.to_json_string(), model.generation_config.to_json_string(),
             device, self.tokenizer.chat_template, self.dataset.to_list(),
             [_function_identity(f) for f in self.reward_funcs], self.weights, self.max_new_tokens, self.seed, k,
-            temperature, torch.__version__, transformers.__version__,
+            temperature, SAMPLING, torch.__version__, transformers.__version__,
         ], sort_keys=True, default=str).encode()).hexdigest()
         path = os.path.join(self.cache_dir, f"{key}.json")
         os.makedirs(self.cache_dir, exist_ok=True)

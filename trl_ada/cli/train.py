@@ -236,14 +236,15 @@ def _looks_local(name: str) -> bool:
 
 def resolve_model(name: str | None, training_args, warm_start_steps: int = 300) -> str:
     """The model folder or Hub id to train: `tiny` / `tiny-warm` are built here (the warm start once, by the main
-    process first); a local folder that does not exist is an error that says how to create it."""
+    process first); a local folder that does not exist is an error that says how to create it. A folder is returned
+    as an absolute path: a LoRA run's saved adapter names its base model by it, so the adapter loads from anywhere."""
     if name in ("tiny-tools", "tiny-tools-warm"):
         with training_args.main_process_first(desc="building the tiny tool model"):
             model = build_tiny_model(os.path.join(training_args.output_dir, "tiny-tool-model"), tools=True)
             if name == "tiny-tools-warm":
                 model = tool_warm_start(model, os.path.join(training_args.output_dir, "tool-warm-model"),
                                         warm_start_steps, training_args.seed)
-        return model
+        return os.path.abspath(model)
     if name in (None, "tiny", "tiny-warm"):
         with training_args.main_process_first(desc="building the tiny model"):
             model = build_tiny_model(os.path.join(training_args.output_dir, "tiny-model"))
@@ -255,12 +256,13 @@ def resolve_model(name: str | None, training_args, warm_start_steps: int = 300) 
             model = warm_start(model, os.path.join(training_args.output_dir, "warm-model"), warm_start_steps,
                                training_args.seed)
             PartialState().wait_for_everyone()
-        return model
+        return os.path.abspath(model)
     if not os.path.isdir(os.path.expanduser(name)) and (_looks_local(name) or missing_model_message(name)):
         raise FileNotFoundError(
             missing_model_message(name) or f"model_name_or_path: local folder {name!r} does not exist (give a model "
             "folder, or a Hub id like Qwen/Qwen2.5-Math-1.5B).")
-    return os.path.expanduser(name)
+    folder = os.path.expanduser(name)
+    return os.path.abspath(folder) if os.path.isdir(folder) else name
 
 
 def main(argv=None):
@@ -286,6 +288,7 @@ def main(argv=None):
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
+    trainer.save_state()  # trainer_state.json beside the model: what trl-ada-eval hands a reward that reads it
     trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name)
