@@ -127,6 +127,8 @@ class HeldOutScore:
         with evaluation_noise(model, self.seed):
             texts, ids = _generate_transformers(model, self.tokenizer, prompts, k, self.max_new_tokens, temperature,
                                                 1.0, 64)
+        # No trainer_state of the run: a fresh one (step 0) at every evaluation, so that a reward that reads the step
+        # scores every checkpoint alike (and the cache key holds no step).
         total = reward_samples(self.reward_funcs, self.weights, self.dataset, texts, k, completion_ids=ids)
         self.seconds += time.time() - start
         return [sum(total[i * k : (i + 1) * k]) / k for i in range(len(prompts))]
