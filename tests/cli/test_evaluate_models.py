@@ -7,6 +7,7 @@ greedy answers must be the same, and differ from the base model's (so an adapter
 import json
 import os
 import zlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -178,15 +179,20 @@ def test_vllm_serves_a_lora_output_folder_as_its_merged_model(tmp_path, monkeypa
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process: no spawned pytest
     greedy = dict(k=1, max_new_tokens=8, temperature=0.0, top_p=1.0, dtype="float32")
-    # The run's own chat template (here one that adds a line before every prompt) travels with the adapter.
-    base, adapter, merged = lora_folders(tmp_path / "template", template_prefix="Answer briefly.\n", **VLLM_CPU_TINY)
-    served = _generate_vllm(adapter, PROMPTS, **greedy)
-    assert served == _generate_vllm(merged, PROMPTS, **greedy)
-    assert served[1] != _generate_vllm(base, PROMPTS, **greedy)[1]
-    # A folder without tokenizer files is served with its base's tokenizer and template.
+    # A folder without tokenizer files is served with its base's tokenizer and template: there the adapter alone
+    # changes the answers.
     base, adapter, merged = lora_folders(tmp_path / "no-tokenizer", with_tokenizer=False, **VLLM_CPU_TINY)
     with_base_template = _generate_vllm(adapter, PROMPTS, **greedy)
     assert with_base_template == _generate_vllm(merged, PROMPTS, **greedy)
-    assert with_base_template[1] != served[1]  # the same weights: the template alone changed the answers
+    assert with_base_template[1] != _generate_vllm(base, PROMPTS, **greedy)[1]
+    # The run's own chat template (here one that adds a line before every prompt) travels with the adapter: the same
+    # weights, so the template alone changes the answers.
+    _, templated, templated_merged = lora_folders(tmp_path / "template", template_prefix="Answer briefly.\n",
+                                                  **VLLM_CPU_TINY)
+    assert (Path(templated_merged, "model.safetensors").read_bytes()
+            == Path(merged, "model.safetensors").read_bytes())
+    served = _generate_vllm(templated, PROMPTS, **greedy)
+    assert served == _generate_vllm(templated_merged, PROMPTS, **greedy)
+    assert served[1] != with_base_template[1]
     backend, score = greedy_score(adapter, held_out_file(tmp_path), tmp_path, "--backend", "vllm")
     assert backend == "vllm" and 0.0 <= score <= 1.0

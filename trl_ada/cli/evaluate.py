@@ -126,6 +126,13 @@ def check_vllm_adapter(model_path, adapter: dict) -> int:
     return rank
 
 
+def run_tokenizer(model_path, base=None):
+    """The tokenizer a run is evaluated with, and whether it is the folder's own: the folder's tokenizer files, else
+    (a LoRA folder saved without them) its base model's, `base`."""
+    own = base is None or os.path.isfile(os.path.join(model_path, "tokenizer_config.json"))
+    return AutoTokenizer.from_pretrained(model_path if own else base), own
+
+
 def _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p, dtype="auto", base_model=None):
     """As `_generate_transformers`, with vLLM (its context sized for the longest prompt and answer). A LoRA output
     folder is served as vLLM serves adapters: its base model with the adapter applied per request (LoRARequest), with
@@ -141,9 +148,8 @@ def _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p, d
         model = adapter_base(model_path, adapter, base_model)
         engine = {"enable_lora": True, "max_lora_rank": check_vllm_adapter(model_path, adapter)}
         chat = {"lora_request": LoRARequest("trained", 1, model_path)}
-    has_tokenizer = os.path.isfile(os.path.join(model_path, "tokenizer_config.json"))
-    tokenizer = AutoTokenizer.from_pretrained(model_path if has_tokenizer else model)
-    if adapter is not None and has_tokenizer:
+    tokenizer, own = run_tokenizer(model_path, model if adapter is not None else None)
+    if adapter is not None and own:
         base = AutoTokenizer.from_pretrained(model)
         if (len(tokenizer), tokenizer.eos_token, tokenizer.pad_token) != (len(base), base.eos_token, base.pad_token):
             raise ValueError(f"{model_path}: the run's tokenizer differs from its base model's (vocabulary, eos or pad "
@@ -366,11 +372,9 @@ def main(argv=None):
     base = adapter_base(args.model_name_or_path, adapter, args.base_model) if adapter is not None else None
     if adapter is not None and use_vllm:
         check_vllm_adapter(args.model_name_or_path, adapter)  # before an engine starts
-    # A LoRA folder without tokenizer files evaluates with its base model's.
-    has_tokenizer = os.path.isfile(os.path.join(args.model_name_or_path, "tokenizer_config.json"))
-    tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path if has_tokenizer or base is None else base)
-    model = None
+    model = tokenizer = None  # vLLM loads its own
     if not use_vllm:
+        tokenizer = run_tokenizer(args.model_name_or_path, base)[0]
         device = "cuda" if torch.cuda.is_available() else "cpu"
         if base is None:
             model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path)
