@@ -6,6 +6,7 @@ greedy answers must be the same, and differ from the base model's (so an adapter
 
 import json
 import os
+import shutil
 import zlib
 from pathlib import Path
 
@@ -157,6 +158,29 @@ def test_a_lora_output_folder_is_scored_as_its_merged_model(tmp_path, with_token
     flags = ("--backend", "transformers")
     assert greedy_score(adapter, data, tmp_path, *flags) == greedy_score(merged, data, tmp_path, *flags)
     assert greedy_score(adapter, data, tmp_path, *flags) != greedy_score(base, data, tmp_path, *flags)
+
+
+def test_a_lora_adapter_on_the_hub_is_scored_as_the_same_folder(tmp_path, monkeypatch):
+    """An adapter's Hub id (here in a Hub cache built offline) is read as the folder it was pushed from: the adapter on
+    its base, with its own tokenizer and chat template."""
+    import huggingface_hub
+
+    base, adapter, merged = lora_folders(tmp_path, template_prefix="Answer briefly.\n")
+    cache, commit = tmp_path / "hub", "0" * 40
+    (cache / "models--user--tiny-lora" / "refs").mkdir(parents=True)
+    (cache / "models--user--tiny-lora" / "refs" / "main").write_text(commit)
+    shutil.copytree(adapter, cache / "models--user--tiny-lora" / "snapshots" / commit)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    data, flags = held_out_file(tmp_path), ("--backend", "transformers")
+    assert greedy_score("user/tiny-lora", data, tmp_path, *flags) == greedy_score(adapter, data, tmp_path, *flags)
+    assert greedy_score("user/tiny-lora", data, tmp_path, *flags) != greedy_score(base, data, tmp_path, *flags)
+    # Without --output_file the JSON goes to the current folder, not into the Hub cache.
+    monkeypatch.chdir(tmp_path)
+    eval_main(["--model_name_or_path", "user/tiny-lora", "--datasets", data, "--prompt_template", "none",
+               "--reward_funcs", "tests.cli.test_evaluate_models.text_reward", "--k", "1", "--temperature", "0",
+               "--max_new_tokens", "8", *flags])
+    assert json.loads((tmp_path / "eval_avg@1-user--tiny-lora.json").read_text())["backend"] == "transformers"
+    assert not list(cache.rglob("eval_avg@*"))
 
 
 @pytest.mark.skipif(is_vllm_available(), reason="checks the message where vLLM is not installed")

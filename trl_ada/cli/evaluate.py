@@ -5,7 +5,7 @@
 Each data set is a Hub id or a local json/jsonl/parquet file with `problem` and `answer` (or `gt`) columns. Prints a
 table (avg@k per set and the average weighted by set size, the paper's headline figure) and writes it as JSON.
 Generation uses vLLM when it is installed and a GPU is present, transformers otherwise (`--backend` chooses). A LoRA
-run's output folder (the adapter alone) is evaluated as base model plus adapter by either.
+run's output folder (the adapter alone), or an adapter on the Hub, is evaluated as base model plus adapter by either.
 
 A task of your own is scored as it trains: its rows as written (`--prompt_template none`: a chat `prompt` column,
 every column handed to the rewards by name) and its rewards by import path, as a recipe names them:
@@ -87,6 +87,26 @@ def _adapter_config(model_path) -> dict | None:
         return json.load(f)
 
 
+def _is_hub_id(name) -> bool:
+    """Whether `name` can be a Hub repository id (name or namespace/name); anything else is a path."""
+    return re.fullmatch(r"[\w-][\w.-]*(/[\w.-]+)?", name) is not None
+
+
+def adapter_folder(model_path) -> str:
+    """A LoRA adapter on the Hub as the folder of its files in the Hub cache (fetched once; offline, the cached copy),
+    so that it is read as a run's output folder is; anything else as given (transformers and vLLM fetch whole
+    models themselves)."""
+    if os.path.isdir(os.path.expanduser(model_path)) or not _is_hub_id(model_path):
+        return model_path
+    from transformers.utils import find_adapter_config_file
+
+    if find_adapter_config_file(model_path) is None:
+        return model_path
+    from huggingface_hub import snapshot_download
+
+    return snapshot_download(model_path)
+
+
 def adapter_base(model_path, adapter: dict, base_model: str | None = None) -> str:
     """The base model a saved adapter applies to: `base_model` when given, else the one its config names, checked
     here so that a missing or moved base fails with its name, not inside a model loader."""
@@ -96,8 +116,7 @@ def adapter_base(model_path, adapter: dict, base_model: str | None = None) -> st
     if not base:
         raise ValueError(f"{model_path}/adapter_config.json names no base_model_name_or_path: give the base model "
                          "with --base_model.")
-    hub_id = re.fullmatch(r"[\w-][\w.-]*(/[\w.-]+)?", base)  # name or namespace/name: anything else is a path
-    if not os.path.isdir(os.path.expanduser(base)) and not hub_id:
+    if not os.path.isdir(os.path.expanduser(base)) and not _is_hub_id(base):
         raise ValueError(f"{model_path}/adapter_config.json: base_model_name_or_path {base!r} is not a folder here "
                          "(a path relative to where it trained, or a moved folder): give it with --base_model.")
     return os.path.expanduser(base)
@@ -325,7 +344,8 @@ def load_eval_dataset(name: str, args):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model_name_or_path", required=True)
+    parser.add_argument("--model_name_or_path", required=True, help="a model folder or Hub id; a LoRA run's output "
+                        "folder or an adapter's Hub id is evaluated as its base model plus the adapter")
     parser.add_argument("--datasets", nargs="+", required=True, help="Hub ids or local json/jsonl/parquet files")
     parser.add_argument("--split", default="test")
     parser.add_argument("--k", type=int, default=32)
@@ -350,7 +370,8 @@ def main(argv=None):
                         help="auto (default): vLLM where it is installed and a GPU is present, transformers otherwise")
     parser.add_argument("--base_model", default=None, help="a LoRA output folder's base model (default: the one its "
                         "adapter_config.json names; give it where that path was relative or has moved)")
-    parser.add_argument("--output_file", default=None, help="JSON results (default: <model>/eval_avg@k.json)")
+    parser.add_argument("--output_file", default=None, help="JSON results (default: <model folder>/eval_avg@k.json; "
+                        "for a Hub id, eval_avg@k-<owner>--<name>.json in the current folder)")
     args = parser.parse_args(argv)
     from trl_ada.cli.train import load_reward_funcs
 
@@ -360,33 +381,34 @@ def main(argv=None):
                          "--reward_funcs: give one weight per reward function.")
     datasets = {name: load_eval_dataset(name, args) for name in args.datasets}
 
+    use_vllm = _vllm_usable(args.backend)
+    model_path = adapter_folder(args.model_name_or_path)
     # A checkpoint folder holds its run's state: a reward that reads trainer_state (a curriculum on global_step)
     # scores the checkpoint as training would have; a final model folder has none, and the reward sees step 0.
-    state_file = os.path.join(args.model_name_or_path, "trainer_state.json")
+    state_file = os.path.join(model_path, "trainer_state.json")
     trainer_state = TrainerState.load_from_json(state_file) if os.path.isfile(state_file) else None
-    use_vllm = _vllm_usable(args.backend)
-    adapter = _adapter_config(args.model_name_or_path)
+    adapter = _adapter_config(model_path)
     if adapter is None and args.base_model is not None:
-        raise ValueError(f"--base_model: {args.model_name_or_path} holds no adapter_config.json (a whole model, not a "
+        raise ValueError(f"--base_model: {model_path} holds no adapter_config.json (a whole model, not a "
                          "LoRA adapter): drop --base_model.")
-    base = adapter_base(args.model_name_or_path, adapter, args.base_model) if adapter is not None else None
+    base = adapter_base(model_path, adapter, args.base_model) if adapter is not None else None
     if adapter is not None and use_vllm:
-        check_vllm_adapter(args.model_name_or_path, adapter)  # before an engine starts
+        check_vllm_adapter(model_path, adapter)  # before an engine starts
     model = tokenizer = None  # vLLM loads its own
     if not use_vllm:
-        tokenizer = run_tokenizer(args.model_name_or_path, base)[0]
+        tokenizer = run_tokenizer(model_path, base)[0]
         device = "cuda" if torch.cuda.is_available() else "cpu"
         if base is None:
-            model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path)
+            model = AutoModelForCausalLM.from_pretrained(model_path)
         else:
             from peft import PeftModel
 
-            model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), args.model_name_or_path)
+            model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), model_path)
         model = model.to(device)
     results = {}
     for name, dataset in datasets.items():
         score = avg_at_k(model, tokenizer, dataset, args.k, args.max_new_tokens, args.temperature, args.top_p,
-                         args.batch_size, use_vllm=use_vllm, model_path=args.model_name_or_path,
+                         args.batch_size, use_vllm=use_vllm, model_path=model_path,
                          reward_func=reward_funcs, reward_weights=args.reward_weights, trainer_state=trainer_state,
                          base_model=base)
         results[name] = {"size": len(dataset), f"avg@{args.k}": score}
@@ -396,7 +418,9 @@ def main(argv=None):
     for name, r in results.items():
         print(f"| {name} | {r['size']} | {100 * r[f'avg@{args.k}']:.1f} |")
     print(f"| weighted average | {total} | {100 * weighted:.1f} |")
-    output_file = args.output_file or os.path.join(args.model_name_or_path, f"eval_avg@{args.k}.json")
+    output_file = args.output_file or (
+        os.path.join(args.model_name_or_path, f"eval_avg@{args.k}.json") if os.path.isdir(args.model_name_or_path)
+        else f"eval_avg@{args.k}-{args.model_name_or_path.replace('/', '--')}.json")  # a Hub id: here, not in the cache
     with open(output_file, "w") as f:
         json.dump({"k": args.k, "backend": "vllm" if use_vllm else "transformers", "datasets": results,
                    "weighted_average": weighted}, f, indent=2)
