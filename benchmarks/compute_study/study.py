@@ -70,11 +70,13 @@ SECONDARY = {  # name: (arm, baseline, held-out set, window); Holm over these fo
 }
 EXPLORATORY = ("balanced", "positive_focused", "est_n4", "dapo")  # against grpo_n4, hard, window: no verdict
 BASELINES = ("grpo_n4", "grpo_n8")  # whose plateau the budget must reach
+DESCRIPTIVE = ("equal_completions", "equal_trained_tokens", "equal_gpu_cost")  # each pair, beside equal steps
 
 
-def comparison(results, arm, baseline, key, window):
-    """One registered comparison over the seeds both arms ran through the window (the others are named: `short`), or
-    why it cannot be read (an arm not run, a held-out set not scored per question)."""
+def comparison(results, arm, baseline, key, window, registered=None):
+    """One registered comparison over the seeds both arms ran through the window (the others are named: `short`;
+    the `registered` seeds without a record in both arms: `missing`), or why it cannot be read (an arm not run, a
+    held-out set not scored per question)."""
     if not results.get(arm) or not results.get(baseline):
         return {"arm": arm, "baseline": baseline, "not_run": True}
     low, high = window
@@ -84,6 +86,7 @@ def comparison(results, arm, baseline, key, window):
         return {"arm": arm, "baseline": baseline, "not_run": True, "why": f"no per-question {key!r} in the records"}
 
     seeds = sorted(set(results[arm]) & set(results[baseline]))
+    missing = sorted(set(registered or seeds) - set(seeds))  # registered, with no record in one arm or both
     scores = {(name, s): endpoints.window_items(results[name][s]["curve"], "tokens", low, high, points, key)
               for name in (arm, baseline) for s in seeds}  # each run's window, read once
     short = [s for s in seeds if scores[arm, s] is None or scores[baseline, s] is None]  # unfinished or cut
@@ -94,45 +97,55 @@ def comparison(results, arm, baseline, key, window):
     out = endpoints.window_difference({s: results[arm][s] for s in done}, {s: results[baseline][s] for s in done},
                                       "tokens", low, high, points, key=key)
     per_seed = [float(np.mean(scores[arm, s] - scores[baseline, s])) for s in done]
-    by_step = [row for row in compare({arm: {s: results[arm][s] for s in done},
-                                       baseline: {s: results[baseline][s] for s in done}},
-                                      [baseline, arm])["arms"][arm]["equal_steps"]
-               if row["seeds"] == len(done)]  # descriptive: the last evaluated step every pair reached
+    compared = compare({arm: {s: results[arm][s] for s in done}, baseline: {s: results[baseline][s] for s in done}},
+                       [baseline, arm])["arms"][arm]
+    by_step = [row for row in compared["equal_steps"] if row["seeds"] == len(done)]  # the last step every pair reached
+    # Descriptive, on the hard set (trl-ada-compare's report reads "items"): each pair at equal optimizer steps,
+    # generated completions, trained tokens and modelled GPU cost.
+    descriptive = {axis: compared.get(axis) for axis in DESCRIPTIVE} if key == "items" else None
     return {"arm": arm, "baseline": baseline, "held_out": key, **out, "short": short, "unpaired": unpaired,
+            "missing": missing, "descriptive": descriptive,
             "per_seed": per_seed, "equal_steps": by_step[-1] if by_step and key == "items" else None,
             "seed_sd": float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else None,
             "resumed": sorted({f"{name}-seed{s}" for name in (arm, baseline) for s in done
                                if results[name][s].get("resumed_at")})}
 
 
-def analyse(results: dict[str, dict[int, dict]]) -> dict:
-    primary = comparison(results, *PRIMARY)
-    secondary = {name: comparison(results, *spec) for name, spec in SECONDARY.items()}
+def analyse(results: dict[str, dict[int, dict]], seeds: list[int] | None = None) -> dict:
+    """The registered endpoints from a stage's records (arm -> seed -> record). With `seeds` (the stage's registered
+    ones), a record of any other seed is set aside and named (`not_registered`), and each comparison names the
+    registered seeds it lacks (`missing`)."""
+    not_registered = sorted(f"{arm}-seed{s}" for arm, by_seed in results.items() for s in by_seed
+                            if seeds is not None and s not in seeds)
+    if seeds is not None:
+        results = {arm: {s: r for s, r in by_seed.items() if s in seeds} for arm, by_seed in results.items()}
+    primary = comparison(results, *PRIMARY, registered=seeds)
+    secondary = {name: comparison(results, *spec, registered=seeds) for name, spec in SECONDARY.items()}
     # Holm over the registered four: one not (yet) run counts with p = 1, so the family never shrinks
     holm = endpoints.holm({name: 1.0 if c.get("not_run") else c["p"] for name, c in secondary.items()})
     for name, c in secondary.items():
         if not c.get("not_run"):
             c["holm"] = holm[name]
             c["verdict"] = c["verdict"] if holm[name]["rejected"] else paired.NO_DIFFERENCE  # the Holm-adjusted one
-    exploratory = {arm: comparison(results, arm, "grpo_n4", "items", WINDOW) for arm in EXPLORATORY}
+    exploratory = {arm: comparison(results, arm, "grpo_n4", "items", WINDOW) for arm in EXPLORATORY}  # seed 200
     for c in exploratory.values():
         if not c.get("not_run"):
             c["verdict"] = "exploratory: no verdict"
     plateaus = {}
     for arm in BASELINES:
         reached = {s: r for s, r in results.get(arm, {}).items() if r["curve"][-1]["tokens"] >= BUDGET}
-        if reached:
-            try:
-                rule = endpoints.plateau(reached, BUDGET, HELD_OUT_TOLERANCE, REWARD_TOLERANCE)
-            except ValueError as error:  # too few evaluations in the quarter: reported, not a crash of the analysis
-                rule = {"unreadable": str(error), "plateaued": None}
+        if reached:  # a seed whose line cannot be fitted is named in the rule's `unreadable`
+            rule = endpoints.plateau(reached, BUDGET, HELD_OUT_TOLERANCE, REWARD_TOLERANCE)
             plateaus[arm] = {**rule, "short": sorted(set(results[arm]) - set(reached))}
+        else:
+            plateaus[arm] = {"plateaued": None, "not_run": True, "short": sorted(results.get(arm, {}))}
     runs = {arm: {s: {"steps": r["steps"], "tokens": r["generated_tokens"], "resumed_at": r.get("resumed_at"),
                       "cut": bool(r.get("cut")), "train_hours": r["train_seconds"] / 3600,
                       "eval_hours": r.get("eval_seconds", 0) / 3600}
                   for s, r in sorted(by_seed.items())} for arm, by_seed in sorted(results.items())}
     return {"plan": {"budget": BUDGET, "window": WINDOW, "points": POINTS, "held_out_tolerance": HELD_OUT_TOLERANCE,
                      "reward_tolerance": REWARD_TOLERANCE},
+            "not_registered": not_registered,
             "primary": primary, "secondary": secondary, "exploratory": exploratory, "plateau": plateaus,
             "runs": runs, "cpu_hours": sum(r["train_hours"] + r["eval_hours"] for a in runs.values()
                                            for r in a.values())}
@@ -143,36 +156,59 @@ def line(name: str, c: dict) -> str:
         return f"| {name} | - | not run{': ' + c['why'] if c.get('why') else ''} | - |"
     holm = f"; Holm p {c['holm']['adjusted']:.3f}" if "holm" in c else ""
     sd = "" if c["seed_sd"] is None else f"; per-seed SD {100 * c['seed_sd']:.1f}"
-    resumed = f"; resumed: {', '.join(c['resumed'])}" if c["resumed"] else ""
-    resumed += f"; short of the window, left out: seeds {c['short']}" if c["short"] else ""
+    notes = f"; resumed: {', '.join(c['resumed'])}" if c["resumed"] else ""
+    notes += f"; short of the window, left out: seeds {c['short']}" if c["short"] else ""
+    notes += f"; missing: seeds {c['missing']}" if c.get("missing") else ""
     steps = "-" if c["equal_steps"] is None else f"{paired.describe(c['equal_steps'])} at step {c['equal_steps']['step']}"
-    return f"| {name} | {len(c['seeds'])} | {paired.describe(c)} (p {c['p']:.3f}{holm}{sd}{resumed}) | {steps} |"
+    return f"| {name} | {len(c['seeds'])} | {paired.describe(c)} (p {c['p']:.3f}{holm}{sd}{notes}) | {steps} |"
+
+
+def plateau_line(arm: str, p: dict) -> str:
+    if p.get("not_run"):
+        return f"Plateau of {arm}: no run reached the budget (short: seeds {p['short']})"
+
+    def rise(value, points):
+        return "-" if value is None else f"{100 * value:+.1f} pt" if points else f"{value:+.3f}"
+
+    seeds = ", ".join(f"{s}: {rise(r['held_out'], True)} / {rise(r['reward'], False)}" for s, r in p["per_seed"].items())
+    bounds = " / ".join("unreadable" if q is None else rise(q["upper"], name == "held_out")
+                        for name, q in p["over_seeds"].items())
+    verdict = {True: "plateaued", False: "NOT plateaued", None: "unreadable"}[p["plateaued"]]
+    unreadable = "; ".join(f"{name} line unreadable (fewer than 3 points in the quarter), left out: seeds {seeds_}"
+                           for name, seeds_ in p["unreadable"].items() if seeds_)
+    return (f"Plateau of {arm} at {BUDGET:,} tokens (fitted rise across the last quarter, held-out / reward; "
+            f"tolerances +{100 * HELD_OUT_TOLERANCE:.0f} pt / +{REWARD_TOLERANCE}): per seed {seeds}; "
+            f"{p['seeds_plateaued']} of {len(p['per_seed'])} seeds within; over resampled seeds, upper 95% "
+            f"{bounds}: {verdict}" + (f" ({unreadable})" if unreadable else "")
+            + (f" (short of the budget, left out: seeds {p['short']})" if p["short"] else ""))
 
 
 def print_tables(report: dict) -> None:
+    before = report["plateau"].get("grpo_n4", {}).get("plateaued") is False
     print(f"\nPoints of held-out greedy accuracy, arm minus baseline, mean over generated tokens "
-          f"{WINDOW[0]:,}-{WINDOW[1]:,} ({POINTS} positions); 95% bootstrap over seeds and questions.\n")
+          f"{WINDOW[0]:,}-{WINDOW[1]:,} ({POINTS} positions); 95% bootstrap over seeds and questions (with eight "
+          "seeds a percentile bootstrap is about 7% narrower than a t interval over seeds).\n")
     print("| comparison | seeds | at equal generated tokens (the window) | at equal optimizer steps (descriptive) |\n"
           "|---|---:|---|---|")
-    print(line("PRIMARY budget4 vs grpo_n4, hard, window", report["primary"]))
+    print(line("PRIMARY budget4 vs grpo_n4, hard, window" + (", BEFORE grpo_n4's plateau" if before else ""),
+               report["primary"]))
     for name, c in report["secondary"].items():
         print(line(name, c))
     for arm, c in report["exploratory"].items():
         print(line(f"(exploratory) {arm} vs grpo_n4, hard, window", c))
+    print("\nDescriptive, hard set, at the last point each pair shares:\n\n"
+          "| pair | equal completions | equal trained tokens | equal modelled GPU cost |\n|---|---|---|---|")
+    pairs = [report["primary"], report["secondary"]["est_n8 vs grpo_n8, hard, window"]]
+    for c in pairs:
+        if not c.get("not_run"):
+            print(f"| {c['arm']} vs {c['baseline']} | "
+                  + " | ".join("-" if c["descriptive"][axis] is None else paired.describe(c["descriptive"][axis])
+                               for axis in DESCRIPTIVE) + " |")
     for arm, p in report["plateau"].items():
-        if "unreadable" in p:
-            print(f"\nPlateau of {arm}: unreadable ({p['unreadable']})")
-            continue
-        seeds = ", ".join(f"{s}: {100 * r['held_out']:+.1f} pt / {r['reward']:+.3f}"
-                          for s, r in p["per_seed"].items())
-        over = p["over_seeds"]
-        print(f"\nPlateau of {arm} at {BUDGET:,} tokens (fitted rise across the last quarter, held-out / reward; "
-              f"tolerances +{100 * HELD_OUT_TOLERANCE:.0f} pt / +{REWARD_TOLERANCE}): per seed {seeds}; "
-              f"{p['seeds_plateaued']} of {len(p['per_seed'])} seeds within; over resampled seeds, upper 95% "
-              f"{100 * over['held_out']['upper']:+.1f} pt / {over['reward']['upper']:+.3f}: "
-              f"{'plateaued' if p['plateaued'] else 'NOT plateaued'}"
-              + (f" (short of the budget, left out: seeds {p['short']})" if p["short"] else ""))
-    print(f"\nCPU-hours in these records: {report['cpu_hours']:.1f}")
+        print("\n" + plateau_line(arm, p))
+    if report["not_registered"]:
+        print(f"\nNot registered, set aside: {', '.join(report['not_registered'])}")
+    print(f"\nCPU-hours in these records: {report['cpu_hours']:.1f} (runs lost and trained again are not in them)")
 
 
 def plot(results: dict[str, dict[int, dict]], path: str) -> None:
@@ -273,6 +309,8 @@ def main(argv=None) -> dict | list[str]:
     p = sub.add_parser("analyse", help="the registered endpoints from a stage's results")
     p.add_argument("output_dir", help="a trl-ada-compare --output_dir (its results/ folder is read)")
     p.add_argument("--out", required=True, help="writes <out>.json and <out>.png")
+    p.add_argument("--stage", default="confirm", choices=sorted(STAGES),
+                   help="whose registered seeds are analysed (default: confirm); records of others are set aside")
     args = parser.parse_args(argv)
     if args.action in ("run", "command"):
         compare_argv = command(args.stage, args.arms, args.seeds, args.jobs, args.deadline_s, args.output_dir)
@@ -296,7 +334,7 @@ def main(argv=None) -> dict | list[str]:
     if not os.path.isdir(os.path.join(args.output_dir, "results")):
         raise SystemExit(f"{args.output_dir}/results: no such folder (give the --output_dir of trl-ada-compare)")
     results = load_results(args.output_dir)
-    report = analyse(results)
+    report = analyse(results, seeds=STAGES[args.stage][1])
     print_tables(report)
     with open(f"{args.out}.json", "w") as f:
         json.dump(report, f, indent=1)

@@ -65,7 +65,7 @@ def synthetic_record(arm, seed, level, per_step=200, reward_slope=0.0, tokens_en
     def point(s):
         on = per_step * s >= 16_000
         items = [level + d if on else 0.0 for d in spread]
-        return {"step": s, "tokens": per_step * s, "samples": 16 * s, "items": items,
+        return {"step": s, "tokens": per_step * s, "trained_tokens": per_step * s, "samples": 16 * s, "items": items,
                 "greedy": sum(items) / len(items), "extra_items": [level / 2] * 4, "extra_greedy": level / 2}
 
     reward = [0.5 + reward_slope * per_step * (s + 1) / 10_000 for s in range(steps)]
@@ -88,22 +88,24 @@ def test_the_analysis_reads_the_registered_endpoints(tmp_path):
     verdict, arms not run reported as such, the plot drawn."""
     study = load_script("benchmarks/compute_study/study.py", "compute_study")
     spread = [0.3, 0.3, -0.2, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -0.4]  # question luck, mean 0
-    records = [synthetic_record("grpo_n4", s, 0.4, per_step=210) for s in (0, 1, 2)]
-    records += [synthetic_record("budget4", s, 0.4 + 0.05 * (s + 1), per_step=190, spread=spread) for s in (0, 1, 2)]
-    records += [synthetic_record("grpo_n8", s, 0.5, per_step=410, reward_slope=0.1) for s in (0, 1, 2)]
-    records += [synthetic_record("est_n8", s, 0.5, per_step=430) for s in (0, 1, 2)]  # level with its baseline
-    records += [synthetic_record("dapo", s, 0.6, per_step=230) for s in (0,)]
+    seeds = (200, 201, 202)  # registered seeds of the confirmatory stage
+    records = [synthetic_record("grpo_n4", s, 0.4, per_step=210) for s in seeds]
+    records += [synthetic_record("budget4", s, 0.4 + 0.05 * (i + 1), per_step=190, spread=spread)
+                for i, s in enumerate(seeds)]
+    records += [synthetic_record("grpo_n8", s, 0.5, per_step=410, reward_slope=0.1) for s in seeds]
+    records += [synthetic_record("est_n8", s, 0.5, per_step=430) for s in seeds]  # level with its baseline
+    records += [synthetic_record("dapo", s, 0.6, per_step=230) for s in (200,)]
     write_results(tmp_path / "study", records)
     report = study.main(["analyse", str(tmp_path / "study"), "--out", str(tmp_path / "out")])
     primary = report["primary"]
-    assert primary["mean"] == pytest.approx(0.1) and primary["seeds"] == [0, 1, 2] and primary["short"] == []
+    assert primary["mean"] == pytest.approx(0.1) and primary["seeds"] == [200, 201, 202] and primary["short"] == []
     assert primary["per_seed"] == pytest.approx([0.05, 0.1, 0.15]) and primary["seed_sd"] == pytest.approx(0.05)
     assert 0 < primary["p"] < 1 and primary["verdict"] == ("ahead" if primary["low"] > 0 else paired.NO_DIFFERENCE)
     assert primary["equal_steps"]["mean"] == pytest.approx(0.1)
     secondary = report["secondary"]
     est = secondary["est_n8 vs grpo_n8, hard, window"]
     assert est["mean"] == 0.0 and est["p"] == 1.0 and not est["holm"]["rejected"]
-    assert est["resumed"] == ["est_n8-seed0", "est_n8-seed1", "est_n8-seed2"]
+    assert est["resumed"] == ["est_n8-seed200", "est_n8-seed201", "est_n8-seed202"]
     easy = secondary["budget4 vs grpo_n4, easy, window"]
     assert easy["mean"] == pytest.approx(0.05) and easy["p"] == 0.0 and easy["verdict"] == "ahead"
     point = secondary["budget4 vs grpo_n4, hard, at the budget"]
@@ -116,8 +118,8 @@ def test_the_analysis_reads_the_registered_endpoints(tmp_path):
     plateau = report["plateau"]
     assert plateau["grpo_n4"]["plateaued"] and plateau["grpo_n4"]["seeds_plateaued"] == 3
     # 0.1 per 10k tokens across a 16k-token quarter: a fitted rise of 0.16, over the 0.08 tolerance
-    assert plateau["grpo_n8"]["per_seed"][0]["reward"] == pytest.approx(0.16, rel=0.02)
-    assert plateau["grpo_n8"]["per_seed"][0]["held_out"] == pytest.approx(0.0, abs=1e-9)
+    assert plateau["grpo_n8"]["per_seed"][200]["reward"] == pytest.approx(0.16, rel=0.02)
+    assert plateau["grpo_n8"]["per_seed"][200]["held_out"] == pytest.approx(0.0, abs=1e-9)
     assert not plateau["grpo_n8"]["plateaued"]
     assert report["cpu_hours"] == pytest.approx(13 * 1.1)
     assert json.loads((tmp_path / "out.json").read_text())["primary"]["mean"] == pytest.approx(0.1)
@@ -125,15 +127,47 @@ def test_the_analysis_reads_the_registered_endpoints(tmp_path):
 
     # a seed whose run stops short of the window (unfinished, cut) is left out and named, in the comparison and
     # in the plateau
-    write_results(tmp_path / "short", records[:6] + [synthetic_record("grpo_n4", 3, 0.4, tokens_end=40_000),
-                                                     synthetic_record("budget4", 3, 0.5, tokens_end=40_000)])
+    write_results(tmp_path / "short", records[:6] + [synthetic_record("grpo_n4", 203, 0.4, tokens_end=40_000),
+                                                     synthetic_record("budget4", 203, 0.5, tokens_end=40_000)])
     report = study.main(["analyse", str(tmp_path / "short"), "--out", str(tmp_path / "short_out")])
-    assert report["primary"]["seeds"] == [0, 1, 2] and report["primary"]["short"] == [3]
-    assert report["plateau"]["grpo_n4"]["short"] == [3]
+    assert report["primary"]["seeds"] == [200, 201, 202] and report["primary"]["short"] == [203]
+    assert report["plateau"]["grpo_n4"]["short"] == [203]
+    assert report["primary"]["missing"] == [204, 205, 206, 207]
     # the est pair is not run: its two endpoints still count in Holm's family, as p = 1
     assert report["secondary"]["est_n8 vs grpo_n8, hard, window"]["not_run"]
     point = report["secondary"]["budget4 vs grpo_n4, hard, at the budget"]
     assert point["holm"]["adjusted"] == pytest.approx(min(1.0, 3 * point["p"])) and 3 * point["p"] < 1
+
+
+def test_the_analysis_reads_only_registered_seeds_and_names_what_it_lacks(tmp_path, capsys):
+    """A record of a seed the stage did not register (a pilot seed, a test run) is set aside and named, not analysed;
+    a registered seed without its pair is named missing; an n=8 run of few steps, with one evaluation in the last
+    quarter, leaves its seed's held-out line unreadable (named) and the arm's rule still read from the others; the
+    est pair's descriptive rows are kept."""
+    study = load_script("benchmarks/compute_study/study.py", "compute_study")
+    records = [synthetic_record("grpo_n4", s, 0.4, per_step=210) for s in (200, 201)]
+    records += [synthetic_record("budget4", s, 0.45, per_step=190) for s in (200, 201, 202)]
+    records += [synthetic_record(arm, 101, level, per_step=200) for arm, level in (("grpo_n4", 0.0), ("budget4", 0.9))]
+    records += [synthetic_record("grpo_n8", s, 0.5, per_step=410) for s in (200, 201)]
+    records += [synthetic_record("grpo_n8", 202, 0.5, per_step=1150)]  # 56 steps: one evaluation in the quarter
+    records += [synthetic_record("est_n8", s, 0.55, per_step=430) for s in (200, 201, 202)]
+    write_results(tmp_path / "study", records)
+    report = study.main(["analyse", str(tmp_path / "study"), "--out", str(tmp_path / "out")])
+    assert report["not_registered"] == ["budget4-seed101", "grpo_n4-seed101"]
+    primary = report["primary"]
+    assert primary["seeds"] == [200, 201] and primary["mean"] == pytest.approx(0.05)  # seed 101 would pull it up
+    assert primary["missing"] == [202, 203, 204, 205, 206, 207] and primary["unpaired"] == [202]
+    n8 = report["plateau"]["grpo_n8"]
+    assert n8["unreadable"]["held_out"] == [202] and n8["per_seed"][202]["reward"] is not None
+    assert n8["over_seeds"]["held_out"]["seeds"] == 2 and n8["plateaued"] is True
+    est = report["secondary"]["est_n8 vs grpo_n8, hard, window"]
+    assert est["descriptive"]["equal_completions"]["mean"] == pytest.approx(0.05)
+    assert est["descriptive"]["equal_gpu_cost"]["seeds"] == 3
+    printed = capsys.readouterr().out
+    assert "missing: seeds [202, 203, 204, 205, 206, 207]" in printed
+    assert "Not registered, set aside: budget4-seed101, grpo_n4-seed101" in printed
+    assert "held_out line unreadable (fewer than 3 points in the quarter), left out: seeds [202]" in printed
+    assert "| est_n8 vs grpo_n8 | +5.0 [" in printed
 
 
 def test_status_tells_done_cut_and_missing_runs_without_reading_accuracy(tmp_path, capsys):

@@ -88,6 +88,37 @@ def test_plateau_checks_every_seed_and_the_mean_over_resampled_seeds():
         endpoints.plateau({0: flat}, 2000, 0.02, 0.05)
 
 
+def test_a_seed_whose_line_cannot_be_fitted_is_named_and_left_out_of_the_bound():
+    """A run of few, long steps (n=8's) can hold one evaluation in the last quarter: that seed's held-out line is
+    unreadable, named, and the rule reads from the other seeds; with none readable the rule reads None."""
+    tokens = [0, 250, 500, 750, 800, 850, 900, 950, 1000]
+    flat = record(tokens, [0.1, 0.3, 0.4, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5], reward=[0.8] * 80)
+    sparse = record([0, 400, 700, 880, 1010], [0.1, 0.3, 0.4, 0.5, 0.5], reward=[0.8] * 40)  # one in [750, 1000)
+    assert endpoints.rise(sparse, 1000)["held_out"] is None and endpoints.rise(sparse, 1000)["reward"] is not None
+    out = endpoints.plateau({0: flat, 1: sparse, 2: flat}, 1000, held_out_tolerance=0.02, reward_tolerance=0.05)
+    assert out["unreadable"] == {"held_out": [1], "reward": []}
+    assert out["over_seeds"]["held_out"]["seeds"] == 2 and out["over_seeds"]["reward"]["seeds"] == 3
+    assert [r["plateaued"] for r in out["per_seed"].values()] == [True, None, True] and out["plateaued"]
+    rising = {**sparse, "reward": list(np.linspace(0.0, 1.0, 40))}  # its readable line alone fails the rule
+    assert endpoints.plateau({1: rising}, 1000, 0.02, 0.05)["per_seed"][1]["plateaued"] is False
+    alone = endpoints.plateau({1: sparse}, 1000, 0.02, 0.05)
+    assert alone["over_seeds"]["held_out"] is None and alone["plateaued"] is None and alone["seeds_plateaued"] == 0
+    assert endpoints.plateau({1: rising}, 1000, 0.02, 0.05)["plateaued"] is False  # a bound over: fails regardless
+
+
+def test_a_step_that_ends_at_the_start_of_the_quarter_is_in_the_reward_line():
+    run = record([0, 750, 1000], [0.5, 0.5, 0.5], reward=[0.0] * 9 + [1.0] + [0.0] * 10)  # step 10 ends at 750
+    assert endpoints._step_tokens(run)[9] == 750
+    with_it = endpoints.rise(run, 1000)["reward"]
+    run["reward"][9] = 0.0
+    assert with_it != endpoints.rise(run, 1000)["reward"]
+
+
+def test_a_difference_that_is_not_a_number_is_refused():
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        paired.paired_difference([[1.0, float("nan")], [0.0, 1.0]])
+
+
 def test_holm_matches_the_step_down_rule_by_hand():
     out = endpoints.holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.5})
     # sorted: a 0.01 x4 = 0.04; c 0.03 x3 = 0.09; b 0.04 x2 = 0.08 -> 0.09 (monotone); d 0.5 x1 = 0.5

@@ -99,7 +99,7 @@ def rise(record: dict, budget: float, axis: str = "tokens") -> dict:
         at = _step_tokens(record)
         values = np.asarray([np.nan if r is None else r for r in record["reward"]], dtype=float)
         started = np.concatenate([[0.0], at[:-1]])  # the tokens before each step
-        steps = (at > low) & (started < budget)
+        steps = (at >= low) & (started < budget)
         reward = _fitted_rise(at[steps], values[steps], width)
     return {"held_out": held_out, "reward": reward}
 
@@ -108,25 +108,39 @@ def plateau(records: dict[int, dict], budget: float, held_out_tolerance: float, 
             axis: str = "tokens", replicates: int = 4000, seed: int = 0) -> dict:
     """The plateau rule for one arm's runs (seed -> record) at `budget`: per seed, whether both rises are within
     their tolerances; over seeds, the mean rises with their one-sided 95% bootstrap upper bounds (seeds resampled
-    with replacement), and whether both bounds are within the tolerances."""
-    per_seed = {}
+    with replacement), and whether both bounds are within the tolerances.
+
+    A seed whose line cannot be fitted (fewer than 3 evaluations or steps in the last quarter: a run of few, long
+    steps) is named in `unreadable` for that quantity and left out of its bound; with no seed left the rule reads
+    None. A run short of the budget is an error: the caller leaves such seeds out and names them."""
+    per_seed, unreadable = {}, {"held_out": [], "reward": []}
     for s, record in sorted(records.items()):
+        if not record["curve"] or record["curve"][-1][axis] < budget:
+            raise ValueError(f"seed {s}: the run does not reach the budget {budget:g} on {axis!r}")
         r = rise(record, budget, axis)
-        if r["held_out"] is None or r["reward"] is None:
-            raise ValueError(f"seed {s}: the run does not reach the budget {budget:g} on {axis!r}, or fewer than 3 "
-                             "evaluations or training steps fall in the budget's last quarter (evaluate more often)")
-        per_seed[s] = {**r, "plateaued": r["held_out"] <= held_out_tolerance and r["reward"] <= reward_tolerance}
+        for quantity in unreadable:
+            if r[quantity] is None:
+                unreadable[quantity].append(s)
+        within = [r["held_out"] is None or r["held_out"] <= held_out_tolerance,
+                  r["reward"] is None or r["reward"] <= reward_tolerance]
+        readable = r["held_out"] is not None and r["reward"] is not None
+        per_seed[s] = {**r, "plateaued": all(within) if readable or not all(within) else None}
     rng = np.random.default_rng(seed)
     over_seeds = {}
     for quantity, tolerance in (("held_out", held_out_tolerance), ("reward", reward_tolerance)):
-        values = np.asarray([r[quantity] for r in per_seed.values()])
+        values = np.asarray([r[quantity] for r in per_seed.values() if r[quantity] is not None])
+        if not len(values):
+            over_seeds[quantity] = None
+            continue
         draws = values[rng.integers(0, len(values), size=(replicates, len(values)))].mean(axis=1)
         upper = float(np.percentile(draws, 95))
-        over_seeds[quantity] = {"mean": float(values.mean()), "upper": upper, "within": upper <= tolerance}
+        over_seeds[quantity] = {"mean": float(values.mean()), "upper": upper, "within": upper <= tolerance,
+                                "seeds": len(values)}
     return {"budget": budget, "axis": axis, "tolerances": {"held_out": held_out_tolerance, "reward": reward_tolerance},
-            "per_seed": per_seed, "seeds_plateaued": sum(r["plateaued"] for r in per_seed.values()),
-            "over_seeds": over_seeds,
-            "plateaued": all(q["within"] for q in over_seeds.values())}
+            "per_seed": per_seed, "seeds_plateaued": sum(r["plateaued"] is True for r in per_seed.values()),
+            "unreadable": unreadable, "over_seeds": over_seeds,
+            "plateaued": False if any(q is not None and not q["within"] for q in over_seeds.values())
+            else None if None in over_seeds.values() else True}
 
 
 def holm(p_values: dict[str, float], alpha: float = 0.05) -> dict[str, dict]:

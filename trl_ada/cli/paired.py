@@ -26,6 +26,9 @@ def paired_difference(diffs, weights=None, replicates: int = 4000, seed: int = 0
     d = np.asarray(diffs, dtype=float)
     if d.ndim != 2 or d.size == 0:
         raise ValueError(f"paired_difference: a seeds x questions matrix, got shape {d.shape}")
+    if not np.isfinite(d).all():  # a NaN would make both tails empty: p = 0, first in Holm's order
+        raise ValueError("paired_difference: a difference is NaN or infinite (a question scored as None?): score "
+                         "every question of both runs")
     seeds, questions = d.shape
     c = np.ones(questions) if weights is None else np.asarray(weights, dtype=float)
     rng = np.random.default_rng(seed)
