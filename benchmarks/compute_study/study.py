@@ -170,7 +170,8 @@ def plateau_line(arm: str, p: dict) -> str:
     def rise(value, points):
         return "-" if value is None else f"{100 * value:+.1f} pt" if points else f"{value:+.3f}"
 
-    seeds = ", ".join(f"{s}: {rise(r['held_out'], True)} / {rise(r['reward'], False)}" for s, r in p["per_seed"].items())
+    seeds = ", ".join(f"{s}: {rise(r['held_out'], True)} / {rise(r['reward'], False)}"
+                      for s, r in p["per_seed"].items())
     bounds = " / ".join("unreadable" if q is None else rise(q["upper"], name == "held_out")
                         for name, q in p["over_seeds"].items())
     verdict = {True: "plateaued", False: "NOT plateaued", None: "unreadable"}[p["plateaued"]]
