@@ -181,6 +181,25 @@ def test_a_lora_adapter_on_the_hub_is_scored_as_the_same_folder(tmp_path, monkey
                "--max_new_tokens", "8", *flags])
     assert json.loads((tmp_path / "eval_avg@1-user--tiny-lora.json").read_text())["backend"] == "transformers"
     assert not list(cache.rglob("eval_avg@*"))
+    # A cache filled by loading the adapter alone (offline: no tokenizer files) falls back to the base's, and says so.
+    for name in ("tokenizer_config.json", "tokenizer.json", "chat_template.jinja"):
+        (cache / "models--user--tiny-lora" / "snapshots" / commit / name).unlink(missing_ok=True)
+    with pytest.warns(UserWarning, match="holds no tokenizer files, so it is evaluated with its base model's"):
+        from_base = greedy_score("user/tiny-lora", data, tmp_path, *flags)
+    assert from_base != greedy_score(adapter, data, tmp_path, *flags)
+
+
+def test_a_folder_given_with_a_tilde_is_read_as_that_folder(tmp_path, monkeypatch):
+    """`~/run` as a shell passes it unexpanded (quoted, or from Python or a recipe): its own tokenizer and template,
+    its trainer_state.json and its default output file, as for the expanded path."""
+    base, adapter, merged = lora_folders(tmp_path, template_prefix="Answer briefly.\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    data, flags = held_out_file(tmp_path), ("--backend", "transformers")
+    assert greedy_score("~/adapter", data, tmp_path, *flags) == greedy_score(adapter, data, tmp_path, *flags)
+    eval_main(["--model_name_or_path", "~/adapter", "--datasets", data, "--prompt_template", "none", "--reward_funcs",
+               "tests.cli.test_evaluate_models.text_reward", "--k", "1", "--temperature", "0", "--max_new_tokens", "8",
+               *flags])
+    assert json.loads((tmp_path / "adapter" / "eval_avg@1.json").read_text())["backend"] == "transformers"
 
 
 @pytest.mark.skipif(is_vllm_available(), reason="checks the message where vLLM is not installed")

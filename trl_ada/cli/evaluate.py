@@ -25,6 +25,7 @@ import json
 import os
 import re
 import statistics
+import warnings
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerState
@@ -93,10 +94,12 @@ def _is_hub_id(name) -> bool:
 
 
 def adapter_folder(model_path) -> str:
-    """A LoRA adapter on the Hub as the folder of its files in the Hub cache (fetched once; offline, the cached copy),
-    so that it is read as a run's output folder is; anything else as given (transformers and vLLM fetch whole
-    models themselves)."""
-    if os.path.isdir(os.path.expanduser(model_path)) or not _is_hub_id(model_path):
+    """A local folder as its expanded path; a LoRA adapter on the Hub as the folder of its files in the Hub cache
+    (fetched once; offline, the cached copy), so that it is read as a run's output folder is; anything else as given
+    (transformers and vLLM fetch whole models themselves)."""
+    if os.path.isdir(os.path.expanduser(model_path)):
+        return os.path.expanduser(model_path)
+    if not _is_hub_id(model_path):
         return model_path
     from transformers.utils import find_adapter_config_file
 
@@ -104,7 +107,13 @@ def adapter_folder(model_path) -> str:
         return model_path
     from huggingface_hub import snapshot_download
 
-    return snapshot_download(model_path)
+    folder = snapshot_download(model_path)
+    if not os.path.isfile(os.path.join(folder, "tokenizer_config.json")):
+        # Offline, a cache filled by loading the adapter alone holds no tokenizer files even where the repo has them.
+        warnings.warn(f"{model_path}: its Hub snapshot ({folder}) holds no tokenizer files, so it is evaluated with "
+                      "its base model's tokenizer and chat template (offline, fetch the repo once online to use its "
+                      "own).", stacklevel=2)
+    return folder
 
 
 def adapter_base(model_path, adapter: dict, base_model: str | None = None) -> str:
@@ -389,8 +398,8 @@ def main(argv=None):
     trainer_state = TrainerState.load_from_json(state_file) if os.path.isfile(state_file) else None
     adapter = _adapter_config(model_path)
     if adapter is None and args.base_model is not None:
-        raise ValueError(f"--base_model: {model_path} holds no adapter_config.json (a whole model, not a "
-                         "LoRA adapter): drop --base_model.")
+        raise ValueError(f"--base_model: {model_path} holds no adapter_config.json (a whole model, not a LoRA "
+                         "adapter; or, offline, a Hub adapter not in the cache): drop --base_model.")
     base = adapter_base(model_path, adapter, args.base_model) if adapter is not None else None
     if adapter is not None and use_vllm:
         check_vllm_adapter(model_path, adapter)  # before an engine starts
@@ -418,9 +427,9 @@ def main(argv=None):
     for name, r in results.items():
         print(f"| {name} | {r['size']} | {100 * r[f'avg@{args.k}']:.1f} |")
     print(f"| weighted average | {total} | {100 * weighted:.1f} |")
-    output_file = args.output_file or (
-        os.path.join(args.model_name_or_path, f"eval_avg@{args.k}.json") if os.path.isdir(args.model_name_or_path)
-        else f"eval_avg@{args.k}-{args.model_name_or_path.replace('/', '--')}.json")  # a Hub id: here, not in the cache
+    local = os.path.isdir(os.path.expanduser(args.model_name_or_path))  # a Hub id's JSON: here, not in the cache
+    output_file = args.output_file or (os.path.join(model_path, f"eval_avg@{args.k}.json") if local
+                                       else f"eval_avg@{args.k}-{args.model_name_or_path.replace('/', '--')}.json")
     with open(output_file, "w") as f:
         json.dump({"k": args.k, "backend": "vllm" if use_vllm else "transformers", "datasets": results,
                    "weighted_average": weighted}, f, indent=2)
