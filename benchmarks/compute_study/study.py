@@ -134,11 +134,12 @@ def analyse(results: dict[str, dict[int, dict]], seeds: list[int] | None = None)
     plateaus = {}
     for arm in BASELINES:
         reached = {s: r for s, r in results.get(arm, {}).items() if r["curve"][-1]["tokens"] >= BUDGET}
+        named = {"short": sorted(set(results.get(arm, {})) - set(reached)),
+                 "missing": sorted(set(seeds or []) - set(results.get(arm, {})))}  # registered, no record
         if reached:  # a seed whose line cannot be fitted is named in the rule's `unreadable`
-            rule = endpoints.plateau(reached, BUDGET, HELD_OUT_TOLERANCE, REWARD_TOLERANCE)
-            plateaus[arm] = {**rule, "short": sorted(set(results[arm]) - set(reached))}
+            plateaus[arm] = {**endpoints.plateau(reached, BUDGET, HELD_OUT_TOLERANCE, REWARD_TOLERANCE), **named}
         else:
-            plateaus[arm] = {"plateaued": None, "not_run": True, "short": sorted(results.get(arm, {}))}
+            plateaus[arm] = {"plateaued": None, "not_run": True, **named}
     runs = {arm: {s: {"steps": r["steps"], "tokens": r["generated_tokens"], "resumed_at": r.get("resumed_at"),
                       "cut": bool(r.get("cut")), "train_hours": r["train_seconds"] / 3600,
                       "eval_hours": r.get("eval_seconds", 0) / 3600}
@@ -165,7 +166,8 @@ def line(name: str, c: dict) -> str:
 
 def plateau_line(arm: str, p: dict) -> str:
     if p.get("not_run"):
-        return f"Plateau of {arm}: no run reached the budget (short: seeds {p['short']})"
+        return (f"Plateau of {arm}: no run reached the budget" + (f" (short: seeds {p['short']})" if p["short"] else "")
+                + (f" (missing: seeds {p['missing']})" if p["missing"] else ""))
 
     def rise(value, points):
         return "-" if value is None else f"{100 * value:+.1f} pt" if points else f"{value:+.3f}"
@@ -181,7 +183,8 @@ def plateau_line(arm: str, p: dict) -> str:
             f"tolerances +{100 * HELD_OUT_TOLERANCE:.0f} pt / +{REWARD_TOLERANCE}): per seed {seeds}; "
             f"{p['seeds_plateaued']} of {len(p['per_seed'])} seeds within; over resampled seeds, upper 95% "
             f"{bounds}: {verdict}" + (f" ({unreadable})" if unreadable else "")
-            + (f" (short of the budget, left out: seeds {p['short']})" if p["short"] else ""))
+            + (f" (short of the budget, left out: seeds {p['short']})" if p["short"] else "")
+            + (f" (missing: seeds {p['missing']})" if p["missing"] else ""))
 
 
 def print_tables(report: dict) -> None:

@@ -160,6 +160,7 @@ def test_the_analysis_reads_only_registered_seeds_and_names_what_it_lacks(tmp_pa
     n8 = report["plateau"]["grpo_n8"]
     assert n8["unreadable"]["held_out"] == [202] and n8["per_seed"][202]["reward"] is not None
     assert n8["over_seeds"]["held_out"]["seeds"] == 2 and n8["plateaued"] is True
+    assert n8["missing"] == [203, 204, 205, 206, 207] and report["plateau"]["grpo_n4"]["missing"][0] == 202
     est = report["secondary"]["est_n8 vs grpo_n8, hard, window"]
     assert est["descriptive"]["equal_completions"]["mean"] == pytest.approx(0.05)
     assert est["descriptive"]["equal_gpu_cost"]["seeds"] == 3
