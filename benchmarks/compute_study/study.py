@@ -165,9 +165,10 @@ def line(name: str, c: dict) -> str:
 
 
 def plateau_line(arm: str, p: dict) -> str:
+    named = ((f" (short of the budget, left out: seeds {p['short']})" if p["short"] else "")
+             + (f" (missing: seeds {p['missing']})" if p["missing"] else ""))
     if p.get("not_run"):
-        return (f"Plateau of {arm}: no run reached the budget" + (f" (short: seeds {p['short']})" if p["short"] else "")
-                + (f" (missing: seeds {p['missing']})" if p["missing"] else ""))
+        return f"Plateau of {arm}: no run reached the budget{named}"
 
     def rise(value, points):
         return "-" if value is None else f"{100 * value:+.1f} pt" if points else f"{value:+.3f}"
@@ -182,9 +183,7 @@ def plateau_line(arm: str, p: dict) -> str:
     return (f"Plateau of {arm} at {BUDGET:,} tokens (fitted rise across the last quarter, held-out / reward; "
             f"tolerances +{100 * HELD_OUT_TOLERANCE:.0f} pt / +{REWARD_TOLERANCE}): per seed {seeds}; "
             f"{p['seeds_plateaued']} of {len(p['per_seed'])} seeds within; over resampled seeds, upper 95% "
-            f"{bounds}: {verdict}" + (f" ({unreadable})" if unreadable else "")
-            + (f" (short of the budget, left out: seeds {p['short']})" if p["short"] else "")
-            + (f" (missing: seeds {p['missing']})" if p["missing"] else ""))
+            f"{bounds}: {verdict}" + (f" ({unreadable})" if unreadable else "") + named)
 
 
 def print_tables(report: dict) -> None:

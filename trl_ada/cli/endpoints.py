@@ -121,10 +121,10 @@ def plateau(records: dict[int, dict], budget: float, held_out_tolerance: float, 
         for quantity in unreadable:
             if r[quantity] is None:
                 unreadable[quantity].append(s)
-        within = [r["held_out"] is None or r["held_out"] <= held_out_tolerance,
-                  r["reward"] is None or r["reward"] <= reward_tolerance]
-        readable = r["held_out"] is not None and r["reward"] is not None
-        per_seed[s] = {**r, "plateaued": all(within) if readable or not all(within) else None}
+        over = [r["held_out"] is not None and r["held_out"] > held_out_tolerance,
+                r["reward"] is not None and r["reward"] > reward_tolerance]
+        # False as soon as a readable line is over its tolerance; unknown (None) while a line is missing
+        per_seed[s] = {**r, "plateaued": False if any(over) else None if None in (r["held_out"], r["reward"]) else True}
     rng = np.random.default_rng(seed)
     over_seeds = {}
     for quantity, tolerance in (("held_out", held_out_tolerance), ("reward", reward_tolerance)):
