@@ -217,3 +217,46 @@ def test_every_registered_arm_builds_its_config_as_trl_ada_compare_would(stage, 
         assert not built["grpo_n4"].multiround_adaptive_downsampling and not built["grpo_n8"].reinforce_ada_est
     with pytest.raises(ValueError, match="not registered for stage"):
         study.command(stage, seeds=[999])
+
+
+def test_the_readme_status_table_is_what_the_committed_records_hold():
+    """The study README's Status table is written by hand after each session's runs: every cell must be a committed
+    record's optimizer steps, CPU-hours (training and evaluation) and resume step, a cell reading "to run" must have
+    no record, and the token range and CPU total quoted beside it must be the records'. Only cost is compared here,
+    never accuracy."""
+    with open(os.path.join(STUDY, "README.md")) as f:
+        readme = f.read()
+    status = readme.split("## Status", 1)[1]
+    results = os.path.join(STUDY, "confirm", "results")
+    records = {}
+    for name in os.listdir(results):
+        with open(os.path.join(results, name)) as f:
+            record = json.load(f)
+        records[(record["arm"], record["seed"])] = record
+    header = re.search(r"^\| seed \|(.+)\|$", status, re.M).group(1)
+    arms = [cell.strip().strip("`") for cell in header.split("|")]
+    assert arms == ["grpo_n4", "budget4", "grpo_n8", "est_n8"]
+    shown = set()
+    for row in re.findall(r"^\| (\d{3}(?:-\d{3})?) \|(.+)\|$", status, re.M):
+        first, _, last = row[0].partition("-")
+        seeds = range(int(first), int(last or first) + 1)
+        for arm, cell in zip(arms, (c.strip() for c in row[1].split("|"))):
+            for seed in seeds:
+                if cell == "to run":
+                    assert (arm, seed) not in records, f"{arm} seed {seed} has a record; the README says to run"
+                    continue
+                record = records[(arm, seed)]
+                steps, hours = re.match(r"(\d+), (\d+\.\d\d?)", cell).groups()
+                assert int(steps) == record["steps"], (arm, seed)
+                assert float(hours) == round((record["train_seconds"] + record["eval_seconds"]) / 3600, 2), (arm, seed)
+                resumed = re.search(r"\*\*resumed\*\* at (\d+)", cell)
+                assert record["resumed_at"] == ([int(resumed.group(1))] if resumed else []), (arm, seed)
+                assert not record["cut"] and record["stopped"] == "max_tokens", (arm, seed)
+                shown.add((arm, seed))
+    assert shown == set(records), f"records the table does not show: {sorted(set(records) - shown)}"
+    tokens = sorted(record["generated_tokens"] for record in records.values())
+    assert f"({tokens[0]:,}-{tokens[-1]:,} generated tokens)" in status
+    prose = re.sub(r"\s+", " ", status)  # the README wraps its lines anywhere
+    hours = sum(record["train_seconds"] + record["eval_seconds"] for record in records.values()) / 3600
+    assert f"CPU so far: {hours:.1f} hours in the confirmatory records" in prose
+    assert f"{4 * 8 - len(records)} runs to go" in prose
