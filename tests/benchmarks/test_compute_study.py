@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers import ROOT, load_script
 from trl_ada.cli import paired
+from trl_ada.cli.records import load_results
 
 STUDY = os.path.join(ROOT, "benchmarks", "compute_study")
 
@@ -227,15 +228,13 @@ def test_the_readme_status_table_is_what_the_committed_records_hold():
     with open(os.path.join(STUDY, "README.md")) as f:
         readme = f.read()
     status = readme.split("## Status", 1)[1]
-    results = os.path.join(STUDY, "confirm", "results")
-    records = {}
-    for name in os.listdir(results):
-        with open(os.path.join(results, name)) as f:
-            record = json.load(f)
-        records[(record["arm"], record["seed"])] = record
+    study = load_script("benchmarks/compute_study/study.py", "compute_study")
+    registered_arms, registered_seeds, _ = study.STAGES["confirm"]
+    records = {(arm, seed): record for arm, by_seed in load_results(os.path.join(STUDY, "confirm")).items()
+               for seed, record in by_seed.items()}
     header = re.search(r"^\| seed \|(.+)\|$", status, re.M).group(1)
     arms = [cell.strip().strip("`") for cell in header.split("|")]
-    assert arms == ["grpo_n4", "budget4", "grpo_n8", "est_n8"]
+    assert arms == registered_arms
     shown = set()
     for row in re.findall(r"^\| (\d{3}(?:-\d{3})?) \|(.+)\|$", status, re.M):
         first, _, last = row[0].partition("-")
@@ -259,4 +258,4 @@ def test_the_readme_status_table_is_what_the_committed_records_hold():
     prose = re.sub(r"\s+", " ", status)  # the README wraps its lines anywhere
     hours = sum(record["train_seconds"] + record["eval_seconds"] for record in records.values()) / 3600
     assert f"CPU so far: {hours:.1f} hours in the confirmatory records" in prose
-    assert f"{4 * 8 - len(records)} runs to go" in prose
+    assert f"{len(registered_arms) * len(registered_seeds) - len(records)} runs to go" in prose
