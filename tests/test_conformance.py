@@ -193,6 +193,43 @@ class ProductEnv:
         return None
 
 
+class AskingEnv:
+    """An environment that owns the data: the dataset row names only the environment, `reset()` supplies the question,
+    `multiply` is the tool and `get_reward` scores the rollout (1 when it called the tool with the question's
+    numbers)."""
+
+    a, b = 12, 21
+
+    def reset(self, **row):
+        self.called_with = None
+        return f"What is {self.a} x {self.b}?"
+
+    def multiply(self, a: int, b: int) -> int:
+        """
+        Multiplies two integers.
+
+        Args:
+            a: The first integer.
+            b: The second integer.
+
+        Returns:
+            The product of the two integers.
+        """
+        self.called_with = (a, b)
+        return a * b
+
+    def get_reward(self) -> float:
+        return 1.0 if self.called_with == (self.a, self.b) else 0.0
+
+
+class OtherAskingEnv(AskingEnv):
+    a, b = 13, 22
+
+
+def routing_dataset() -> Dataset:
+    return Dataset.from_dict({"environment": ["asking", "other", "other", "asking"] * 2})
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The matrix.
 
@@ -294,6 +331,12 @@ CELLS = [
          kwargs=lambda models: {"environment_factory": ProductEnv}, policy=True, replay=False,
          config=dict(max_completion_length=96), samplers=("positive_focused",), requires="transformers >= 5.2",
          needs=None if ENVIRONMENTS else "environment_factory needs transformers >= 5.2"),
+    Cell("environment-routed", "`environment_factory` dict, a dataset of only an `environment` column (`reset()` "
+         "supplies the prompt, `get_reward` the reward)", model="tools", dataset=routing_dataset,
+         rewards=lambda models: None, kwargs=lambda models: {"environment_factory": {"asking": AskingEnv,
+                                                                                    "other": OtherAskingEnv}},
+         policy=True, replay=False, config=dict(max_completion_length=96), samplers=("balanced", "dynamic"),
+         requires="transformers >= 5.2", needs=None if ENVIRONMENTS else "environment_factory needs transformers >= 5.2"),
     Cell("rollout-func", "`rollout_func` with an extra column for rewards", rewards=lambda models: guess_reward,
          kwargs=lambda models: {"rollout_func": rollout_func}, replay=False, samplers=("balanced", "budget", "est")),
     # The rest of GRPOConfig's loss-time and logging options (TRL docs: GRPOConfig), sampling on as well as off

@@ -92,7 +92,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         args = trainer_config(args, model)
         given = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *pos, **kwargs)
         check_trainer_arguments(args, given.arguments)  # before the model loads
-        check_prompt_column(given.arguments.get("train_dataset"))
+        check_prompt_column(given.arguments.get("train_dataset"), given.arguments.get("environment_factory"))
         with vllm_generation_for(args):
             super().__init__(model, reward_funcs, args, *pos, **kwargs)
         self.reward_funcs = [func if isinstance(func, torch.nn.Module) else checked_reward(func, name)

@@ -124,8 +124,18 @@ def test_a_split_a_single_file_does_not_have_is_refused(tmp_path):
 
 
 def test_unknown_recipe_keys_say_where_they_are_and_what_was_meant(tmp_path):
+    """TRL's own parser refuses the same keys (without the closest field)."""
+    from trl import TrlParser
+
+    from trl_ada.cli.train import RECIPE_CLASSES
+
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("model_name_or_path: tiny\nnum_generaitons: 4\nuse_cpu: true\nbf16: false\n")
+    with pytest.raises(ValueError, match="num_generaitons"):
+        TrlParser(RECIPE_CLASSES).parse_args_and_config(args=["--config", str(recipe), "--output_dir", str(tmp_path)])
+    with pytest.raises(ValueError, match="max_stpes"):
+        TrlParser(RECIPE_CLASSES).parse_args_and_config(args=["--output_dir", str(tmp_path), "--use_cpu", "true",
+                                                              "--bf16", "false", "--max_stpes", "2"])
     with pytest.raises(ValueError, match=r"'num_generaitons' in the recipe \(did you mean 'num_generations'\?\); "
                                          r"'max_stpes' in the command line \(did you mean 'max_steps'\?\)"):
         parse_recipe(["--config", str(recipe), "--output_dir", str(tmp_path), "--max_stpes", "2"])
@@ -145,10 +155,16 @@ def test_recipe_values_are_checked_when_the_recipe_is_read(tmp_path):
             parse_recipe(["--config", str(recipe), "--output_dir", str(tmp_path), *override])
 
 
-def test_a_missing_prompt_column_fails_before_the_model_loads(tmp_path):
+def test_a_missing_prompt_column_fails_before_the_model_loads(tiny_model, tmp_path):
+    """GRPOTrainer cannot train it either: it fails on the missing key once the model has loaded and generation
+    starts. (With an `environment_factory` the column is optional: tests/integration/test_rollouts.py.)"""
     from datasets import Dataset as HFDataset
 
     data = HFDataset.from_list([{"question": "q", "solution": "Q"}] * 8)
+    grpo = GRPOTrainer(model=tiny_model, reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+                       args=GRPOConfig(output_dir=str(tmp_path / "grpo"), max_steps=1, **BASE), train_dataset=data)
+    with pytest.raises(KeyError, match="prompt"):
+        grpo.train()
     args = AdaGRPOConfig(output_dir=str(tmp_path), **BASE)
     with pytest.raises(ValueError, match=r"train_dataset has no 'prompt' column \(its columns: \['question', "
                                          r"'solution'\]\)"):
@@ -161,6 +177,10 @@ def test_a_reward_that_returns_strings_is_named_with_what_it_returned(tiny_model
     def string_reward(completions, **kwargs):
         return ["1.0" for _ in completions]
 
+    grpo = GRPOTrainer(model=tiny_model, reward_funcs=string_reward, train_dataset=dataset(),
+                       args=GRPOConfig(output_dir=str(tmp_path / "grpo"), max_steps=1, **BASE))
+    with pytest.raises(ValueError, match="too many dimensions 'str'"):  # GRPOTrainer names neither
+        grpo.train()
     args = AdaGRPOConfig(output_dir=str(tmp_path), max_steps=1, **BASE)
     trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=string_reward, args=args, train_dataset=dataset())
     with pytest.raises(TypeError, match=r"reward function 'string_reward' returned str '1.0' for completion 0 "
@@ -178,6 +198,7 @@ def test_a_positive_threshold_no_reward_can_pass_warns(tiny_model, tmp_path):
     with pytest.warns(UserWarning, match=r"positive_threshold=2.0 lies outside the rewards seen so far \(0 to 1\): "
                                          "no completion counts as positive"):
         trainer.train()
+    assert trainer.state.global_step == 1  # a warning, not a refusal: GRPOTrainer has no such field to refuse
 
 
 def test_the_launch_a_process_was_started_by_is_read_from_its_parent():

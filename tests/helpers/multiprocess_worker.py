@@ -169,6 +169,14 @@ def environment(t, tool_model, output_dir, common, record):
     trainer.train()
     record("environment", trainer, resets=t.CalculatorEnv.resets, pool=len(trainer._environment_pool[None]))
 
+    # A routing dataset without prompts: each rollout's environment supplies its prompt from reset()
+    trainer = t.Keeper(model=tool_model, reward_funcs=t.answer_format_reward, environment_factory=t.ROUTED,
+                       args=AdaGRPOConfig(**common, positive_threshold=1.5, output_dir=f"{output_dir}/routed"),
+                       train_dataset=t.routing_dataset())
+    install(trainer, t.ScriptedPolicy(trainer.processing_class, malformed_rate=0.0))
+    trainer.train()
+    record("environment_routed", trainer, prompts=sorted({str(s.prompt) for kept in trainer.kept for s in kept}))
+
 
 def rollout_func_and_images(t, plain_model, vlm, output_dir, common, record):
     from transformers import AutoTokenizer

@@ -165,7 +165,7 @@ def test_two_processes_run_tools_environments_rollout_func_and_images(tmp_path):
     from tests.integration.test_rollouts import ENVIRONMENTS
 
     ranks = launch(tmp_path, models, "agents")
-    for name in ("tools", "rollout_func", "images", "images_placeholder") + (("environment",) if ENVIRONMENTS else ()):
+    for name in ("tools", "rollout_func", "images", "images_placeholder") + (("environment", "environment_routed") if ENVIRONMENTS else ()):
         logs0, logs1 = ranks[0][name]["logs"], ranks[1][name]["logs"]
         assert len(logs0) == 2, name
         keys = [k for k in logs0[0] if k.startswith(("sampling/", "tools/", "reward")) and "seconds" not in k]
@@ -186,6 +186,8 @@ def test_two_processes_run_tools_environments_rollout_func_and_images(tmp_path):
     if ENVIRONMENTS:
         env = [rank["environment"] for rank in ranks]
         assert env[0]["pool"] == env[1]["pool"] == 4 * 8 // 2  # each rank's share of round 1: 4 prompts x 8
+        routed = [rank["environment_routed"]["prompts"] for rank in ranks]
+        assert routed[0] and all("What is" in prompt for rank in routed for prompt in rank)  # from reset()
     for name in ("images", "images_placeholder"):
         assert ranks[0][name]["memory"] == ranks[1][name]["memory"] and len(ranks[0][name]["memory"]) == 4
     assert generated > sum(h["sampling/kept_samples"] for h in logs)

@@ -367,6 +367,50 @@ def test_environment_owned_data_and_several_environments(tool_model, tmp_path):
     assert {"rewards/CalculatorEnv/mean", "rewards/OtherEnv/mean"} <= set(logs[0])
 
 
+class PlainEnv(CalculatorEnv):
+    """An environment that supplies the prompt and the tool but owns no reward (TRL then adds no reward column)."""
+
+    get_reward = None
+
+
+def answer_format_reward(completions, **kwargs):
+    """1 when the final assistant message states an answer: it needs no dataset column."""
+    return [1.0 if (completion[-1].get("content") or "").startswith("The answer is") else 0.0
+            for completion in completions]
+
+
+def routing_dataset():
+    """Only an `environment` column: each rollout's environment supplies the prompt from reset()."""
+    return Dataset.from_dict({"environment": ["calc", "other", "plain", "calc"] * 2})
+
+
+ROUTED = {"calc": CalculatorEnv, "other": OtherEnv, "plain": PlainEnv}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ENVIRONMENTS, reason="TRL's environment_factory needs transformers >= 5.2")
+@pytest.mark.parametrize("sampling", ["off", "balanced", "dynamic"])
+def test_an_environment_routed_dataset_without_prompts_builds_as_grpo_and_trains(tool_model, tmp_path, sampling):
+    """GRPOTrainer trains a dataset with only an `environment` column (the environment supplies the prompt);
+    AdaGRPOTrainer builds it with the same reward sources, and trains it with sampling off and on."""
+    config = {"off": dict(multiround_adaptive_downsampling=False),  # rewards 1 or 2: a tool call adds the env's 1
+              "balanced": dict(reinforce_ada_choice="balanced", round_repeat=4, max_rounds=2, positive_threshold=1.5),
+              "dynamic": dict(multiround_adaptive_downsampling=False, dynamic_sampling=True, max_refill_batches=1)}
+    grpo = GRPOTrainer(model=tool_model, reward_funcs=answer_format_reward, train_dataset=routing_dataset(),
+                       args=tool_args(tmp_path / "grpo", config=GRPOConfig), environment_factory=ROUTED)
+    CalculatorEnv.resets = 0
+    ada = environment_trainer(tool_model, tmp_path / "ada", ROUTED, routing_dataset(),
+                              reward_funcs=answer_format_reward, max_steps=2, **config[sampling])
+    assert ada.reward_func_names == grpo.reward_func_names == ["answer_format_reward", "CalculatorEnv", "OtherEnv"]
+    assert torch.equal(ada.reward_weights, grpo.reward_weights)
+    ada.train()
+    logs = [h for h in ada.state.log_history if "loss" in h]
+    assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
+    kept = [s for batch in ada.kept for s in batch] if sampling != "off" else []
+    assert all("What is" in str(s.prompt) for s in kept)  # every kept prompt came from its environment's reset()
+    assert CalculatorEnv.resets > 0
+
+
 def test_environment_owned_data_refuses_prompt_memory_before_the_model_loads(tmp_path):
     with pytest.raises(ValueError, match="prompt_memory needs a train_dataset"):
         AdaGRPOTrainer(model="no/such-model", reward_funcs=product_reward, environment_factory=CalculatorEnv,

@@ -76,15 +76,18 @@ def check_trainer_arguments(args, arguments: dict) -> None:
         )
 
 
-def check_prompt_column(dataset) -> None:
+def check_prompt_column(dataset, environment_factory=None) -> None:
     """GRPOTrainer reads every row's `prompt`; without the column it fails with a KeyError once the model has loaded
-    and generation starts. Said here, before the model loads, with the columns there are."""
-    if isinstance(dataset, Dataset) and "prompt" not in dataset.column_names:
+    and generation starts. Said here, before the model loads, with the columns there are. With an
+    `environment_factory` the column is optional, as in GRPOTrainer: each rollout's `reset()` supplies the prompt (a
+    routing dataset may hold only an `environment` column)."""
+    if environment_factory is None and isinstance(dataset, Dataset) and "prompt" not in dataset.column_names:
         raise ValueError(
             f"train_dataset has no 'prompt' column (its columns: {dataset.column_names}). GRPOTrainer and "
             "AdaGRPOTrainer train on a 'prompt' column: text, or a list of chat messages such as [{'role': 'user', "
             "'content': ...}]. Rename your column (dataset.rename_column('question', 'prompt')) or build one with "
-            "dataset.map; the recipe loader's dataset_prompt_template does it from a problem column.")
+            "dataset.map; the recipe loader's dataset_prompt_template does it from a problem column. (Only with an "
+            "environment_factory may the prompt come from each environment's reset() instead.)")
 
 
 def checked_reward(func, name: str):
