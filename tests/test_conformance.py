@@ -241,6 +241,7 @@ SAMPLERS = {  # adaptive sampling on, the four ways a user turns it on
     # Three steps on 4 prompts: a prompt comes back, so groups get unequal sizes; learning rate 0 so that every batch
     # is built from the initial weights, as GRPOTrainer's replay builds it.
     "est": dict(reinforce_ada_est=True, max_steps=3, learning_rate=0.0),
+    "knapsack": dict(sampler="knapsack", max_steps=3, learning_rate=0.0),  # as Est: groups of unequal sizes
 }
 OFF = dict(multiround_adaptive_downsampling=False)
 
@@ -266,7 +267,7 @@ class Cell:
 CELLS = [
     # Dataset formats (TRL docs: "Dataset format", prompt-only, standard and conversational)
     Cell("standard", "standard prompt-only (`prompt` is text)", dataset=standard,
-         samplers=("balanced", "positive_focused", "est")),
+         samplers=("balanced", "positive_focused", "est", "knapsack")),
     Cell("conversational", "conversational prompt-only", samplers=tuple(SAMPLERS)),
     Cell("system", "conversational with a system message", dataset=lambda: conversational(extra_system=True),
          samplers=("positive_focused",)),
@@ -286,12 +287,13 @@ CELLS = [
     # Reward functions (TRL docs: "Using a custom reward function")
     Cell("reward-weights", "several reward functions with `reward_weights`",
          rewards=lambda models: [rate_reward, length_reward], config=dict(reward_weights=[1.0, 0.5]),
-         samplers=("balanced", "dynamic", "est")),
+         samplers=("balanced", "dynamic", "est", "knapsack")),
     Cell("reward-async", "an `async def` reward function", rewards=lambda models: async_rate_reward),
     Cell("reward-model", "a reward model (a sequence classifier's path) beside a function",
          rewards=lambda models: [rate_reward, models("reward_model")], samplers=("positive_focused",)),
     Cell("reward-none", "a reward returning `None` for some samples, beside one that scores all",
-         rewards=lambda models: [partial_reward, length_reward], samplers=("balanced", "budget", "est")),
+         rewards=lambda models: [partial_reward, length_reward],
+         samplers=("balanced", "budget", "est", "knapsack")),
     Cell("reward-all-none", "a reward returning `None` for every sample (all unscorable: advantages 0, as GRPO)",
          rewards=lambda models: none_reward, samplers=("balanced", "positive_focused", "dynamic", "budget")),
     Cell("reward-logging", "a reward calling `log_extra` and `log_metric`", rewards=lambda models: logging_reward,
@@ -325,7 +327,7 @@ CELLS = [
     # Agents (TRL docs: tools, environments, rollout_func)
     Cell("tools", "`tools=[...]` (the tool-calling loop)", model="tools", dataset=lambda: calculator_dataset(8),
          rewards=lambda models: product_reward, kwargs=lambda models: {"tools": [multiply]}, policy=True,
-         replay=False, config=dict(max_completion_length=96), samplers=("balanced", "dynamic", "est")),
+         replay=False, config=dict(max_completion_length=96), samplers=("balanced", "dynamic", "est", "knapsack")),
     Cell("environment", "`environment_factory` (one environment per rollout)", model="tools",
          dataset=lambda: calculator_dataset(8), rewards=lambda models: product_reward,
          kwargs=lambda models: {"environment_factory": ProductEnv}, policy=True, replay=False,
@@ -338,7 +340,8 @@ CELLS = [
          policy=True, replay=False, config=dict(max_completion_length=96), samplers=("balanced", "dynamic"),
          requires="transformers >= 5.2", needs=None if ENVIRONMENTS else "environment_factory needs transformers >= 5.2"),
     Cell("rollout-func", "`rollout_func` with an extra column for rewards", rewards=lambda models: guess_reward,
-         kwargs=lambda models: {"rollout_func": rollout_func}, replay=False, samplers=("balanced", "budget", "est")),
+         kwargs=lambda models: {"rollout_func": rollout_func}, replay=False,
+         samplers=("balanced", "budget", "est", "knapsack")),
     # The rest of GRPOConfig's loss-time and logging options (TRL docs: GRPOConfig), sampling on as well as off
     Cell("epsilon-high", "`epsilon_high=0.28` (DAPO's clip-higher)", config=dict(epsilon_high=0.28, num_iterations=2),
          lock_only=True),
@@ -499,7 +502,7 @@ LOCK_ONLY = pytest.mark.lock_only
 
 def marks_of(cell, sampler=None) -> list:
     marks = [pytest.mark.skipif(True, reason=cell.needs)] if cell.needs else []
-    if cell.lock_only or (sampler == "est" and cell.id != "conversational"):
+    if cell.lock_only or (sampler in ("est", "knapsack") and cell.id != "conversational"):
         marks.append(LOCK_ONLY)
     return marks
 
@@ -547,8 +550,8 @@ def test_sampling_on_rows_are_grpo_rows(cell, sampler, models, tmp_path):
     kept = [sample for batch in ada.kept for sample in batch]
     n = BASE["num_generations"]
     assert len(kept) == n * len(rows)
-    if sampler == "est":
-        return replay_est(ada, cell, models, tmp_path, kept)
+    if sampler in ("est", "knapsack"):
+        return replay_unequal_groups(ada, cell, models, tmp_path, kept, sampler)
     replay = replay_grpo(cell, models, tmp_path, kept, Dataset.from_list(rows),
                          shuffle_dataset=False, max_steps=len(ada.batches))
     replay.train()
@@ -617,14 +620,29 @@ def replay_grpo(cell, models, tmp_path, kept, dataset, **config) -> ReplayGRPO:
                       train_dataset=dataset, script=[s.completion_ids for s in kept], **kwargs)
 
 
-def replay_est(ada, cell, models, tmp_path, kept):
-    """Est hands TRL N_x rows per prompt, not num_generations: GRPOTrainer's own batch builder
+def est_expected(group, finite, mixed):  # (r - mean) / sqrt(mean), unscorable out of the mean, 0
+    mean = finite.mean() if finite.numel() else torch.tensor(0.0)
+    return [0.0 if not mixed or torch.isnan(r) else ((r - mean) / torch.sqrt(mean + 1e-6)).item() for r in group]
+
+
+def knapsack_expected(group, finite, mixed):  # GRPO's within the group: (r - mean) / (std + 1e-4)
+    if finite.numel() < 2:
+        return [0.0] * len(group)
+    mean, std = finite.mean(), finite.std()
+    return [0.0 if torch.isnan(r) else ((r - mean) / (std + 1e-4)).item() for r in group]
+
+
+def replay_unequal_groups(ada, cell, models, tmp_path, kept, sampler):
+    """Est and Knapsack hand TRL N_x rows per prompt, not num_generations: GRPOTrainer's own batch builder
     (`_generate_and_score_completions`) is called on exactly those rows, its generation replaced by Ada's kept
-    completions; every row must be GRPOTrainer's, and every advantage Est's formula on the prompt's rewards."""
+    completions; every row must be GRPOTrainer's, and every advantage the sampler's formula on the prompt's
+    rewards."""
+    expected_of = {"est": est_expected, "knapsack": knapsack_expected}[sampler]
     replay = replay_grpo(cell, models, tmp_path, kept, cell.dataset())
     replay.model.train()
     sizes = [size for batch in ada.group_sizes for size in batch]
-    assert len(set(sizes)) > 1, "a returning prompt should have been allocated a different number of samples"
+    if sampler == "est" or cell.id == "conversational":  # the knapsack may value two prompts alike elsewhere
+        assert len(set(sizes)) > 1, "a returning prompt should have been allocated a different number of samples"
     weights = torch.tensor(ada.args.reward_weights or [1.0] * len(ada.reward_funcs))
     for rows, batch_sizes, mine, rewards_per_func in zip(ada.chosen_rows, ada.group_sizes, ada.batches,
                                                          ada.batch_rewards):
@@ -635,12 +653,10 @@ def replay_est(ada, cell, models, tmp_path, kept):
         rewards = (rewards_per_func * weights).nansum(dim=1)
         rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
         expected = []
-        for group in torch.split(rewards, batch_sizes):  # (r - mean) / sqrt(mean), unscorable out of the mean, 0
+        for group in torch.split(rewards, batch_sizes):
             finite = group[~torch.isnan(group)]
-            mean = finite.mean() if finite.numel() else torch.tensor(0.0)
             mixed = finite.numel() > 1 and finite.max() - finite.min() > 1e-6
-            expected += [0.0 if not mixed or torch.isnan(r) else ((r - mean) / torch.sqrt(mean + 1e-6)).item()
-                         for r in group]
+            expected += expected_of(group, finite, mixed)
         assert torch.allclose(mine["advantages"], torch.tensor(expected), atol=1e-5)
     assert replay.script == [], "GRPOTrainer did not ask for every kept completion"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from trl import GRPOConfig
 
 from trl_ada.core.advantages import BASELINES
 from trl_ada.core.sampling import CHOICES, SELECTIONS, normalize_choice
+from trl_ada.samplers import BUILT_IN, sampler_class
 
 PAPER = {  # what TRL's model card cites for a trainer trained with these defaults
     "title": "Reinforce-Ada: An Adaptive Sampling Framework for Reinforce-Style LLM Training",
@@ -52,6 +54,14 @@ class AdaGRPOConfig(GRPOConfig):
     of 8 is twice the paper's. Every field's full help is in `docs/knobs.md` (generated from the fields).
 
     Parameters:
+        > The sampler (the allocation rule)
+
+        sampler (`str` or `None`, *optional*, defaults to `None`):
+            `"reinforce_ada"` (the rounds), `"grpo"` (sampling off), `"dapo"`, `"budget"`, `"est"`, `"knapsack"`, or
+            an import path `module.Class` (docs/samplers.md); `None` maps the fields below onto a name.
+        sampler_kwargs (`dict` or `None`, *optional*, defaults to `None`):
+            Keyword arguments of the sampler's constructor (a dict, or its JSON on the command line).
+
         > Rounds and exit rule (the reference's defaults)
 
         multiround_adaptive_downsampling (`bool`, *optional*, defaults to `True`):
@@ -146,6 +156,26 @@ class AdaGRPOConfig(GRPOConfig):
     ```
     """
 
+    sampler: str | None = field(
+        default=None,
+        metadata={
+            "help": "The allocation rule, one of "
+            "'reinforce_ada' (Reinforce-Ada's rounds), 'grpo' (GRPO's sampling: one round of num_generations), "
+            "'dapo' (GRPO with DAPO's dynamic sampling), 'budget' (budgeted sampling, sampling_budget completions per "
+            "trained prompt), 'est' (Reinforce-Ada-Est), 'knapsack' (Knapsack RL's allocation), or an import path "
+            "'module.Class' to your own sampler (trl_ada.samplers.protocol; importable from the current folder). None "
+            "(the default) maps the older switches onto a name: reinforce_ada_est=True is 'est', sampling_budget set "
+            "is 'budget', multiround_adaptive_downsampling=False is 'grpo' (or 'dapo' with dynamic_sampling=True), "
+            "else 'reinforce_ada'."
+        },
+    )
+    sampler_kwargs: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Keyword arguments of the sampler's constructor, e.g. {'min_samples': 2, 'max_samples': 32} for "
+            "'knapsack' (a JSON string on the command line)."
+        },
+    )
     multiround_adaptive_downsampling: bool = field(
         default=True,
         metadata={
@@ -395,6 +425,7 @@ class AdaGRPOConfig(GRPOConfig):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False (a bool, not a string).")
         self.reinforce_ada_choice = _normalize_field_choice(self.reinforce_ada_choice)
+        self._select_sampler()
         self._check_est_fields()
         if self.reinforce_ada_est:
             self._check_est()
@@ -407,6 +438,8 @@ class AdaGRPOConfig(GRPOConfig):
         if self.advantage_estimator is None:
             if est:
                 self.advantage_estimator = "est"
+            elif self.sampler not in BUILT_IN or self.sampler == "knapsack":
+                self.advantage_estimator = "grpo"  # a sampler's own (Selection.advantages), else TRL's per group
             else:
                 self.advantage_estimator = "reinforce_ada" if self.multiround_adaptive_downsampling else "grpo"
         _check_one_of("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
@@ -421,7 +454,7 @@ class AdaGRPOConfig(GRPOConfig):
         if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds < 1:
             raise ValueError(f"max_rounds={self.max_rounds!r} must be an integer >= 1 (the reference uses 4).")
         # Only the rounds read round_repeat: GRPO at num_generations=16 with sampling off must not need it raised.
-        if self.multiround_adaptive_downsampling and not self.reinforce_ada_est and self.sampling_budget is None and (
+        if self.sampler == "reinforce_ada" and (
                 isinstance(self.round_repeat, bool) or not isinstance(self.round_repeat, int)
                 or self.round_repeat < self.num_generations):
             raise ValueError(
@@ -535,7 +568,7 @@ class AdaGRPOConfig(GRPOConfig):
                     "screening and Est's allocation: set sampling_budget (e.g. sampling_budget=4.0 for GRPO parity) "
                     "or reinforce_ada_est=True, or drop it."
                 )
-        if self.dynamic_sampling or self.multiround_adaptive_downsampling or self.reinforce_ada_est:
+        if self.sampler != "grpo":
             if self.multi_objective_aggregation != "sum_then_normalize":
                 raise ValueError(
                     f"multi_objective_aggregation={self.multi_objective_aggregation!r} is not supported with adaptive "
@@ -555,6 +588,60 @@ class AdaGRPOConfig(GRPOConfig):
                     f"{self.num_generations}."
                 )
         self._warn_of_ignored_fields()
+
+    def _select_sampler(self) -> None:
+        """One selector: `sampler` names the allocation rule; the older switches map onto it (as TRL maps old
+        values), and a switch that selects another sampler than the one named is refused, naming both."""
+        if isinstance(self.sampler_kwargs, str):
+            try:
+                self.sampler_kwargs = json.loads(self.sampler_kwargs)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"sampler_kwargs={self.sampler_kwargs!r} is not JSON ({error}): write it as "
+                                 "'{\"max_samples\": 32}'.") from None
+        if self.sampler_kwargs is not None and not isinstance(self.sampler_kwargs, dict):
+            raise ValueError(f"sampler_kwargs={self.sampler_kwargs!r} must be a dict (or its JSON), or None.")
+        selected = [name for name, on in (("est", self.reinforce_ada_est), ("budget", self.sampling_budget is not None),
+                                          ("dapo", self.dynamic_sampling and not self.multiround_adaptive_downsampling))
+                    if on]
+        if self.sampler is None:
+            if self.reinforce_ada_est:  # Est and the budget are refused together below, naming both
+                self.sampler = "est"
+            elif self.sampling_budget is not None:
+                self.sampler = "budget"
+            elif not self.multiround_adaptive_downsampling:
+                self.sampler = "dapo" if self.dynamic_sampling else "grpo"
+            else:
+                self.sampler = "reinforce_ada"
+            return
+        switch = {"est": "reinforce_ada_est=True", "budget": f"sampling_budget={self.sampling_budget}",
+                  "dapo": "dynamic_sampling=True with multiround_adaptive_downsampling=False"}
+        conflicts = [name for name in selected if name != self.sampler]
+        if conflicts:
+            raise ValueError(f"sampler={self.sampler!r} conflicts with {switch[conflicts[0]]}, which selects sampler="
+                             f"{conflicts[0]!r}. Drop {switch[conflicts[0]].split(' with')[0]}, or set sampler="
+                             f"{conflicts[0]!r}.")
+        sampler_class(self.sampler)  # an unknown name or an import path that does not import fails here, named
+        if self.sampler == "grpo":
+            self.multiround_adaptive_downsampling = False
+            if self.dynamic_sampling:
+                raise ValueError("sampler='grpo' with dynamic_sampling=True is DAPO: set sampler='dapo'.")
+        elif self.sampler == "dapo":
+            self.multiround_adaptive_downsampling, self.dynamic_sampling = False, True
+        elif self.sampler == "reinforce_ada":
+            self.multiround_adaptive_downsampling = True
+        elif self.sampler == "budget":
+            self.multiround_adaptive_downsampling = True
+            if self.sampling_budget is None:
+                self.sampling_budget = float(self.num_generations)  # GRPO's generation: the budget at parity
+        elif self.sampler == "est":
+            self.reinforce_ada_est = True
+        elif self.sampler == "knapsack":
+            self.prompt_memory = True  # its allocation values each prompt by its remembered pass rate
+
+    @property
+    def rounds_sampler(self) -> bool:
+        """Whether the sampler is the rounds (GRPO, Reinforce-Ada, DAPO): the fields of the rounds apply."""
+        return self.sampler in ("grpo", "reinforce_ada", "dapo")
 
     def _check_est(self) -> None:
         """What cannot hold with Reinforce-Ada-Est (each error names the fix)."""
@@ -626,8 +713,7 @@ class AdaGRPOConfig(GRPOConfig):
     def sampling_active(self) -> bool:
         """Whether AdaGRPOTrainer takes over sampling (adaptive rounds or budget, Est, dynamic sampling, prompt
         memory)."""
-        return (self.multiround_adaptive_downsampling or self.reinforce_ada_est or self.dynamic_sampling
-                or self.prompt_memory)
+        return self.sampler != "grpo" or self.prompt_memory
 
 
 _OWN = [f for f in dataclasses.fields(AdaGRPOConfig) if f.name not in {g.name for g in dataclasses.fields(GRPOConfig)}]

@@ -1,8 +1,9 @@
 """`AdaGRPOTrainer`: TRL's `GRPOTrainer` with Reinforce-Ada's adaptive sampling and pooled advantages.
 
 The algorithm is in `trl_ada.core`, the glue in `trl_ada.integration`; this module keeps the seams of `GRPOTrainer`
-it overrides. `_generate_and_score_completions` has the configured sampler (`trl_ada.integration.samplers`) sample
-the batch's prompts in rounds, each round through TRL's own rollout path up to `_generate` and `_calculate_rewards`;
+it overrides. `_generate_and_score_completions` has the configured sampler (`trl_ada.samplers`) sample the batch's
+prompts, in one call or in rounds, through a narrow context (`_sampling_context`): each call runs TRL's own rollout
+path up to `_generate` and `_calculate_rewards`;
 TRL's stock method then runs on the chosen prompts (padding, old/ref log-probs, importance sampling, metrics), and
 the configured estimator replaces its advantages (`trl_ada.integration.estimators`). `_generate` and
 `_calculate_rewards` then hand back the kept samples and their rewards: every completion is generated and scored once.
@@ -15,6 +16,7 @@ slice of the chosen prompts, and their selected completions travel to it.
 from __future__ import annotations
 
 import collections
+import functools
 import inspect
 import os
 import time
@@ -33,22 +35,23 @@ warn_if_unsupported_trl()
 require_trl_internals()  # before anything else imports them: a moved TRL internal fails here, named
 
 from trl_ada.config import PAPER, AdaGRPOConfig, trainer_config
+from trl_ada.core.budget import remembered_posterior
 from trl_ada.core.memory import text_only
 from trl_ada.core.sampling import PromptResult
 from trl_ada.integration import estimators, prompt_keys
 from trl_ada.integration.generation_count import GenerationCount, counting_rollout_func, model_tokens
-from trl_ada.integration.pipelined_rank import check_reward_models_unsharded
+from trl_ada.integration.pipelined_rank import check_reward_models_unsharded, sample_pipelined
 from trl_ada.integration.refill import EpochSeededSampler
 from trl_ada.integration.resume import (export_at_end, export_memory, load_trainer_state, sampling_state,
                                         save_trainer_state)
 from trl_ada.integration.rollouts import (Sample, StepSampling, check_rollout_rows, collect_selected, join_rollout,
                                           merge_logged_metrics, merge_round_metrics, plan_round, record_round,
                                           split_rollout, step_metrics, take_extra_logs, weighted_sum)
-from trl_ada.integration.samplers import choose_sampler
 from trl_ada.integration.support import (check_prompt_column, check_trainer_arguments, checked_reward,
                                          environment_names, warn_if_fewer_processes, warn_if_threshold_outside)
 from trl_ada.integration.vllm_backend import ReloadingVLLMGeneration, awake_for_rounds, vllm_generation_for
 from trl_ada.integration.vllm_stream import colocated_stream
+from trl_ada.samplers import SamplingContext, check_selection, load_sampler
 
 logger = get_logger(__name__)
 _EMPTY_PROMPT = [{"role": "user", "content": ""}]  # TRL's prompt for an environment-owned row without one
@@ -92,6 +95,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         args = trainer_config(args, model)
         given = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *pos, **kwargs)
         check_trainer_arguments(args, given.arguments)  # before the model loads
+        self._sampler = load_sampler(args)  # the allocation rule (trl_ada.samplers): its own checks, before the model
         check_prompt_column(given.arguments.get("train_dataset"), given.arguments.get("environment_factory"))
         with vllm_generation_for(args):
             super().__init__(model, reward_funcs, args, *pos, **kwargs)
@@ -112,7 +116,6 @@ class AdaGRPOTrainer(GRPOTrainer):
         self._as_dataloader_rows = self._get_collator_with_removed_columns(lambda rows: rows, description="training")
         self._prompts_drawn = 0  # every prompt drawn so far (TRL's, refills, skipped): the honest consumption count
         self.generation_count = GenerationCount()
-        self._sampler = choose_sampler(self)  # rounds, budget or Est (trl_ada.integration.samplers)
 
     # --- Seam 1: the whole generation batch ---------------------------------------------------------------------
 
@@ -132,7 +135,10 @@ class AdaGRPOTrainer(GRPOTrainer):
         metrics_before = {key: len(values) for key, values in self._metrics["train"].items()}
         try:
             with awake_for_rounds(self):
-                self._sampler.sample(step, target)
+                selection = self._sampler.sample(self._sampling_context(step), target)
+            check_selection(selection, target, n, world)
+            step.results, step.chosen, step.skipped = selection.results, selection.chosen, selection.skipped
+            step.advantages, step.sampler_metrics = selection.advantages, selection.metrics
             merge_round_metrics(self._metrics["train"], metrics_before, step.rollout_sizes)
             merge_logged_metrics(self._pending_metrics, self._logged_metric_rows)
             self._prompts_drawn += len(step.results) + step.skipped
@@ -149,13 +155,53 @@ class AdaGRPOTrainer(GRPOTrainer):
                 [dict(step.rows[p]) for p in local for _ in step.results[p].selected]
             )
             self._replace_advantages(output, results=[step.results[p] for p in step.chosen])
-            if self.args.reinforce_ada_est:  # TRL's frac_reward_zero_std read groups of n rows, Est's hold N_x
+            if any(len(step.results[p].selected) != n for p in step.chosen):  # TRL's frac_reward_zero_std read
+                # groups of n rows; these hold N_x (Est, Knapsack)
                 self._metrics["train"]["frac_reward_zero_std"][-1] = estimators.zero_std_fraction(
                     weighted_sum(self._last_rewards_per_func, self.reward_weights), step)
             self._log_sampling_metrics(output, memory_metrics)
         finally:
             self._step_sampling = None
         return output
+
+    def _sampling_context(self, step: StepSampling) -> SamplingContext:
+        """What the sampler sees of this trainer for one generation batch (trl_ada.samplers.protocol)."""
+        args, column = self.args, self.args.prompt_memory_group_column
+        posterior = remembered_posterior(args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta,
+                                         self.prompt_memory, self.group_prior)
+        keys: dict[int, int] = {}
+
+        def prompt_key(prompt: int) -> int:
+            if prompt not in keys:
+                keys[prompt] = self._prompt_key(step, prompt)
+            return keys[prompt]
+
+        def begin_batch() -> int:
+            batch, step.batches, step.round_index = step.batches, step.batches + 1, 0
+            return batch
+
+        return SamplingContext(
+            num_generations=self.num_generations, world_size=self.accelerator.num_processes,
+            global_step=self.state.global_step, seed=args.seed,
+            sample=functools.partial(self._sample_round, step), draw=functools.partial(self._draw, step),
+            row=lambda prompt: step.rows[prompt], prompt_key=prompt_key,
+            pass_rate_posterior=lambda p: posterior(prompt_key(p), step.rows[p][column] if column else None),
+            begin_batch=begin_batch, memory=self.prompt_memory,
+            run_rounds=functools.partial(sample_pipelined, self, step) if args.pipelined_rounds else None,
+        )
+
+    def _draw(self, step: StepSampling, count: int) -> list[int]:
+        """`count` prompts from the refill stream (the same ones on every rank) into the step, as the dataloader's
+        rows (the Trainer's column filter applied); returns their numbers."""
+        if self._refill is None:
+            raise ValueError(f"sampler={self.args.sampler!r} draws prompts from the training set, which needs a "
+                             "map-style datasets.Dataset as train_dataset.")
+        first = len(step.rows)
+        rows = [dict(self.train_dataset[index]) for index in self._refill.draw(count)]
+        step.rows += self._as_dataloader_rows(rows)
+        step.prompt_ids += self._tokenize(step.rows[first:])
+        step.pool_rewards_per_func += [[] for _ in range(count)]
+        return list(range(first, len(step.rows)))
 
     def _tokenize(self, rows: list[dict[str, Any]]) -> list[list[int]]:
         """The rows' prompts as TRL tokenizes them, text only (memory keys, pipelining): before any environment
@@ -278,7 +324,17 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _replace_advantages(self, output: dict[str, Any], results: list[PromptResult] | None) -> None:
         """Swap TRL's GRPO advantages for the configured estimator's (`results`: the chosen prompts' sampling)."""
+        step = self._step_sampling
+        if step is not None and step.advantages is not None:  # the sampler's own
+            values = [step.advantages[p] for p in step.chosen]
+            self._last_advantages = estimators.install(output, values, self.accelerator.process_index,
+                                                       self._logs["advantages"])
+            return
         if not self.args.replaces_grpo_advantages:
+            if results is not None and any(len(r.selected) != self.num_generations for r in results):
+                raise ValueError(f"sampler={self.args.sampler!r} kept groups of other sizes than num_generations and "
+                                 "gave no advantages: TRL's group statistics read groups of num_generations rows. "
+                                 "Return Selection.advantages, or set advantage_estimator='est' or 'reinforce_ada'.")
             self._last_advantages = None  # TRL's own group statistics, already in `output`
             return
         if not self._warned_non_binary:
@@ -291,9 +347,10 @@ class AdaGRPOTrainer(GRPOTrainer):
     def _log_sampling_metrics(self, output: dict[str, Any], memory_metrics: dict[str, float]) -> None:
         advantages = self._last_advantages  # None: TRL's statistics, of which only this rank's slice is at hand
         advantages = self.accelerator.gather(output["advantages"]) if advantages is None else advantages
-        budget, dynamic = self.args.sampling_budget is not None, self.args.dynamic_sampling
-        epochs_drawn = self._prompts_drawn / len(self.train_dataset) if budget or dynamic else None
-        metrics = step_metrics(self._step_sampling, advantages, self.num_generations, budget, dynamic, epochs_drawn)
+        refills = self.args.sampling_budget is not None or self.args.dynamic_sampling
+        epochs_drawn = self._prompts_drawn / len(self.train_dataset) if refills else None
+        metrics = step_metrics(self._step_sampling, advantages, self.num_generations,
+                               self.args.sampling_budget is not None, epochs_drawn)
         for name, value in {**metrics, **memory_metrics}.items():
             self._metrics["train"][name].append(value)
 

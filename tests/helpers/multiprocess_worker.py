@@ -71,9 +71,9 @@ def main():
                        "aborted": sum(len(s.aborted) for s in llm.streams),
                        "logs": [h for h in trainer.state.log_history if "loss" in h]}, f)
         return
-    if mode == "est":  # Reinforce-Ada-Est: each rank allocates its own generation batch over its own prompts
-        args = AdaGRPOConfig(per_device_train_batch_size=8, max_steps=4, learning_rate=1e-2, reinforce_ada_est=True,
-                             **common)
+    if mode in ("est", "knapsack"):  # Est or Knapsack: each rank allocates its own generation batch over its prompts
+        sampler = dict(reinforce_ada_est=True) if mode == "est" else dict(sampler="knapsack")
+        args = AdaGRPOConfig(per_device_train_batch_size=8, max_steps=4, learning_rate=1e-2, **sampler, **common)
         trainer = Recorder(model=model_path, reward_funcs=reward, args=args,
                            train_dataset=pass_rate_dataset([0.0, 1.0, 1.0, 0.5], repeat=2))
         trainer.train()

@@ -442,7 +442,7 @@ def test_budget_iid_reward_reads_each_prompts_first_n_samples_not_an_equal_share
     uniform = PromptResult(pool_rewards=[0.0, 0.0, 0.0, 0.0], selected=[0, 1, 2, 3], rounds=1)
     step = StepSampling(rows=[{}, {}], results={0: topped_up, 1: uniform}, chosen=[0, 1])
     advantages = torch.tensor([0.5, 0.5, -0.5, -0.5, 0.0, 0.0, 0.0, 0.0])
-    metrics = step_metrics(step, advantages, num_generations=4, budget=True, dynamic=False, epochs_drawn=0.1)
+    metrics = step_metrics(step, advantages, num_generations=4, budget=True, epochs_drawn=0.1)
     assert metrics["sampling/iid_reward"] == 0.5  # (4 + 0) / 8; an equal share of 3 rounds read 2 / 6
     assert metrics["sampling/total_samples"] == 12 and metrics["sampling/rounds_max"] == 3
 

@@ -83,8 +83,9 @@ def test_two_processes_draw_the_same_refills(tiny_model, tmp_path):
 
 @pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
 # bookkeeping across ranks, which depends on our code, not on the release (accelerate's gather_object aside)
-def test_two_processes_allocate_est_over_their_own_prompts(tiny_model, tmp_path):
-    ranks = launch(tmp_path, tiny_model, "est")
+@pytest.mark.parametrize("sampler", ["est", "knapsack"])
+def test_two_processes_allocate_est_over_their_own_prompts(tiny_model, tmp_path, sampler):
+    ranks = launch(tmp_path, tiny_model, sampler)
     logs0, logs1 = ranks[0]["logs"], ranks[1]["logs"]
     assert len(logs0) == 4 and all(a[k] == b[k] for a, b in zip(logs0, logs1) for k in a
                                    if k.startswith("sampling/") and "seconds" not in k)
@@ -102,7 +103,7 @@ def test_two_processes_allocate_est_over_their_own_prompts(tiny_model, tmp_path)
             assert len(sizes) == 2 and min(sizes) >= 2  # its own 2 prompts, N_x each, summing to 8
             unequal |= sizes[0] != sizes[1]
     assert unequal  # revisited prompts were allocated by their remembered pass rates
-    assert max(h["sampling/est/samples_max"] for h in logs0) > 4
+    assert max(h[f"sampling/{sampler}/samples_max"] for h in logs0) > 4
 
 
 @pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'

@@ -11,7 +11,8 @@ from tests.helpers import ROOT
 
 PACKAGE = os.path.join(ROOT, "trl_ada")
 # bottom to top, as docs/layout.md draws them; a module may import its own layer and the ones below
-LAYERS = {"trl_ada.core": 1, "trl_ada.data": 1, "trl_ada.rewards": 1, "trl_ada.config": 2, "trl_ada.integration": 2,
+LAYERS = {"trl_ada.core": 1, "trl_ada.data": 1, "trl_ada.rewards": 1, "trl_ada.config": 2, "trl_ada.samplers": 2,
+          "trl_ada.integration": 2,
           "trl_ada.trainer": 3, "trl_ada.examples": 4, "trl_ada.cli": 5}
 
 
@@ -53,9 +54,10 @@ def imports(path: str, top_level_only: bool = False) -> set[str]:
     return {name for name in found if name in modules() or name in LAYERS}
 
 
-def test_the_algorithm_imports_without_torch_or_trl():
+def test_the_algorithm_and_the_samplers_import_without_torch_or_trl():
     code = ("import sys, trl_ada.core.sampling, trl_ada.core.advantages, trl_ada.core.est, trl_ada.core.budget, "
-            "trl_ada.core.dynamic, trl_ada.core.pipelined, trl_ada.core.memory; "
+            "trl_ada.core.dynamic, trl_ada.core.pipelined, trl_ada.core.memory, trl_ada.samplers.reinforce_ada, "
+            "trl_ada.samplers.budget, trl_ada.samplers.est, trl_ada.samplers.knapsack; "
             "print(sorted(m for m in ('torch', 'trl', 'transformers', 'datasets', 'accelerate') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -18,8 +18,11 @@ from __future__ import annotations
 import json
 import os
 
+from datasets import Dataset
+
 from trl_ada.core.memory import GroupPrior, PromptMemory
 from trl_ada.integration.refill import PromptStream
+from trl_ada.samplers import BUILT_IN
 
 SAMPLING_STATE_FILE = "ada_sampling_state.json"  # refill cursor and counters, in every checkpoint
 MEMORY_STATE_FILE = "prompt_memory.npz"  # the prompt memory, in every checkpoint
@@ -110,7 +113,9 @@ def sampling_state(args, train_dataset, shuffle: bool):
     if args.prompt_memory:
         memory = PromptMemory(args.prompt_memory_decay, args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta)
     group_prior = GroupPrior() if args.prompt_memory_group_column is not None else None
-    refills = args.dynamic_sampling or args.sampling_budget is not None
+    # A sampler of the user's may draw refills too (SamplingContext.draw), from a map-style dataset
+    refills = args.dynamic_sampling or args.sampling_budget is not None or (
+        args.sampler not in BUILT_IN and isinstance(train_dataset, Dataset))
     return memory, group_prior, PromptStream(len(train_dataset), args.seed, shuffle=shuffle) if refills else None
 
 

@@ -186,10 +186,9 @@ class StepSampling:
     results: dict[int, PromptResult] = field(default_factory=dict)  # per sampled prompt (budget: not the skipped)
     chosen: list[int] = field(default_factory=list)  # prompts trained on, rank r's slice r-th
     batches: int = 0  # batches sampled so far: the step's own, then refills
-    refill_batches: int = 0  # dynamic sampling: extra batches sampled; budget: candidate batches screened
-    skipped: int = 0  # budget: candidates screened out before any rollout
-    top_up_rounds: int = 0
-    without_signal: int = 0  # chosen groups without signal (dynamic sampling at its cap)
+    skipped: int = 0  # prompts drawn and never sampled (the budget's screening)
+    advantages: dict[int, list[float]] | None = None  # the sampler's own, per chosen prompt (Selection.advantages)
+    sampler_metrics: dict[str, float] = field(default_factory=dict)  # the sampler's own (Selection.metrics)
     local_samples: list[Sample] | None = None  # this rank's kept samples, while TRL builds the training batch
     selected_rewards_per_func: torch.Tensor | None = None
     rounds: dict[int, tuple[float, int]] = field(default_factory=dict)  # round -> (seconds, active prompts), all batches
@@ -197,15 +196,14 @@ class StepSampling:
     padding_samples: int = 0
     rollout_sizes: list[int] = field(default_factory=list)  # samples per `_generate` call, all ranks (metric weights)
     pipelined: dict[str, float] = field(default_factory=dict)  # pipelined_rounds: engine statistics, all batches
-    est_metrics: dict[str, float] = field(default_factory=dict)  # reinforce_ada_est: the allocation's metrics
 
 
-def step_metrics(step: StepSampling, advantages: torch.Tensor, num_generations: int, budget: bool, dynamic: bool,
+def step_metrics(step: StepSampling, advantages: torch.Tensor, num_generations: int, budget: bool,
                  epochs_drawn: float | None) -> dict[str, float]:
     """The step's `sampling/*` metrics (docs/knobs.md lists them), from its bookkeeping and the global
-    advantages of the kept completions."""
+    advantages of the kept completions, then the sampler's own (`epochs_drawn`: None when it draws no refills)."""
     results = list(step.results.values())  # every prompt sampled this step, refills included
-    sampled, chosen = len(results), len(step.chosen)
+    sampled = len(results)
     rounds = [r.rounds for r in results]
     # Round one: the budget's first round is num_generations per prompt and its top-ups are smaller; the reference's
     # rounds are all round_repeat.
@@ -230,15 +228,9 @@ def step_metrics(step: StepSampling, advantages: torch.Tensor, num_generations: 
     for index, (seconds, active) in sorted(step.rounds.items()):
         m[f"sampling/round_{index}/seconds"] = seconds
         m[f"sampling/round_{index}/active_prompts"] = float(active)
-    if budget:
-        m |= {"sampling/prompts_drawn": float(sampled + step.skipped), "sampling/prompts_skipped": float(step.skipped),
-              "sampling/candidate_batches": float(step.refill_batches),
-              "sampling/top_up_rounds": float(step.top_up_rounds), "sampling/epochs_drawn": epochs_drawn}
-    if dynamic:
-        m |= {"sampling/prompts_drawn": float(sampled), "sampling/prompts_dropped": float(sampled - chosen),
-              "sampling/refill_batches": float(step.refill_batches),
-              "sampling/groups_without_signal": float(step.without_signal), "sampling/epochs_drawn": epochs_drawn}
-    return m | step.est_metrics  # Est: its allocation, and round one's reward with prompts weighed equally
+    if epochs_drawn is not None:
+        m |= {"sampling/prompts_drawn": float(sampled + step.skipped), "sampling/epochs_drawn": epochs_drawn}
+    return m | step.sampler_metrics  # e.g. Est: its allocation, and round one's reward with prompts weighed equally
 
 
 @dataclass

@@ -93,7 +93,7 @@ def vllm_generation_for(args: AdaGRPOConfig):
         yield
         return
     original = _grpo_module.VLLMGeneration
-    rounds = args.multiround_adaptive_downsampling and not args.reinforce_ada_est  # Est: one call, GRPO's batch
+    rounds = args.sampler in ("reinforce_ada", "budget")  # Est, Knapsack: one call of GRPO's batch size
     factor = math.ceil(args.round_repeat / args.num_generations) if rounds else 1
 
     def build(*a, **kw):

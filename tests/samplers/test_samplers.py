@@ -1,0 +1,306 @@
+"""The sampler protocol: every built-in sampler run on a context made of plain functions (no model), the Knapsack
+allocation against an independent exact solver, the selector's mapping of the older switches, and a user's sampler
+file trained through `trl-ada-train` as docs/samplers.md writes it."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import re
+import shlex
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.helpers import ROOT
+from tests.helpers.data import make_recording_reward, pass_rate_dataset
+from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+from trl_ada.core.memory import PromptMemory
+from trl_ada.samplers import BUILT_IN, SamplingContext, Selection, check_selection, load_sampler
+from trl_ada.samplers.knapsack import allocate, group_advantages, value
+
+BASE = dict(num_generations=4, per_device_train_batch_size=8, max_completion_length=8, use_cpu=True,
+            report_to="none", save_strategy="no", logging_steps=1, seed=0, disable_tqdm=True, shuffle_dataset=False)
+
+
+def config(tmp_path, **kwargs) -> AdaGRPOConfig:
+    return AdaGRPOConfig(output_dir=str(tmp_path / "out"), **{**BASE, **kwargs})
+
+
+class Simulated:
+    """A context from plain functions: prompt p passes with probability rates[p % len(rates)]; it counts every
+    sample it was asked for."""
+
+    def __init__(self, rates, target, world_size=1, memory=None, seed=0):
+        self.rates, self.rng, self.drawn, self.generated = rates, random.Random(seed), target, 0
+        self.pools: dict[int, list[float]] = {}
+        self.memory = memory
+        self.batches = 0
+
+    def sample(self, prompts, k):
+        counts = k if isinstance(k, list) else [k] * len(prompts)
+        out = []
+        for p, count in zip(prompts, counts):
+            new = [float(self.rng.random() < self.rates[p % len(self.rates)]) for _ in range(count)]
+            self.pools.setdefault(p, []).extend(new)
+            self.generated += count
+            out.append(new)
+        return out
+
+    def draw(self, count):
+        first, self.drawn = self.drawn, self.drawn + count
+        return list(range(first, self.drawn))
+
+    def posterior(self, p):
+        if self.memory is None:
+            return 1.0, 1.0, 0
+        return self.memory.posterior(p)
+
+    def begin_batch(self):
+        self.batches += 1
+        return self.batches - 1
+
+    def context(self, n=4, world_size=1, step=0):
+        return SamplingContext(num_generations=n, world_size=world_size, global_step=step, seed=0, sample=self.sample,
+                               draw=self.draw, row=lambda p: {"prompt": f"q{p}"}, prompt_key=lambda p: p,
+                               pass_rate_posterior=self.posterior, begin_batch=self.begin_batch, memory=self.memory)
+
+
+BUILT_IN_CONFIGS = {
+    "grpo": dict(sampler="grpo"),
+    "reinforce_ada": dict(sampler="reinforce_ada"),
+    "dapo": dict(sampler="dapo"),
+    "budget": dict(sampler="budget", prompt_memory=True),
+    "est": dict(sampler="est"),
+    "knapsack": dict(sampler="knapsack"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILT_IN_CONFIGS))
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_every_built_in_sampler_decides_a_batch_from_the_context_alone(name, world_size, tmp_path):
+    assert set(BUILT_IN_CONFIGS) == set(BUILT_IN)
+    args = config(tmp_path, **BUILT_IN_CONFIGS[name])
+    memory = PromptMemory(0.9, 1.0, 1.0)
+    rates = [0.0, 1.0, 0.5, 0.25]  # remembered: Est and Knapsack allocate unequally
+    memory.update(list(range(4)), [8] * 4, [round(8 * rate) for rate in rates], step=0)
+    sim = Simulated([0.0, 1.0, 0.5, 0.25], target=4, memory=memory)
+    selection = load_sampler(args).sample(sim.context(world_size=world_size), 4)
+    check_selection(selection, 4, 4, world_size)  # target distinct prompts, n rows a prompt on each rank
+    assert sim.generated == sum(len(r.pool_rewards) for r in selection.results.values())  # counted where made
+    for p, result in selection.results.items():  # the pools are what the context handed out, in order
+        assert result.pool_rewards == sim.pools[p]
+    sizes = [len(selection.results[p].selected) for p in selection.chosen]
+    if name in ("est", "knapsack"):
+        assert len(set(sizes)) > 1 and all(s == len(selection.results[p].pool_rewards)
+                                           for s, p in zip(sizes, selection.chosen))
+    else:
+        assert sizes == [4] * 4
+    if name == "dapo":  # the all-wrong and all-right prompts were dropped and refilled
+        assert not {0, 1} & set(selection.chosen) and selection.metrics["sampling/refill_batches"] >= 1
+
+
+def test_a_selection_the_trainer_cannot_train_is_named():
+    from trl_ada.core.sampling import PromptResult
+
+    whole = {p: PromptResult(pool_rewards=[1.0] * 4, selected=[0, 1, 2, 3]) for p in range(4)}
+    check_selection(Selection(results=whole, chosen=[0, 1, 2, 3]), 4, 4, 2)
+    with pytest.raises(ValueError, match="chose 3 prompts"):
+        check_selection(Selection(results=whole, chosen=[0, 1, 2]), 4, 4, 2)
+    uneven = {**whole, 0: PromptResult(pool_rewards=[1.0] * 6, selected=list(range(6))),
+              2: PromptResult(pool_rewards=[1.0] * 2, selected=[0, 1])}
+    with pytest.raises(ValueError, match="kept 10 samples for rank 0"):  # 6 + 4 on rank 0, 2 + 4 on rank 1
+        check_selection(Selection(results=uneven, chosen=[0, 1, 2, 3]), 4, 4, 2)
+    check_selection(Selection(results=uneven, chosen=[0, 2, 1, 3]), 4, 4, 2)  # 6 + 2 and 4 + 4: fine
+    with pytest.raises(ValueError, match="one value per kept sample"):
+        check_selection(Selection(results=whole, chosen=[0, 1, 2, 3], advantages={p: [0.0] for p in range(4)}), 4, 4,
+                        1)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Knapsack RL's allocation against an exact dynamic program over every feasible allocation.
+
+def exact_best_dp(rates, budget, low, high) -> float:
+    table = {0: 0.0}
+    for p in rates:
+        nxt: dict[int, float] = {}
+        for spent, total in table.items():
+            for n in range(low, high + 1):
+                if spent + n <= budget:
+                    nxt[spent + n] = max(nxt.get(spent + n, -math.inf), total + value(n, p))
+        table = nxt
+    return table[budget]
+
+
+@settings(max_examples=150, deadline=None)
+@given(rates=st.lists(st.floats(0.01, 0.99), min_size=1, max_size=6), n=st.integers(2, 6),
+       low=st.integers(1, 3), extra=st.integers(0, 10))
+def test_knapsack_allocation_reaches_the_exact_optimum(rates, n, low, extra):
+    low = min(low, n)
+    high = n + extra
+    budget = n * len(rates)
+    counts = allocate(rates, budget, low, high)
+    assert sum(counts) == budget and all(low <= c <= high for c in counts)
+    achieved = sum(value(c, p) for c, p in zip(counts, rates))
+    assert achieved == pytest.approx(exact_best_dp(rates, budget, low, high), rel=1e-9, abs=1e-12)
+
+
+def test_knapsack_gives_hard_prompts_more_than_solved_ones_and_refuses_an_impossible_budget():
+    counts = allocate([0.05, 0.3, 0.5, 0.95], 16, 2, 32)  # p (1 - p)^2 is largest near p = 1/3
+    assert counts[1] > counts[3] and counts[2] > counts[3] and sum(counts) == 16
+    assert allocate([0.05, 0.95], 16, 2, 32) == [14, 2]  # beside a solved prompt, a hard one takes the budget
+    assert allocate([0.5] * 4, 16, 2, 32) == [4, 4, 4, 4]  # alike prompts: GRPO's allocation
+    with pytest.raises(ValueError, match="cannot give 2 prompts"):
+        allocate([0.5, 0.5], 8, 5, 8)
+
+
+@settings(max_examples=100, deadline=None)
+@given(rewards=st.lists(st.one_of(st.sampled_from([0.0, 1.0, 0.5]), st.just(math.nan)), min_size=1, max_size=12),
+       scale=st.booleans())
+def test_knapsack_advantages_are_grpos_within_the_group(rewards, scale):
+    values = torch.tensor(rewards, dtype=torch.float64)
+    finite = values[~torch.isnan(values)]
+    got = torch.tensor(group_advantages(rewards, scale), dtype=torch.float64)
+    if finite.numel() < 2:
+        assert (got == 0).all()
+        return
+    expected = (values - finite.mean()) / ((finite.std() + 1e-4) if scale else 1.0)  # torch.std: unbiased, as TRL
+    expected[torch.isnan(values)] = 0.0
+    assert torch.allclose(got, expected, atol=1e-9)
+
+
+def test_knapsack_checks_its_own_fields_before_the_model_loads(tmp_path):
+    with pytest.raises(ValueError, match=r"min_samples \(5\) <= num_generations \(4\)"):
+        AdaGRPOTrainer(model="no/such-model", reward_funcs=make_recording_reward(),
+                       train_dataset=pass_rate_dataset([0.5]),
+                       args=config(tmp_path, sampler="knapsack", sampler_kwargs={"min_samples": 5}))
+    with pytest.raises(ValueError, match="sampler_kwargs=.*do not fit sampler='est'"):
+        AdaGRPOTrainer(model="no/such-model", reward_funcs=make_recording_reward(),
+                       train_dataset=pass_rate_dataset([0.5]),
+                       args=config(tmp_path, sampler="est", sampler_kwargs={"min_samples": 2}))
+
+
+@pytest.mark.slow
+def test_knapsack_trains_counts_what_it_generates_and_resumes_exactly(tiny_model, tmp_path):
+    dataset = pass_rate_dataset([0.0, 1.0, 1.0, 0.5], repeat=2)
+
+    def run(folder, **kwargs):
+        return AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=dataset,
+                              args=config(folder, sampler="knapsack", per_device_train_batch_size=16, max_steps=4,
+                                          learning_rate=1e-2, max_completion_length=12, **kwargs))
+
+    uninterrupted = run(tmp_path / "a", save_strategy="steps", save_steps=2)
+    uninterrupted.train()
+    logs = [h for h in uninterrupted.state.log_history if "loss" in h]
+    # GRPO's generation per step (4 prompts x 4), whatever the allocation; the counter saw every sample
+    assert all(h["sampling/total_samples"] == 16 for h in logs)
+    assert logs[-1]["sampling/generated_completions_total"] == 16 * 4
+    assert max(h["sampling/knapsack/samples_max"] for h in logs) > 4  # remembered prompts allocated unequally
+    checkpoint = tmp_path / "a" / "out" / "checkpoint-2"
+    resumed = run(tmp_path / "b")
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    a, b = uninterrupted.prompt_memory.state_dict(), resumed.prompt_memory.state_dict()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    tails = [[h for h in r.state.log_history if "loss" in h][-2:] for r in (uninterrupted, resumed)]
+    for key in ("loss", "sampling/knapsack/samples_max", "sampling/generated_completions_total"):
+        assert [h[key] for h in tails[0]] == [h[key] for h in tails[1]], key
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# One selector: the older switches map onto it; a conflict is refused, naming both.
+
+@pytest.mark.parametrize("fields, name", [
+    ({}, "reinforce_ada"),
+    ({"multiround_adaptive_downsampling": False}, "grpo"),
+    ({"multiround_adaptive_downsampling": False, "dynamic_sampling": True}, "dapo"),
+    ({"dynamic_sampling": True}, "reinforce_ada"),  # DAPO's refills on top of the rounds
+    ({"sampling_budget": 4.0}, "budget"),
+    ({"reinforce_ada_est": True}, "est"),
+])
+def test_the_older_switches_map_onto_the_selector(fields, name, tmp_path):
+    args = config(tmp_path, **fields)
+    assert args.sampler == name
+    again = config(tmp_path, sampler=name, **{k: v for k, v in fields.items() if k == "dynamic_sampling"})
+    for field in ("multiround_adaptive_downsampling", "dynamic_sampling", "reinforce_ada_est", "sampling_budget",
+                  "advantage_estimator", "prompt_memory"):
+        assert getattr(again, field) == getattr(args, field), field
+
+
+@pytest.mark.parametrize("fields, match", [
+    ({"sampler": "grpo", "reinforce_ada_est": True}, "sampler='grpo' conflicts with reinforce_ada_est=True"),
+    ({"sampler": "est", "sampling_budget": 4.0}, "sampler='est' conflicts with sampling_budget=4.0"),
+    ({"sampler": "knapsack", "reinforce_ada_est": True}, "which selects sampler='est'"),
+    ({"sampler": "grpo", "dynamic_sampling": True}, "set sampler='dapo'"),
+    ({"sampler": "thompson"}, r"sampler='thompson': use one of \['budget', 'dapo'"),
+    ({"sampler": "no_such_module.Sampler"}, "cannot import 'Sampler' from 'no_such_module'"),
+    ({"sampler_kwargs": "[1, 2]"}, "sampler_kwargs=.* must be a dict"),
+])
+def test_a_conflicting_or_unknown_sampler_is_refused_naming_the_fix(fields, match, tmp_path):
+    with pytest.raises(ValueError, match=match):
+        config(tmp_path, **fields)
+
+
+def test_a_sampler_with_unequal_groups_and_no_advantages_is_refused(tiny_model, tmp_path, monkeypatch):
+    """TRL's group statistics read groups of num_generations rows: a sampler that keeps other sizes must give its
+    advantages (or use an estimator that reads its pools)."""
+    (tmp_path / "uneven_sampler.py").write_text(
+        "from trl_ada.core.sampling import PromptResult\nfrom trl_ada.samplers import Selection\n\n"
+        "class Uneven:\n    def __init__(self, args):\n        pass\n\n"
+        "    def sample(self, context, target):\n"
+        "        counts = [6, 2] * (target // 2)\n"
+        "        pools = context.sample(list(range(target)), counts)\n"
+        "        return Selection(results={p: PromptResult(pool, list(range(len(pool))), 1, True)\n"
+        "                                  for p, pool in enumerate(pools)}, chosen=list(range(target)))\n")
+    monkeypatch.chdir(tmp_path)
+    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(),
+                             train_dataset=pass_rate_dataset([0.5, 0.25]),
+                             args=config(tmp_path, sampler="uneven_sampler.Uneven", max_steps=1))
+    with pytest.raises(ValueError, match="gave no advantages"):
+        trainer.train()
+    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(),
+                             train_dataset=pass_rate_dataset([0.5, 0.25]),
+                             args=config(tmp_path / "est", sampler="uneven_sampler.Uneven", max_steps=1,
+                                         advantage_estimator="reinforce_ada"))
+    trainer.train()  # the pooled estimator reads groups of any size
+    assert trainer.state.global_step == 1
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# docs/samplers.md's example, as written, trained through trl-ada-train from the user's folder.
+
+def docs_example() -> tuple[str, str]:
+    page = open(os.path.join(ROOT, "docs", "samplers.md")).read()
+    code = re.search(r"`my_sampler.py`.*?```python\n(.*?)```", page, re.S).group(1)
+    command = re.search(r"Train with it.*?```bash\n(.*?)```", page, re.S).group(1).replace("\\\n", " ")
+    return code, command
+
+
+@pytest.mark.slow
+def test_the_docs_example_sampler_trains_from_a_users_file(tmp_path):
+    code, command = docs_example()
+    (tmp_path / "my_sampler.py").write_text(code)
+    argv = shlex.split(command)
+    assert argv[0] == "trl-ada-train"
+    recipe = argv[argv.index("--config") + 1]
+    argv[argv.index("--config") + 1] = os.path.join(ROOT, recipe)
+    overrides = ["--model_name_or_path", "tiny", "--max_steps", "3", "--per_device_train_batch_size", "8",
+                 "--synthetic_num_examples", "16", "--max_completion_length", "8", "--report_to", "none"]
+    done = subprocess.run([sys.executable, "-m", "trl_ada.cli.train", *argv[1:], *overrides], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "sampling/skip_solved/skipped" in done.stdout + done.stderr
+    assert (tmp_path / "out" / "skip-solved" / "model.safetensors").exists()
+
+
+def test_the_docs_table_names_every_built_in_sampler():
+    page = open(os.path.join(ROOT, "docs", "samplers.md")).read()
+    named = set(re.findall(r'^\| `"(\w+)"`', page, re.M))
+    assert named == set(BUILT_IN)
+

@@ -1,0 +1,62 @@
+"""Samplers: allocation rules written on one narrow protocol (`trl_ada.samplers.protocol`).
+
+`AdaGRPOConfig(sampler=...)` selects one by its built-in name (`BUILT_IN`) or by an import path `module.Class`
+(importable from the current folder, as reward functions are); `load_sampler` builds it. docs/samplers.md: write
+your own.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+
+from trl_ada.samplers.protocol import Sampler, SamplingContext, Selection, check_selection
+
+# name: (module, class). "grpo", "reinforce_ada" and "dapo" are the same rounds with different settings: the config
+# maps each name onto them (AdaGRPOConfig.__post_init__).
+BUILT_IN = {
+    "grpo": ("trl_ada.samplers.reinforce_ada", "Rounds"),
+    "reinforce_ada": ("trl_ada.samplers.reinforce_ada", "Rounds"),
+    "dapo": ("trl_ada.samplers.reinforce_ada", "Rounds"),
+    "budget": ("trl_ada.samplers.budget", "Budget"),
+    "est": ("trl_ada.samplers.est", "Est"),
+    "knapsack": ("trl_ada.samplers.knapsack", "Knapsack"),
+}
+
+
+def sampler_class(name: str) -> type:
+    """The class a `sampler` value names: a built-in name or `module.Class`. Raises a ValueError naming the fix."""
+    if name in BUILT_IN:
+        module, attribute = BUILT_IN[name]
+    elif "." in name:
+        module, _, attribute = name.rpartition(".")
+    else:
+        raise ValueError(f"sampler={name!r}: use one of {sorted(BUILT_IN)} or an import path 'module.Class' (a class "
+                         "with sample(context, target): trl_ada.samplers.protocol, docs/samplers.md).")
+    if os.getcwd() not in sys.path:  # a user's module in the current folder, as TRL's scripts find reward functions
+        sys.path.append(os.getcwd())
+    try:
+        found = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"sampler={name!r}: cannot import {attribute!r} from {module!r} ({error}). Give an import "
+                         "path importable from the current folder, e.g. sampler='my_sampler.MySampler' for "
+                         "my_sampler.py here.") from error
+    if not callable(getattr(found, "sample", None)):
+        raise ValueError(f"sampler={name!r} has no sample(context, target) method: see trl_ada.samplers.protocol.")
+    return found
+
+
+def load_sampler(args) -> Sampler:
+    """Build the sampler `args.sampler` names, with `args.sampler_kwargs`."""
+    cls, kwargs = sampler_class(args.sampler), dict(args.sampler_kwargs or {})
+    try:
+        inspect.signature(cls).bind(args, **kwargs)
+    except TypeError as error:
+        raise ValueError(f"sampler_kwargs={kwargs!r} do not fit sampler={args.sampler!r} ({error}): its arguments are "
+                         f"{inspect.signature(cls)}.") from None
+    return cls(args, **kwargs)
+
+
+__all__ = ["BUILT_IN", "Sampler", "SamplingContext", "Selection", "check_selection", "load_sampler", "sampler_class"]

@@ -1,0 +1,140 @@
+"""The sampler protocol: how an allocation rule decides one generation batch, and the narrow object it decides with.
+
+A sampler is a class built once per trainer from the trainer's config, `Sampler(args)`, whose `sample(context,
+target)` decides, for one generation batch of `target` prompts:
+
+- how many samples each prompt gets, in one call or in rounds (`context.sample`),
+- which prompts train (`Selection.chosen`: exactly `target` of them, drawing more with `context.draw` if it drops
+  some),
+- which of their samples are kept (`PromptResult.selected`: `num_generations` per prompt, or any number per prompt
+  when every rank's share of the kept samples still sums to `num_generations` per prompt),
+- and, optionally, their advantages (`Selection.advantages`; otherwise the configured `advantage_estimator`'s).
+
+It reaches the model only through the `SamplingContext` the trainer hands it for the batch: sample these prompts k
+times each and get every reward back (on every rank: the same call on every rank, in the same order); draw more
+prompts from the training set; read the per-prompt memory; the step, the seed, `num_generations` and the world
+size. It never sees the trainer. Every sample it asks for is generated through GRPOTrainer's own rollout path and
+counted there (`sampling/generated_tokens_total`), so a sampler's cost is exact without its help.
+
+Every rank runs the same sampler on the same context, and must take the same decisions: derive any randomness from
+`context.seed`, `context.global_step` and the prompt (never from a global random state).
+
+A minimal sampler (one round of `num_generations` per prompt, every sample kept: GRPO):
+
+    from trl_ada.core.sampling import PromptResult
+    from trl_ada.samplers import Selection
+
+    class OneRound:
+        def __init__(self, args):
+            self.args = args
+
+        def sample(self, context, target):
+            prompts = list(range(target))
+            pools = context.sample(prompts, context.num_generations)
+            results = {p: PromptResult(pool_rewards=pool, selected=list(range(len(pool))), rounds=1, finished=True)
+                       for p, pool in zip(prompts, pools)}
+            return Selection(results=results, chosen=prompts)
+
+Select it with `AdaGRPOConfig(sampler="my_module.OneRound")` (importable from the current folder, as reward
+functions are). docs/samplers.md has the rest, and the built-in samplers in this package are written on this
+protocol only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, runtime_checkable
+
+from trl_ada.core.memory import PromptMemory
+from trl_ada.core.sampling import PromptResult
+
+
+@dataclass
+class Selection:
+    """What a sampler decided for one generation batch.
+
+    `results` holds every prompt it sampled (refills included, in any order): its pool of rewards and the kept
+    samples (`selected`, indices into the pool). `chosen` lists the prompts that train, `target` of them, in the order
+    the ranks train them (rank r trains the r-th slice). `advantages`, when given, holds one advantage per kept sample
+    of each chosen prompt, in `selected` order; without it the configured `advantage_estimator` computes them.
+    `metrics` are logged beside the trainer's own `sampling/*` metrics (a key the trainer also computes is replaced).
+    `skipped` counts prompts drawn and never sampled (screened out), so that `sampling/prompts_drawn` is honest."""
+
+    results: dict[int, PromptResult]
+    chosen: list[int]
+    advantages: dict[int, list[float]] | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    skipped: int = 0
+
+
+@dataclass
+class SamplingContext:
+    """The narrow object the trainer hands a sampler for one generation batch.
+
+    Prompts are numbers: the batch's own prompts are `0 .. target - 1` (all ranks' prompts, rank-major), and each
+    prompt `draw` adds gets the next number. The callables are the trainer's; a test can build a context from plain
+    functions and run any sampler without a model."""
+
+    num_generations: int
+    world_size: int
+    global_step: int
+    seed: int
+    sample: Callable[[list[int], int | list[int]], list[list[float]]]
+    """`sample(prompts, k)`: k more samples of each prompt (or k[i] of the i-th), through GRPOTrainer's rollout path,
+    split evenly over the ranks; returns each prompt's new rewards (weighted over the reward functions; NaN where
+    a sample cannot be scored), the same on every rank. A prompt's pool is every sample drawn for it this batch, in
+    order: `PromptResult.selected` indexes it."""
+    draw: Callable[[int], list[int]]
+    """`draw(count)`: `count` new prompts from the training set (a seeded stream that a resumed run continues), the
+    same on every rank; returns their numbers. Needs a map-style `train_dataset`."""
+    row: Callable[[int], dict[str, Any]]
+    """`row(prompt)`: the prompt's dataset row (what reward functions receive)."""
+    prompt_key: Callable[[int], int]
+    """`prompt_key(prompt)`: the prompt's key in the memory (its tokens, images and environment row)."""
+    pass_rate_posterior: Callable[[int], tuple[float, float, int]]
+    """`pass_rate_posterior(prompt)`: Beta pseudo-counts (a, b) of the prompt's pass rate from the memory and the
+    prior (`prompt_memory_prior_alpha/beta`, the group prior of `prompt_memory_group_column`), and how many visits
+    back them (0: the prior alone). The memory holds the steps before this one: it takes this batch's samples after
+    the sampler returns."""
+    begin_batch: Callable[[], int]
+    """`begin_batch()`: call before sampling a new batch of prompts from their first round (the per-round metrics
+    count rounds from it); returns the batch's number in the step (0 first)."""
+    memory: PromptMemory | None = None
+    """The per-prompt memory itself (`prompt_memory=True`), keyed by `prompt_key`: read it, or `forget` prompts."""
+    run_rounds: Callable[[list[int], int], list[PromptResult]] | None = None
+    """With `pipelined_rounds=True`: Reinforce-Ada's rounds (the config's exit rule and selection) run barrier-free
+    on this rank's colocated engine, `run_rounds(prompts, seed)`; None otherwise."""
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """An allocation rule. Built once per trainer as `Sampler(args)` (the `AdaGRPOConfig`), before the model
+    loads: check your own fields there and raise a ValueError naming the field and the fix."""
+
+    def sample(self, context: SamplingContext, target: int) -> Selection: ...
+
+
+def check_selection(selection: Selection, target: int, num_generations: int, world_size: int) -> None:
+    """Refuse a selection the trainer cannot hand to GRPOTrainer, naming what is wrong (a user sampler's bug)."""
+    chosen, results = selection.chosen, selection.results
+    if len(chosen) != target or len(set(chosen)) != target or not set(chosen) <= set(results):
+        raise ValueError(f"a sampler chose {len(chosen)} prompts ({len(set(chosen))} distinct, "
+                         f"{len(set(chosen) - set(results))} never sampled); it must choose {target} distinct sampled "
+                         "prompts (Selection.chosen).")
+    per_rank = target // world_size
+    for rank in range(world_size):
+        kept = sum(len(results[p].selected) for p in chosen[rank * per_rank : (rank + 1) * per_rank])
+        if kept != num_generations * per_rank:
+            raise ValueError(f"a sampler kept {kept} samples for rank {rank}'s {per_rank} prompts; each rank trains "
+                             f"num_generations x its prompts = {num_generations * per_rank} rows, as GRPOTrainer does.")
+    for p in chosen:
+        pool = results[p].pool_rewards
+        if any(not 0 <= i < len(pool) for i in results[p].selected):
+            raise ValueError(f"a sampler kept sample indices {results[p].selected} of prompt {p}, whose pool holds "
+                             f"{len(pool)} samples.")
+        if selection.advantages is not None and len(selection.advantages.get(p, ())) != len(results[p].selected):
+            raise ValueError(f"Selection.advantages must hold one value per kept sample of each chosen prompt "
+                             f"(prompt {p}: {len(results[p].selected)} kept).")
+
+
+__all__ = ["Sampler", "SamplingContext", "Selection", "check_selection"]

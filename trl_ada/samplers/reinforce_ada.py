@@ -1,0 +1,59 @@
+"""Reinforce-Ada's rounds (`trl_ada.core.sampling`: successive elimination, the exit rules, the fixed-size group),
+with DAPO's dynamic sampling on top when it is on (`trl_ada.core.dynamic`: drop the prompts without signal, sample
+refills in their place). With adaptive sampling off, one round of `num_generations` per prompt: GRPO's group.
+
+With `pipelined_rounds=True` the rounds run barrier-free on each rank's colocated engine (`context.run_rounds`),
+with the same results as the synchronous rounds.
+"""
+
+from __future__ import annotations
+
+from trl_ada.core.dynamic import fill_with_signal
+from trl_ada.core.sampling import PromptResult, run_adaptive_sampling
+from trl_ada.samplers.protocol import SamplingContext, Selection
+
+
+class Rounds:
+    """The rounds of algorithm.md (`reinforce_ada_choice`, `round_repeat`, `max_rounds`, `positive_threshold`,
+    `pool_selection`); `multiround_adaptive_downsampling=False` makes them one round of n (GRPO); `dynamic_sampling`
+    refills the prompts whose kept group has no signal (DAPO)."""
+
+    def __init__(self, args):
+        self.args = args
+
+    def sample(self, context: SamplingContext, target: int) -> Selection:
+        args = self.args
+        filled = fill_with_signal(
+            first=list(range(target)),
+            draw=context.draw,
+            sample=lambda prompts: self.sample_prompts(context, prompts),
+            target=target,
+            max_refill_batches=args.max_refill_batches if args.dynamic_sampling else 0,
+            atol=args.dynamic_sampling_tolerance,
+        )
+        metrics = {}
+        if args.dynamic_sampling:
+            metrics = {"sampling/prompts_dropped": float(len(filled.sampled) - target),
+                       "sampling/refill_batches": float(filled.refill_batches),
+                       "sampling/groups_without_signal": float(filled.without_signal)}
+        return Selection(results=dict(filled.sampled), chosen=[filled.sampled[i][0] for i in filled.chosen],
+                         metrics=metrics)
+
+    def sample_prompts(self, context: SamplingContext, prompts: list[int]) -> list[PromptResult]:
+        """Sample one batch of prompts (the first, or a refill) to the end of their rounds."""
+        args, n = self.args, context.num_generations
+        adaptive = args.multiround_adaptive_downsampling
+        seed = args.seed + context.global_step + 7919 * context.begin_batch()
+        if context.run_rounds is not None:
+            return context.run_rounds(prompts, seed)
+        return run_adaptive_sampling(
+            num_prompts=len(prompts),
+            sample_round=lambda active, k: context.sample([prompts[i] for i in active], k),
+            num_generations=n,
+            round_repeat=args.round_repeat if adaptive else n,  # one round of n: GRPO
+            max_rounds=args.max_rounds if adaptive else 1,
+            choice=args.reinforce_ada_choice,
+            positive_threshold=args.positive_threshold,
+            selection=args.pool_selection if adaptive else "earliest",
+            seed=seed,
+        )
