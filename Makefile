@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: install install-vllm real-model smollm2 test test-lean test-vllm test-fast test-newest test-oldest test-sets \
-	demo demo-tiny bench bench-real-model clean
+	lint format demo demo-tiny bench bench-real-model clean
 
 $(STAMP): setup.cfg pyproject.toml .ci/constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,23 @@ smollm2: $(REAL_STAMP)
 # Two test workers, one torch thread each: two 2-thread torch processes on 2 cores spin against each other (the
 # suite took 188 s that way against 56 s with one thread each, on the 2-core dev machine).
 TEST_ENV := OMP_NUM_THREADS=1
+
+# ruff with TRL's settings (pyproject.toml): `make lint` checks (CI runs it first), `make format` applies. ruff is a
+# tool of this repository, not a dependency of trl-ada: pinned by .ci/constraints.txt, installed into .venv.
+LINT_PATHS := trl_ada tests benchmarks
+RUFF_STAMP := $(VENV)/.ruff
+
+$(RUFF_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -c .ci/constraints.txt ruff
+	touch $(RUFF_STAMP)
+
+lint: $(RUFF_STAMP)
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+
+format: $(RUFF_STAMP)
+	$(VENV)/bin/ruff check --fix $(LINT_PATHS)
+	$(VENV)/bin/ruff format $(LINT_PATHS)
 
 # `make test` (what CI runs): the lean suite in .venv, then the real-vLLM tests in .venv-vllm. The lean suite skips
 # the vLLM tests (no vllm there); test-vllm runs only them, one process (each test starts an engine that takes both

@@ -5,13 +5,14 @@ import os
 
 import pytest
 
+
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from tests.helpers.processes import freeze_loaded_objects  # noqa: E402
 from trl_ada.examples.tiny import build_tiny_model  # noqa: E402
 
-from tests.helpers.processes import freeze_loaded_objects  # noqa: E402
 
 importlib.import_module("trl_ada.trainer")  # torch, transformers, accelerate, TRL: what the tests load anyway
 freeze_loaded_objects()

@@ -27,17 +27,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pytest
-
-from tests.helpers import ROOT
 import torch
+import transformers
 from datasets import Dataset
 from packaging.version import Version
-import transformers
 from trl import GRPOConfig, GRPOTrainer
 
+from tests.helpers import ROOT
+from tests.helpers.tool_policy import ScriptedPolicy, calculator_dataset, install, multiply, product_reward  # noqa: E402
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 
-from tests.helpers.tool_policy import ScriptedPolicy, calculator_dataset, install, multiply, product_reward  # noqa: E402
 
 ENVIRONMENTS = Version(transformers.__version__) >= Version("5.2.0")  # TRL's environment_factory needs it
 

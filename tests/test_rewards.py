@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from trl_ada import rewards
 from trl_ada.rewards import boxed_math_reward, check_gold_answers, extract_last_boxed, verify_answer
 
+
 # --- Extraction --------------------------------------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ from tests.helpers.data import make_recording_reward, pass_rate_dataset
 from tests.helpers.trainers import tiny_args
 from trl_ada import AdaGRPOTrainer
 
+
 # lock_only: the contract is ours, over TRL 1.16 (the same in every CI set).
 pytestmark = [pytest.mark.slow, pytest.mark.lock_only]
 

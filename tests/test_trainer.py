@@ -6,9 +6,10 @@ import pytest
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from tests.helpers.trainers import Recorder, decode_groups, tiny_args
 from tests.helpers.data import extra_column_mismatches, hash_reward_value, make_recording_reward, pass_rate_dataset
+from tests.helpers.trainers import Recorder, decode_groups, tiny_args
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+
 
 pytestmark = pytest.mark.slow
 def test_adaptive_training_end_to_end(tiny_model, tmp_path):

@@ -29,6 +29,7 @@ from trl_ada.core.sampling import (
     selection_rng,
 )
 
+
 NAN = float("nan")
 
 
@@ -191,7 +192,7 @@ def test_signal_is_read_on_scorable_rewards():
 
 
 def _budgeted(table, target, budget, top_up=2):
-    drawn = {p: 0 for p in table}
+    drawn = dict.fromkeys(table, 0)
 
     def sample_round(prompts, k):
         out = [table[p][drawn[p]: drawn[p] + k] for p in prompts]

@@ -14,6 +14,7 @@ from trl_ada.core.advantages import BASELINES
 from trl_ada.core.sampling import CHOICES, SELECTIONS, normalize_choice
 from trl_ada.samplers import BUILT_IN, sampler_class
 
+
 PAPER = {  # what TRL's model card cites for a trainer trained with these defaults
     "title": "Reinforce-Ada: An Adaptive Sampling Framework for Reinforce-Style LLM Training",
     "id": "2510.04996",

@@ -15,6 +15,7 @@ import os
 
 from datasets import Dataset, load_dataset
 
+
 SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 USER_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
 

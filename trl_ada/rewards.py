@@ -40,6 +40,7 @@ from multiprocessing.connection import Connection, wait
 
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
+
 __all__ = ["boxed_math_reward", "check_gold_answers", "extract_last_boxed", "extract_last_number", "last_number_reward",
            "shutdown_reward_pool", "verify_answer"]
 

@@ -31,6 +31,7 @@ from trl import GRPOTrainer
 
 from trl_ada.integration.seams import check_seams, require_trl_internals, warn_if_unsupported_trl
 
+
 warn_if_unsupported_trl()
 require_trl_internals()  # before anything else imports them: a moved TRL internal fails here, named
 
@@ -42,16 +43,40 @@ from trl_ada.integration import estimators, prompt_keys
 from trl_ada.integration.generation_count import GenerationCount, counting_rollout_func, model_tokens
 from trl_ada.integration.pipelined_rank import check_reward_models_unsharded, sample_pipelined
 from trl_ada.integration.refill import EpochSeededSampler
-from trl_ada.integration.resume import (export_at_end, export_memory, load_trainer_state, sampling_state,
-                                        save_trainer_state)
-from trl_ada.integration.rollouts import (Sample, StepSampling, check_rollout_rows, collect_selected, join_rollout,
-                                          merge_logged_metrics, merge_round_metrics, plan_round, record_round,
-                                          split_rollout, step_metrics, take_extra_logs, weighted_sum)
-from trl_ada.integration.support import (check_prompt_column, check_trainer_arguments, checked_reward,
-                                         environment_names, warn_if_fewer_processes, warn_if_threshold_outside)
+from trl_ada.integration.resume import (
+    export_at_end,
+    export_memory,
+    load_trainer_state,
+    sampling_state,
+    save_trainer_state,
+)
+from trl_ada.integration.rollouts import (
+    Sample,
+    StepSampling,
+    check_rollout_rows,
+    collect_selected,
+    join_rollout,
+    merge_logged_metrics,
+    merge_round_metrics,
+    plan_round,
+    record_round,
+    split_rollout,
+    step_metrics,
+    take_extra_logs,
+    weighted_sum,
+)
+from trl_ada.integration.support import (
+    check_prompt_column,
+    check_trainer_arguments,
+    checked_reward,
+    environment_names,
+    warn_if_fewer_processes,
+    warn_if_threshold_outside,
+)
 from trl_ada.integration.vllm_backend import ReloadingVLLMGeneration, awake_for_rounds, vllm_generation_for
 from trl_ada.integration.vllm_stream import colocated_stream
 from trl_ada.samplers import SamplingContext, check_selection, load_sampler
+
 
 logger = get_logger(__name__)
 _EMPTY_PROMPT = [{"role": "user", "content": ""}]  # TRL's prompt for an environment-owned row without one

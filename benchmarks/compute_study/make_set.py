@@ -21,6 +21,7 @@ import json
 import os
 import random
 
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 HARD_SET = os.path.join(os.path.dirname(HERE), "hard_set")
 SEED = 71

@@ -28,6 +28,7 @@ import sys
 
 import numpy as np
 
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if __name__ == "__main__":  # a study runs the package of the clone it is in (plan.md: pinned), not an installed copy
     sys.path.insert(0, REPO)
@@ -36,6 +37,7 @@ from trl_ada.cli import endpoints, paired
 from trl_ada.cli.plotting import pyplot
 from trl_ada.cli.records import load_results
 from trl_ada.cli.report import compare
+
 
 # What plan.md registers. Changing any of these after the first confirmatory result is a deviation from the plan.
 RECIPE = "recipes/SmolLM2-135M-Instruct/hard_grpo.yaml"

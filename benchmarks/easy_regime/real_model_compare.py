@@ -35,12 +35,14 @@ import json
 import os
 import sys
 
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))  # the repository
 sys.path.insert(0, ROOT)
 
 from trl_ada.cli import compare  # noqa: E402
 from trl_ada.cli.paired import describe  # noqa: E402
+
 
 RECIPES = os.path.join("recipes", "SmolLM2-135M-Instruct")
 GRPO = os.path.join(RECIPES, "arith_grpo.yaml")  # the shared recipe: GRPO n=4

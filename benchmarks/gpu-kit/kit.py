@@ -38,6 +38,7 @@ import sys
 import tarfile
 import time
 
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DEVICE = os.path.join(ROOT, ".device")  # ignored by git (.gitignore: /.device/)

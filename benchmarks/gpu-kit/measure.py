@@ -44,6 +44,7 @@ import tempfile
 import time
 import traceback
 
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
 ROOT = os.path.dirname(BENCH)
@@ -228,8 +229,8 @@ class Counters:
 
 
 def run_arm(name: str, kind: str, extra: dict, settings: dict) -> dict:
-    from trl import GRPOConfig, GRPOTrainer
     from step_time import hash_reward
+    from trl import GRPOConfig, GRPOTrainer
 
     from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 
@@ -254,7 +255,7 @@ def run_arm(name: str, kind: str, extra: dict, settings: dict) -> dict:
         if on_gpu:
             kwargs.update(vllm_gpu_memory_utilization=settings["gpu_memory_utilization"])
     kwargs.update(extra)
-    result = {"arm": name, "trainer": trainer_class.__name__, "config": {k: v for k, v in extra.items()}}
+    result = {"arm": name, "trainer": trainer_class.__name__, "config": dict(extra)}
     counters = Counters()
     try:
         with tempfile.TemporaryDirectory() as out:
@@ -262,7 +263,7 @@ def run_arm(name: str, kind: str, extra: dict, settings: dict) -> dict:
                 args = config_class(output_dir=out, **kwargs)
                 trainer = trainer_class(model=settings["model"], reward_funcs=hash_reward, args=args,
                                         train_dataset=dataset(p, steps))
-            except Exception as error:  # noqa: BLE001: a refusal is a result (continuous batching)
+            except Exception as error:  # a refusal is a result (continuous batching)
                 word = "refused" if "use_transformers_continuous_batching" in extra else "failed"
                 result.update(status=f"{word}: {type(error).__name__}: {error}",
                               traceback=traceback.format_exc()[-3000:])
@@ -296,7 +297,7 @@ def run_arm(name: str, kind: str, extra: dict, settings: dict) -> dict:
             # use, read after building and after each generation phase, is the figure to compare then.
             result["device_used_max_mib"] = max(device_used) if on_gpu else None
             del trainer
-    except Exception as error:  # noqa: BLE001: one failing arm must not lose the others
+    except Exception as error:  # one failing arm must not lose the others
         result.update(status=f"failed: {type(error).__name__}: {error}", traceback=traceback.format_exc()[-3000:])
         print(f"[measure] {name}: {result['status']}", flush=True)
     finally:
@@ -307,7 +308,7 @@ def run_arm(name: str, kind: str, extra: dict, settings: dict) -> dict:
 
 def summarise(trainer, logs, counters, phase, vllm) -> dict:
     """Per timed step (the first step warms up and is dropped): the medians and sums the table shows."""
-    timed = [h for h in logs[1:]] or logs
+    timed = list(logs[1:]) or logs
     first = len(logs) - len(timed)
     steps = list(range(first, len(logs)))
     samples = [h.get("sampling/total_samples", trainer.args.generation_batch_size) for h in timed]

@@ -34,12 +34,16 @@ import signal
 import sys
 import time
 
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 sys.path.insert(0, ROOT)
 
 from trl_ada.examples.arithmetic import (  # noqa: E402
-    HARD_ARITHMETIC_KINDS, arithmetic_problems, arithmetic_split_of, hard_arithmetic_candidates,
+    HARD_ARITHMETIC_KINDS,
+    arithmetic_problems,
+    hard_arithmetic_candidates,
 )
+
 
 OUT_DIR = os.path.join(ROOT, "benchmarks", "hard_set")
 MODEL_DIR = os.path.join(ROOT, "runs", "models", "SmolLM2-135M-Instruct")

@@ -37,11 +37,13 @@ import os
 import statistics
 import sys
 
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))  # the repository
 sys.path.insert(0, ROOT)
 
 from trl_ada.cli import compare, paired  # noqa: E402
+
 
 RECIPE = os.path.join("recipes", "SmolLM2-135M-Instruct", "hard_grpo.yaml")  # GRPO n=4: the baseline
 ADA = ["multiround_adaptive_downsampling=true"]

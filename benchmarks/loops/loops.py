@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))  # the repository
 RECORDS = os.path.join(HERE, "loops.json")

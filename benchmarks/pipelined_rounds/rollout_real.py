@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository
 
@@ -79,12 +80,12 @@ def main(argv=None):
     from transformers import AutoTokenizer
     from vllm import LLM, SamplingParams
 
+    from trl_ada.core.pipelined import run_pipelined_sampling
+    from trl_ada.core.sampling import run_adaptive_sampling
     from trl_ada.examples.arithmetic import arithmetic_problems
     from trl_ada.examples.models import materialize
-    from trl_ada.core.pipelined import run_pipelined_sampling
-    from trl_ada.rewards import last_number_reward
-    from trl_ada.core.sampling import run_adaptive_sampling
     from trl_ada.integration.vllm_stream import VLLMStream
+    from trl_ada.rewards import last_number_reward
 
     torch.set_num_threads(args.threads)
     model_dir = materialize("smollm2", args.model)

@@ -29,10 +29,12 @@ import random
 import statistics
 import sys
 
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository
 
 from trl_ada.core.pipelined import run_pipelined_sampling  # noqa: E402
 from trl_ada.core.sampling import run_adaptive_sampling  # noqa: E402
+
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEDULES = ("synchronous", "pipelined", "pipelined + certain continuation", "+ speculative round")

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import matplotlib
 
+
 matplotlib.use("Agg")  # headless: the figure goes to a file
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
@@ -45,8 +46,8 @@ from trl_ada.core.budget import run_budgeted_sampling  # noqa: E402
 from trl_ada.core.dynamic import fill_with_signal  # noqa: E402
 from trl_ada.core.est import allocate, est_advantages  # noqa: E402
 from trl_ada.core.memory import PromptMemory  # noqa: E402
-from trl_ada.integration.refill import PromptStream  # noqa: E402
 from trl_ada.core.sampling import PromptResult, run_adaptive_sampling  # noqa: E402
+from trl_ada.integration.refill import PromptStream  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import matplotlib
 
+
 matplotlib.use("Agg")  # headless: the figure goes to a file
 import matplotlib.pyplot as plt  # noqa: E402
 

@@ -23,14 +23,15 @@ import tempfile
 import time
 import zlib
 
+
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 from datasets import Dataset  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
-from trl_ada.data import make_prompt  # noqa: E402
 from trl_ada.core.sampling import run_adaptive_sampling  # noqa: E402
+from trl_ada.data import make_prompt  # noqa: E402
 from trl_ada.examples.tiny import build_tiny_model  # noqa: E402
 
 

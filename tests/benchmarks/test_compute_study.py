@@ -13,6 +13,7 @@ from tests.helpers import ROOT, load_script
 from trl_ada.cli import paired
 from trl_ada.cli.records import load_results
 
+
 STUDY = os.path.join(ROOT, "benchmarks", "compute_study")
 
 

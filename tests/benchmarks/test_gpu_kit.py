@@ -15,13 +15,13 @@ import re
 import subprocess
 
 import pytest
-
-from tests.helpers import ROOT
 from packaging import tags
 from packaging.utils import parse_wheel_filename
 from trl.import_utils import is_vllm_available
 
+from tests.helpers import ROOT
 from trl_ada import AdaGRPOConfig
+
 
 # lock_only: the kit packs the locked wheels for the device; newer or older releases are not what it carries.
 pytestmark = pytest.mark.lock_only

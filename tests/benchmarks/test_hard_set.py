@@ -7,12 +7,17 @@ import random
 import pytest
 
 from tests.helpers import ROOT, load_script
-
-from trl_ada.examples.arithmetic import (
-    ARITHMETIC_KINDS, HARD_ARITHMETIC_KINDS, arithmetic_problems, arithmetic_split_of, hard_arithmetic,
-    hard_arithmetic_candidates, hard_arithmetic_problem,
-)
 from trl_ada.cli.train import ScriptArguments, load_train_dataset
+from trl_ada.examples.arithmetic import (
+    ARITHMETIC_KINDS,
+    HARD_ARITHMETIC_KINDS,
+    arithmetic_problems,
+    arithmetic_split_of,
+    hard_arithmetic,
+    hard_arithmetic_candidates,
+    hard_arithmetic_problem,
+)
+
 
 hard_set = load_script("benchmarks/hard_set/hard_set.py")
 
@@ -69,7 +74,7 @@ def test_hard_candidates_are_seeded_distinct_weighted_and_split_by_the_hash():
     assert not excluded & {r["problem"] for r in take(hard_arithmetic_candidates(0, "train", exclude=excluded), 700)}
     # a kind whose questions run out leaves the rotation; the stream ends when all have
     small = list(hard_arithmetic_candidates(0, "test", ["3-term 1-digit +"]))
-    assert 0 < len(small) < 9 ** 3 and len(set(r["problem"] for r in small)) == len(small)
+    assert 0 < len(small) < 9 ** 3 and len({r["problem"] for r in small}) == len(small)
 
 
 def test_existing_kinds_are_unchanged():

@@ -6,7 +6,6 @@ import os
 import pytest
 
 from tests.helpers import launch_env
-
 from trl_ada.cli import paired
 from trl_ada.cli.compare import main as compare_main
 
@@ -42,7 +41,7 @@ def test_compare_pairs_seeds_counts_every_completion_and_resumes(tmp_path, capsy
             "--eval_every", "1", "--eval_examples", "6", "--eval_min_examples", "6", "--eval_fraction", "0.2", "--eval_k", "2",
             "--eval_extra_split", "train", "--output_dir", str(out)]
     report = compare_main(argv)
-    results = {(r["arm"], r["seed"]): r for r in map(lambda p: json.load(open(p)), (out / "results").glob("*.json"))}
+    results = {(r["arm"], r["seed"]): r for r in (json.load(open(p)) for p in (out / "results").glob("*.json"))}
     assert set(results) == {(arm, seed) for arm in ("grpo", "balanced") for seed in (0, 1)}
     for seed in (0, 1):  # paired: the same initial weights and held-out questions, so the same score at step 0
         assert results[("grpo", seed)]["curve"][0]["items"] == results[("balanced", seed)]["curve"][0]["items"]

@@ -19,6 +19,7 @@ from trl.import_utils import is_vllm_available
 from trl_ada.cli.evaluate import main as eval_main
 from trl_ada.examples.tiny import VLLM_CPU_TINY, build_tiny_model
 
+
 PROMPTS = [[{"role": "user", "content": f"Question {i}: what is {i} + {i}?"}] for i in range(6)]
 
 

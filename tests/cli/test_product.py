@@ -5,16 +5,17 @@ import json
 import os
 
 import pytest
-
-from tests.helpers import ROOT
 from datasets import Dataset
 from trl import ModelConfig, TrlParser
 
+from tests.helpers import ROOT
 from tests.helpers.data import small_tiny_recipe
 from trl_ada import AdaGRPOConfig
+from trl_ada.cli.train import ScriptArguments, load_train_dataset
+from trl_ada.cli.train import main as train_main
 from trl_ada.data import SYSTEM_PROMPT, load_math_dataset
 from trl_ada.examples.arithmetic import ARITHMETIC_KINDS, arithmetic_problems, synthetic_arithmetic
-from trl_ada.cli.train import ScriptArguments, load_train_dataset, main as train_main
+
 
 RECIPES = sorted(glob.glob(os.path.join(ROOT, "recipes", "*", "*.yaml")))
 RECIPES = [r for r in RECIPES if "accelerate_configs" not in r]
@@ -146,8 +147,8 @@ def test_recipe_runs_one_step_offline(recipe, tmp_path, tiny_model):
 
 
 def test_tools_and_environments_load_by_import_path():
-    from trl_ada.examples.agents import CalculatorEnv, multiply
     from trl_ada.cli.train import load_object
+    from trl_ada.examples.agents import CalculatorEnv, multiply
 
     assert load_object("trl_ada.examples.agents:multiply", "tools") is multiply
     assert load_object("trl_ada.examples.agents.CalculatorEnv", "environment_factory") is CalculatorEnv

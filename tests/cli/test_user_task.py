@@ -6,14 +6,14 @@ are checked for the field they name and for coming before the model trains."""
 import re
 
 import pytest
-
-from tests.helpers import ROOT
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
+from tests.helpers import ROOT
 from tests.helpers.data import hash_reward_value
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.data import make_prompt
+
 
 BASE = dict(num_generations=4, per_device_train_batch_size=8, max_completion_length=8, learning_rate=1e-2,
             shuffle_dataset=False, use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, seed=0,
@@ -82,8 +82,9 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 from trl_ada.cli.compare import main as compare_main  # noqa: E402
-from trl_ada.integration.support import requested_processes  # noqa: E402
 from trl_ada.cli.train import ScriptArguments, load_train_dataset, parse_recipe, with_dataset  # noqa: E402
+from trl_ada.integration.support import requested_processes  # noqa: E402
+
 
 CHAT = [{"prompt": [{"role": "user", "content": f"Write the word w{i} in capitals."}], "solution": f"W{i}",
          "level": i % 2} for i in range(24)]

@@ -12,6 +12,7 @@ from trl_ada.core import pipelined, sampling
 from trl_ada.core.pipelined import run_pipelined_sampling
 from trl_ada.core.sampling import run_adaptive_sampling
 
+
 ORDERS = ("random", "last_first", "first_first", "all_at_once", "highest_prompt_first", "stall_then_burst")
 
 

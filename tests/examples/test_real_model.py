@@ -9,16 +9,15 @@ import json
 import os
 
 import pytest
-
-from tests.helpers import ROOT
 from datasets import Dataset
 
+from tests.helpers import ROOT
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.data import SYSTEM_PROMPT, make_prompt
 from trl_ada.examples.arithmetic import word_problems
-from trl_ada.examples.models import gguf_path, materialize, main as models_main
+from trl_ada.examples.models import gguf_path, materialize
+from trl_ada.examples.models import main as models_main
 from trl_ada.rewards import boxed_math_reward
-
 
 
 # --- Without the model: the errors a new user meets ---------------------------------------------------------------

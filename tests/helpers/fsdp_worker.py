@@ -22,7 +22,6 @@ import os
 import sys
 
 
-
 def switch_accelerate_to_fsdp_on_cpu():
     from accelerate import state
     from accelerate.utils import DistributedType
@@ -66,6 +65,7 @@ from torch.distributed.tensor import DTensor  # noqa: E402
 from tests.helpers.data import make_recording_reward, pass_rate_dataset  # noqa: E402
 from tests.helpers.processes import exit_worker, freeze_loaded_objects  # noqa: E402
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
+
 
 freeze_loaded_objects()  # after the imports
 

@@ -4,10 +4,10 @@ import json
 import os
 import sys
 
-
 from tests.helpers.data import extra_column_mismatches, make_recording_reward, pass_rate_dataset  # noqa: E402
 from tests.helpers.processes import exit_worker, freeze_loaded_objects  # noqa: E402
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
+
 
 freeze_loaded_objects()  # after the imports
 
@@ -107,7 +107,9 @@ def main():
     # round_repeat=5: an odd number of active prompts gives an odd round, which must be padded to split evenly.
     args = AdaGRPOConfig(per_device_train_batch_size=8, max_steps=2, learning_rate=1e-2, round_repeat=5, **common)
     trainer = Recorder(model=model_path, reward_funcs=reward, args=args, train_dataset=dataset)
-    from tests.integration.test_generation_count import GenerateCounter  # this rank's rows and tokens, counted below trl-ada
+    from tests.integration.test_generation_count import (
+        GenerateCounter,  # this rank's rows and tokens, counted below trl-ada
+    )
 
     counter = GenerateCounter(trainer)
     trainer.train()
@@ -125,8 +127,8 @@ def agents(model_paths, output_dir, common):
     """Tools, an environment, rollout_func and image prompts with adaptive rounds on 2 processes (issue 30)."""
     import torch
 
-    from tests.integration import test_rollouts as t
     from tests.helpers.tool_policy import install
+    from tests.integration import test_rollouts as t
 
     tool_model, plain_model, vlm = model_paths.split(",")
     common = dict(common, per_device_train_batch_size=8, max_steps=2, learning_rate=1e-3, max_completion_length=96)

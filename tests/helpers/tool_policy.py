@@ -22,6 +22,7 @@ from datasets import Dataset
 
 from trl_ada.examples.agents import multiply  # noqa: F401 (the tool the tests hand to the trainer)
 
+
 QUESTION = re.compile(r"What is (\d+) x (\d+)\?")
 RESPONSE = re.compile(r"<tool_response>(.*?)</tool_response>", re.S)
 

@@ -4,6 +4,7 @@ import re
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 
+
 PROMPT_TAG = re.compile(r"q(\d+) r([\d.]+)")
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers import ROOT, launch_env
 
+
 pytest.importorskip("deepspeed")
 # One xdist worker runs the module: its fixture launches 2-process runs, once (per worker it ran twice, 295 s).
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("deepspeed")]

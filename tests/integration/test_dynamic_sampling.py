@@ -13,6 +13,7 @@ from tests.helpers.trainers import Recorder, decode_groups, tiny_args
 from trl_ada import AdaGRPOTrainer
 from trl_ada.core.memory import prompt_key
 
+
 pytestmark = pytest.mark.slow
 
 

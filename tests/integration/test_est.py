@@ -17,6 +17,7 @@ from tests.helpers.data import hash_reward_value, make_recording_reward, pass_ra
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.core.est import allocate, allocation_metrics, allocation_weights, est_advantages
 
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The allocation: a brute-force reference.
 

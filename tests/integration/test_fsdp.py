@@ -15,6 +15,7 @@ import pytest
 
 from tests.helpers import ROOT, launch_env
 
+
 # One xdist worker runs the module: its fixture launches 2-process runs, once (per worker it ran twice, 110 s).
 # lock_only: 55 s of launches; the newest and oldest sets keep one 2-process run (tests/integration/test_multiprocess.py), and
 # would add FSDP2 under other accelerate releases.

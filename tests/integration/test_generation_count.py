@@ -15,8 +15,14 @@ import torch
 from tests.helpers.data import make_recording_reward, pass_rate_dataset
 from tests.helpers.trainers import tiny_args
 from trl_ada import AdaGRPOTrainer
-from trl_ada.integration.generation_count import (COMPLETIONS_METRIC, TOKENS_METRIC, TRAINED_TOKENS_METRIC, GenerationCount,
-                                      model_tokens)
+from trl_ada.integration.generation_count import (
+    COMPLETIONS_METRIC,
+    TOKENS_METRIC,
+    TRAINED_TOKENS_METRIC,
+    GenerationCount,
+    model_tokens,
+)
+
 
 # lock_only: the count is our bookkeeping over TRL 1.16 (the same in every CI set); the newest and oldest sets
 # check the release-sensitive paths through the rest of the suite.
@@ -138,7 +144,6 @@ def test_tool_loop_counts_a_sample_once_and_every_model_turn_s_tokens(tmp_path):
     written (the scripted policy writes each turn: its rows are turns), tool results left out, and a last turn TRL
     cuts at max_completion_length in full."""
     from tests.helpers.tool_policy import calculator_dataset, install, multiply, product_reward
-
     from tests.integration.test_rollouts import CountingPolicy, tool_args
     from trl_ada.examples.tiny import build_tiny_model
 

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from trl_ada.core.dynamic import fill_with_signal, has_signal
 from trl_ada.core.memory import GroupPrior, PromptMemory, prompt_key
-from trl_ada.integration.refill import PromptStream
 from trl_ada.core.sampling import run_adaptive_sampling
+from trl_ada.integration.refill import PromptStream
+
 
 # -- prompt memory ---------------------------------------------------------------------------------------------------
 
@@ -184,7 +185,7 @@ def test_fill_with_signal_properties(rates, target, cap, seed, adaptive):
 
 def test_refill_batch_is_sized_to_close_the_gap():
     # Half of the first 4 prompts have signal (rate 0.5 vs 1.0): 2 missing at a rate of 1/2 -> draw 4, not 8.
-    sample, _ = simulated({0: 0.5, 1: 0.5, 2: 1.0, 3: 1.0, **{i: 0.5 for i in range(4, 100)}}, n=16)
+    sample, _ = simulated({0: 0.5, 1: 0.5, 2: 1.0, 3: 1.0, **dict.fromkeys(range(4, 100), 0.5)}, n=16)
     drawn = []
     fill_with_signal([0, 1, 2, 3], lambda k: drawn.append(k) or list(range(4, 4 + k)), sample, 4, 10)
     assert drawn == [4]

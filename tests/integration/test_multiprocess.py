@@ -10,6 +10,7 @@ import pytest
 
 from tests.helpers import ROOT, launch_env
 
+
 pytestmark = pytest.mark.slow
 WORKER = os.path.join(ROOT, "tests", "helpers", "multiprocess_worker.py")
 
@@ -51,7 +52,7 @@ def test_two_processes_agree_and_share_the_work(tiny_model, tmp_path):
     # The completions table (gathered on every rank): log_extra values travelled with their completions, including
     # the ones generated on the other rank.
     assert all(rank["table_rows"] == 16 and rank["extra_mismatches"] == 0 for rank in ranks)  # 4 prompts x 4
-    hard = [g for g in ranks[0]["groups"][0]]
+    hard = list(ranks[0]["groups"][0])
     assert all(tag.startswith(("q0 ", "q1 ")) for tag in hard)
 
 

@@ -13,6 +13,7 @@ from tests.helpers.data import make_recording_reward, pass_rate_dataset
 from tests.helpers.standin_engine import install
 from tests.helpers.trainers import Recorder, tiny_args
 
+
 pytestmark = pytest.mark.slow
 
 

@@ -18,12 +18,19 @@ from hypothesis import strategies as st
 from packaging.version import Version
 from trl import GRPOConfig, GRPOTrainer
 
-from tests.helpers.tool_policy import (ReplayPolicy, ScriptedPolicy, calculator_dataset, install, multiply,
-                    product_reward)
+from tests.helpers.tool_policy import (
+    ReplayPolicy,
+    ScriptedPolicy,
+    calculator_dataset,
+    install,
+    multiply,
+    product_reward,
+)
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.core.memory import prompt_key
-from trl_ada.integration.rollouts import join_rollout, merge_round_metrics, split_rollout
 from trl_ada.examples.tiny import build_tiny_model
+from trl_ada.integration.rollouts import join_rollout, merge_round_metrics, split_rollout
+
 
 ENVIRONMENTS = Version(transformers.__version__) >= Version("5.2.0")  # TRL's environment_factory needs it
 CONTINUOUS_BATCHING = Version(transformers.__version__) >= Version("5.8.0")  # TRL's continuous batching needs it

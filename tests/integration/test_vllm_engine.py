@@ -32,6 +32,7 @@ from tests.helpers.trainers import tiny_args
 from trl_ada import AdaGRPOTrainer
 from trl_ada.examples.tiny import VLLM_CPU_TINY, build_tiny_model
 
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.vllm,

@@ -16,19 +16,19 @@ import gc
 import os
 
 import pytest
-
-from tests.helpers import load_script
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl.import_utils import is_vllm_available
 
-from tests.helpers.data import make_recording_reward, pass_rate_dataset
 from tests.core.test_pipelined import synchronous
+from tests.helpers import load_script
+from tests.helpers.data import make_recording_reward, pass_rate_dataset
 from tests.helpers.trainers import tiny_args
 from tests.integration.test_vllm_engine import AGREE
 from trl_ada import AdaGRPOTrainer
 from trl_ada.core.pipelined import run_pipelined_sampling
 from trl_ada.examples.tiny import VLLM_CPU_TINY, build_tiny_model
+
 
 pytestmark = [
     pytest.mark.slow,

@@ -22,6 +22,7 @@ from trl_ada import AdaGRPOTrainer
 from trl_ada.integration import vllm_backend
 from trl_ada.integration.vllm_backend import ReloadingVLLMGeneration
 
+
 pytestmark = pytest.mark.slow
 
 

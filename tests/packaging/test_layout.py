@@ -9,6 +9,7 @@ import sys
 
 from tests.helpers import ROOT
 
+
 PACKAGE = os.path.join(ROOT, "trl_ada")
 # bottom to top, as docs/layout.md draws them; a module may import its own layer and the ones below
 LAYERS = {"trl_ada.core": 1, "trl_ada.data": 1, "trl_ada.rewards": 1, "trl_ada.config": 2, "trl_ada.samplers": 2,

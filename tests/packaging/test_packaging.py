@@ -9,15 +9,15 @@ import subprocess
 import sys
 
 import pytest
-
-from tests.helpers import ROOT as REPOSITORY
 import trl
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from tests.helpers import ROOT as REPOSITORY
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.integration import seams
+
 
 ROOT = pathlib.Path(REPOSITORY)
 

@@ -25,6 +25,7 @@ from trl_ada.core.memory import PromptMemory
 from trl_ada.samplers import BUILT_IN, SamplingContext, Selection, check_selection, load_sampler
 from trl_ada.samplers.knapsack import allocate, group_advantages, value
 
+
 BASE = dict(num_generations=4, per_device_train_batch_size=8, max_completion_length=8, use_cpu=True,
             report_to="none", save_strategy="no", logging_steps=1, seed=0, disable_tqdm=True, shuffle_dataset=False)
 

@@ -65,6 +65,7 @@ from trl_ada.cli.progress import Progress
 from trl_ada.cli.records import cut_checkpoint, load_results, result_path, write_json
 from trl_ada.cli.report import ROLLOUT_SHARE, arm_cost, compare, gpu_cost, plot, print_report
 
+
 BASE_FIELDS = ("--report_to", "none", "--save_strategy", "no", "--logging_steps", "1", "--disable_tqdm", "true")
 
 
@@ -126,8 +127,14 @@ def run_one(args, arm: Arm, seed: int) -> dict:
     from transformers import AutoTokenizer, PrinterCallback
     from trl import get_peft_config
 
-    from trl_ada.cli.train import (load_object, load_reward_funcs, load_train_dataset, parse_recipe, resolve_model,
-                                   with_dataset)
+    from trl_ada.cli.train import (
+        load_object,
+        load_reward_funcs,
+        load_train_dataset,
+        parse_recipe,
+        resolve_model,
+        with_dataset,
+    )
     from trl_ada.trainer import AdaGRPOTrainer
 
     run_dir = os.path.join(args.output_dir, "runs", f"{arm.name}-seed{seed}")

@@ -30,14 +30,15 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, ProgressCallback, TrainerCallback
 
-from trl_ada.examples import RESOURCES
-from trl_ada.examples.arithmetic import arithmetic_problems, synthetic_arithmetic
 from trl_ada.cli.evaluate import avg_at_k, held_out_accuracy
 from trl_ada.cli.plotting import pyplot
-from trl_ada.examples.tiny import build_tiny_model
 from trl_ada.cli.train import ScriptArguments, load_reward_funcs, load_train_dataset
-from trl_ada.trainer import AdaGRPOTrainer
+from trl_ada.examples import RESOURCES
+from trl_ada.examples.arithmetic import arithmetic_problems, synthetic_arithmetic
+from trl_ada.examples.tiny import build_tiny_model
 from trl_ada.examples.warm_start import warm_start
+from trl_ada.trainer import AdaGRPOTrainer
+
 
 RECIPES = os.path.join(RESOURCES, "recipes")  # package data: in the wheel too
 DEFAULT_RECIPE = os.path.join(RECIPES, "tiny", "ada_balance.yaml")  # --model tiny

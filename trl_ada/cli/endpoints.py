@@ -26,6 +26,7 @@ import numpy as np
 
 from trl_ada.cli import paired
 
+
 __all__ = ["holm", "plateau", "rise", "window_difference", "window_items"]
 
 

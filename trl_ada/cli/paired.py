@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+
 NO_DIFFERENCE = "no difference measured"
 
 

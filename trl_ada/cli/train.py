@@ -32,14 +32,14 @@ from dataclasses import dataclass, field
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_ada.config import AdaGRPOConfig
-from trl_ada.examples.agents import product_problems, tool_warm_start
 from trl_ada.data import PROMPT_TEMPLATES, load_raw_dataset, to_trl_dataset
+from trl_ada.examples.agents import product_problems, tool_warm_start
 from trl_ada.examples.arithmetic import arithmetic_problems, hard_arithmetic, synthetic_arithmetic, word_problems
 from trl_ada.examples.models import missing_model_message
-from trl_ada.rewards import boxed_math_reward, check_gold_answers, last_number_reward
 from trl_ada.examples.tiny import build_tiny_model
-from trl_ada.trainer import AdaGRPOTrainer
 from trl_ada.examples.warm_start import warm_start
+from trl_ada.rewards import boxed_math_reward, check_gold_answers, last_number_reward
+from trl_ada.trainer import AdaGRPOTrainer
 
 
 @dataclass

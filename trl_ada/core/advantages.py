@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+
 BASELINES = ("threshold_fraction", "mean_reward")
 
 __all__ = ["BASELINES", "pool_statistics", "pooled_advantages", "reinforce_rej_advantages", "raft_advantages"]

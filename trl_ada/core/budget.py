@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 
 from trl_ada.core.sampling import PromptResult, count_signs, select_at_exit
 
+
 __all__ = ["Budgeted", "predictive_uniform", "predictive_missing_class", "remembered_posterior",
            "run_budgeted_sampling", "step_budget", "step_coin"]
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from trl_ada.core.sampling import PromptResult
 
+
 __all__ = ["Filled", "fill_with_signal", "has_signal"]
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+
 __all__ = ["allocate", "allocation_metrics", "allocation_weights", "est_advantages"]
 
 

@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+
 __all__ = ["GroupPrior", "PromptMemory", "image_slots", "observe_step", "prompt_key", "prompt_text", "text_only"]
 
 

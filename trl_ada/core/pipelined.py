@@ -68,6 +68,7 @@ from typing import Protocol
 
 from trl_ada.core.sampling import PromptResult, PromptRounds, check_sampling_args, count_signs, selection_rng
 
+
 __all__ = ["Engine", "PipelinedStats", "Pipelined", "run_pipelined_sampling"]
 
 Request = tuple[int, int]  # (prompt, slot): slot k * round_repeat + j is sample j of round k

@@ -41,6 +41,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+
 CHOICES = ("balanced", "positive_focused")
 SELECTIONS = ("earliest", "random")
 

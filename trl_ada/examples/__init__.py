@@ -4,4 +4,5 @@ environment example (`agents`), and the data the demo and the hard-set benchmark
 
 import os
 
+
 RESOURCES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources")

@@ -30,6 +30,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+
 __all__ = ["KNOWN_MODELS", "gguf_path", "materialize", "missing_model_message"]
 
 

@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Con
 from trl_ada.data import SYSTEM_PROMPT, USER_SUFFIX
 from trl_ada.examples.arithmetic import synthetic_problem, synthetic_solution
 
+
 # The tiny model as vLLM's CPU backend can run it: its attention kernel needs head_dim 64 (hidden 128 / 2 heads), and
 # refuses the default's head_dim 16.
 VLLM_CPU_TINY = dict(hidden_size=128, num_attention_heads=2, num_key_value_heads=1)
@@ -147,8 +148,13 @@ def build_tiny_vlm(output_dir: str, seed: int = 0) -> str:
     from pathlib import Path
 
     import trl
-    from transformers import CLIPImageProcessor, CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
-    from transformers import LlavaProcessor
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
 
     torch.manual_seed(seed)
     template = (Path(trl.__file__).parent / "chat_templates" / "llava_next.jinja").read_text()

@@ -15,6 +15,7 @@ from trl_ada.core.advantages import pooled_advantages, raft_advantages, reinforc
 from trl_ada.core.est import est_advantages
 from trl_ada.core.sampling import PromptResult
 
+
 logger = get_logger(__name__)
 
 

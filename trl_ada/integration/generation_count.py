@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 import torch
 
+
 COMPLETIONS_METRIC = "sampling/generated_completions_total"
 TOKENS_METRIC = "sampling/generated_tokens_total"
 TRAINED_TOKENS_METRIC = "sampling/trained_tokens_total"

@@ -20,8 +20,8 @@ from trl.data_utils import is_conversational
 from trl.trainer import grpo_trainer as _grpo_module
 
 from trl_ada.core.pipelined import run_pipelined_sampling
-from trl_ada.integration.rollouts import Sample, StepSampling, weighted_sum
 from trl_ada.core.sampling import PromptResult
+from trl_ada.integration.rollouts import Sample, StepSampling, weighted_sum
 
 
 def sample_pipelined(trainer, step: StepSampling, prompts: list[int], seed: int) -> list[PromptResult]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+
 __all__ = ["EpochSeededSampler", "PromptStream"]
 
 _DOMAIN = 0x5EF111  # keeps the stream's permutations apart from any other use of the same seed

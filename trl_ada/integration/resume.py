@@ -24,6 +24,7 @@ from trl_ada.core.memory import GroupPrior, PromptMemory
 from trl_ada.integration.refill import PromptStream
 from trl_ada.samplers import BUILT_IN
 
+
 SAMPLING_STATE_FILE = "ada_sampling_state.json"  # refill cursor and counters, in every checkpoint
 MEMORY_STATE_FILE = "prompt_memory.npz"  # the prompt memory, in every checkpoint
 MEMORY_EXPORT_FILE = "prompt_memory.parquet"  # the readable export, in output_dir at the end of training

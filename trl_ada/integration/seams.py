@@ -23,6 +23,7 @@ import trl
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+
 SUPPORTED_TRL = ">=1.16,<1.17"
 
 

@@ -25,6 +25,7 @@ import warnings
 import torch
 from datasets import Dataset
 
+
 ROLLOUT_KINDS = ("tools", "rollout_func", "environment_factory")
 
 

@@ -18,6 +18,7 @@ from trl.generation import vllm_generation as _vllm_generation_module
 from trl.generation.vllm_generation import VLLMGeneration
 from trl.trainer import grpo_trainer as _grpo_module
 
+
 if TYPE_CHECKING:  # no import of the config layer above: only its type
     from trl_ada.config import AdaGRPOConfig
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from trl_ada.core.pipelined import Request
 
+
 __all__ = ["VLLMStream", "colocate_sampling_params"]
 
 _streams = itertools.count()

@@ -14,6 +14,7 @@ import sys
 
 from trl_ada.samplers.protocol import Sampler, SamplingContext, Selection, check_selection
 
+
 # name: (module, class). "grpo", "reinforce_ada" and "dapo" are the same rounds with different settings: the config
 # maps each name onto them (AdaGRPOConfig.__post_init__).
 BUILT_IN = {
