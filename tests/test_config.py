@@ -15,7 +15,11 @@ def test_defaults_reproduce_the_reference():
     args = make()
     assert args.multiround_adaptive_downsampling is True
     assert (args.reinforce_ada_choice, args.positive_threshold, args.max_rounds, args.round_repeat) == (
-        "balanced", 0.7, 4, 8)
+        "balanced",
+        0.7,
+        4,
+        8,
+    )
     assert args.global_stat_est is True and args.pool_std_scaling is False
     assert args.advantage_estimator == "reinforce_ada"
     assert (args.pool_baseline, args.pool_selection) == ("threshold_fraction", "earliest")
@@ -36,7 +40,8 @@ def test_readme_spelling_is_normalised():
 def test_adaptive_off_defaults_to_grpo():
     assert make(multiround_adaptive_downsampling=False).advantage_estimator == "grpo"
     assert make(multiround_adaptive_downsampling=False, advantage_estimator="reinforce_rej").advantage_estimator == (
-        "reinforce_rej")
+        "reinforce_rej"
+    )
 
 
 @pytest.mark.parametrize(
@@ -52,8 +57,10 @@ def test_adaptive_off_defaults_to_grpo():
         ({"positive_threshold": float("inf")}, ["positive_threshold", "finite"]),
         # One process: TRL's own generation_batch_size check fires first (tests/integration/test_multiprocess.py checks ours).
         ({"per_device_train_batch_size": 6}, ["generation_batch_size (6)", "num_generations (4)"]),
-        ({"multiround_adaptive_downsampling": False, "advantage_estimator": "reinforce_ada"},
-         ["multiround_adaptive_downsampling=True", "advantage_estimator='grpo'"]),
+        (
+            {"multiround_adaptive_downsampling": False, "advantage_estimator": "reinforce_ada"},
+            ["multiround_adaptive_downsampling=True", "advantage_estimator='grpo'"],
+        ),
         ({"pool_std_scaling": True, "global_stat_est": False}, ["pool_std_scaling", "global_stat_est=True"]),
         ({"multi_objective_aggregation": "normalize_then_sum"}, ["multi_objective_aggregation", "sum_then_normalize"]),
         ({"max_refill_batches": -1}, ["max_refill_batches=-1", ">= 0"]),
@@ -65,8 +72,10 @@ def test_adaptive_off_defaults_to_grpo():
         ({"prompt_memory_prior_beta": float("nan")}, ["prompt_memory_prior_beta=nan", "> 0"]),
         ({"sampling_budget": 3.0}, ["sampling_budget=3.0", ">= num_generations (4)", "sampling_budget=4.0"]),
         ({"sampling_budget": 4.0, "dynamic_sampling": True}, ["sampling_budget", "dynamic_sampling=False"]),
-        ({"sampling_budget": 4.0, "multiround_adaptive_downsampling": False},
-         ["sampling_budget", "multiround_adaptive_downsampling=True"]),
+        (
+            {"sampling_budget": 4.0, "multiround_adaptive_downsampling": False},
+            ["sampling_budget", "multiround_adaptive_downsampling=True"],
+        ),
         ({"sampling_budget": 4.0, "budget_top_up": 0}, ["budget_top_up=0", ">= 1"]),
         ({"sampling_budget": 4.0, "budget_explore_floor": 0.0}, ["budget_explore_floor=0.0", "starve"]),
         ({"sampling_budget": 4.0, "budget_skip_threshold": 2}, ["budget_skip_threshold=2", "[0, 1]"]),
@@ -74,15 +83,25 @@ def test_adaptive_off_defaults_to_grpo():
         ({"pipelined_speculation": True}, ["pipelined_speculation=True", "pipelined_rounds=True"]),
         ({"pipelined_rounds": True}, ["pipelined_rounds=True", "use_vllm=True", "vllm_mode='colocate'"]),
         ({"pipelined_rounds": True, "use_vllm": True, "vllm_mode": "server"}, ["vllm_mode='server'", "colocate"]),
-        ({"pipelined_rounds": True, "use_vllm": True, "vllm_tensor_parallel_size": 2},
-         ["vllm_tensor_parallel_size=1", "pipelined_rounds=False"]),
+        (
+            {"pipelined_rounds": True, "use_vllm": True, "vllm_tensor_parallel_size": 2},
+            ["vllm_tensor_parallel_size=1", "pipelined_rounds=False"],
+        ),
         ({"pipelined_rounds": True, "use_vllm": True, "sampling_budget": 4.0}, ["sampling_budget=None"]),
-        ({"pipelined_rounds": True, "use_vllm": True, "multiround_adaptive_downsampling": False},
-         ["multiround_adaptive_downsampling=True"]),
+        (
+            {"pipelined_rounds": True, "use_vllm": True, "multiround_adaptive_downsampling": False},
+            ["multiround_adaptive_downsampling=True"],
+        ),
         ({"prompt_memory_group_column": "kind"}, ["prompt_memory_group_column='kind'", "sampling_budget=4.0"]),
         ({"sampling_budget": 4.0, "prompt_memory_group_column": ""}, ["prompt_memory_group_column=''", "column"]),
-        ({"multiround_adaptive_downsampling": False, "dynamic_sampling": True,
-          "multi_objective_aggregation": "normalize_then_sum"}, ["multi_objective_aggregation", "sum_then_normalize"]),
+        (
+            {
+                "multiround_adaptive_downsampling": False,
+                "dynamic_sampling": True,
+                "multi_objective_aggregation": "normalize_then_sum",
+            },
+            ["multi_objective_aggregation", "sum_then_normalize"],
+        ),
         # A string in a bool field would read as True; an out-of-range value is refused even with its switch off.
         ({"multiround_adaptive_downsampling": "false"}, ["multiround_adaptive_downsampling='false'", "a bool"]),
         ({"pipelined_rounds": "false"}, ["pipelined_rounds='false'", "a bool"]),
@@ -118,35 +137,52 @@ def test_plain_grpo_does_not_need_whole_groups_per_process():
     make(per_device_train_batch_size=6, num_generations=3, multiround_adaptive_downsampling=False)
 
 
-@pytest.mark.parametrize("kwargs, ignored", [
-    ({"est_exponent": 0.3}, "est_exponent=0.3 has no effect with reinforce_ada_est=False"),
-    ({"budget_skip_threshold": 0.2}, "budget_skip_threshold=0.2 has no effect with sampling_budget=None"),
-    ({"sampling_budget": 4.0, "reinforce_ada_choice": "positive_focused"},
-     "reinforce_ada_choice='positive_focused' has no effect with sampling_budget set"),
-    ({"sampling_budget": 8.0, "round_repeat": 4}, "round_repeat=4 has no effect with sampling_budget set"),
-    ({"reinforce_ada_est": True, "max_rounds": 2}, "max_rounds=2 has no effect with reinforce_ada_est=True"),
-])
+@pytest.mark.parametrize(
+    "kwargs, ignored",
+    [
+        ({"est_exponent": 0.3}, "est_exponent=0.3 has no effect with reinforce_ada_est=False"),
+        ({"budget_skip_threshold": 0.2}, "budget_skip_threshold=0.2 has no effect with sampling_budget=None"),
+        (
+            {"sampling_budget": 4.0, "reinforce_ada_choice": "positive_focused"},
+            "reinforce_ada_choice='positive_focused' has no effect with sampling_budget set",
+        ),
+        ({"sampling_budget": 8.0, "round_repeat": 4}, "round_repeat=4 has no effect with sampling_budget set"),
+        ({"reinforce_ada_est": True, "max_rounds": 2}, "max_rounds=2 has no effect with reinforce_ada_est=True"),
+    ],
+)
 def test_a_field_the_chosen_sampling_does_not_read_is_named(kwargs, ignored):
     with pytest.warns(UserWarning, match=ignored.replace("(", r"\(")):
         make(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs, sampling, metric", [
-    ({"scale_rewards": "batch"}, "reinforce_ada", True),
-    ({"scale_rewards": "none"}, "reinforce_ada", False),
-    ({"scale_rewards": "batch", "reinforce_ada_est": True}, "est", False),
-])
+@pytest.mark.parametrize(
+    "kwargs, sampling, metric",
+    [
+        ({"scale_rewards": "batch"}, "reinforce_ada", True),
+        ({"scale_rewards": "none"}, "reinforce_ada", False),
+        ({"scale_rewards": "batch", "reinforce_ada_est": True}, "est", False),
+    ],
+)
 def test_scale_rewards_under_an_estimator_of_its_own_is_named(kwargs, sampling, metric):
-    with pytest.warns(UserWarning, match=f"scale_rewards=.* does not change the advantages of advantage_estimator="
-                                         f"'{sampling}'") as caught:
+    with pytest.warns(
+        UserWarning, match=f"scale_rewards=.* does not change the advantages of advantage_estimator='{sampling}'"
+    ) as caught:
         make(**kwargs)
     message = next(str(w.message) for w in caught if "scale_rewards" in str(w.message))
     assert ("frac_reward_zero_std" in message) == metric
 
 
-@pytest.mark.parametrize("field_name, typo", [("loss_type", "dapo "), ("loss_type", "ppo"), ("scale_rewards", "grp"),
-                                              ("scale_rewards", "true"), ("importance_sampling_level", "seq"),
-                                              ("multi_objective_aggregation", "sum")])
+@pytest.mark.parametrize(
+    "field_name, typo",
+    [
+        ("loss_type", "dapo "),
+        ("loss_type", "ppo"),
+        ("scale_rewards", "grp"),
+        ("scale_rewards", "true"),
+        ("importance_sampling_level", "seq"),
+        ("multi_objective_aggregation", "sum"),
+    ],
+)
 def test_trls_enumerated_fields_are_checked_at_construction(field_name, typo):
     """GRPOConfig reads these only inside a training step (an unknown loss fails after the first generation)."""
     with pytest.raises(ValueError, match=rf"{field_name}={typo!r} is not valid: use one of \["):

@@ -51,8 +51,13 @@ def model_path(kind: str, root) -> str:
 
     if kind not in _MODELS:
         folder = str(root / kind)
-        build = {"text": build_tiny_model, "tools": lambda p: build_tiny_model(p, tools=True),
-                 "llava": build_tiny_vlm, "qwen2_vl": build_tiny_qwen2_vl, "reward_model": build_reward_model}[kind]
+        build = {
+            "text": build_tiny_model,
+            "tools": lambda p: build_tiny_model(p, tools=True),
+            "llava": build_tiny_vlm,
+            "qwen2_vl": build_tiny_qwen2_vl,
+            "reward_model": build_reward_model,
+        }[kind]
         _MODELS[kind] = build(folder)
     return _MODELS[kind]
 
@@ -66,9 +71,18 @@ def build_reward_model(folder: str) -> str:
     text = build_tiny_model(folder + "-text")
     tokenizer = AutoTokenizer.from_pretrained(text)
     torch.manual_seed(1)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, num_labels=1, bos_token_id=None,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_labels=1,
+        bos_token_id=None,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     AutoModelForSequenceClassification.from_config(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
@@ -107,8 +121,9 @@ async def async_rate_reward(completions, pass_rate, **kwargs):
 
 def partial_reward(completions, pass_rate, **kwargs):
     """None (not applicable) on every other completion, as TRL documents for rewards that skip samples."""
-    return [None if zlib.crc32(text_of(c).encode()) % 2 else hashed(text_of(c), r)
-            for c, r in zip(completions, pass_rate)]
+    return [
+        None if zlib.crc32(text_of(c).encode()) % 2 else hashed(text_of(c), r) for c, r in zip(completions, pass_rate)
+    ]
 
 
 def none_reward(completions, **kwargs):
@@ -127,13 +142,19 @@ def logging_reward(completions, pass_rate, log_extra=None, log_metric=None, **kw
 
 def conversational(extra_system: bool = False, repeat: int = 4) -> Dataset:
     system = [{"role": "system", "content": "Answer briefly."}] if extra_system else []
-    return Dataset.from_list([{"prompt": system + [{"role": "user", "content": f"What is {i} + {i}?"}],
-                               "pass_rate": RATES[i % 4]} for i in range(4)] * repeat)
+    return Dataset.from_list(
+        [
+            {"prompt": system + [{"role": "user", "content": f"What is {i} + {i}?"}], "pass_rate": RATES[i % 4]}
+            for i in range(4)
+        ]
+        * repeat
+    )
 
 
 def standard() -> Dataset:
-    return Dataset.from_list([{"prompt": f"What is {i} + {i}? Answer:", "pass_rate": RATES[i % 4]}
-                              for i in range(4)] * 4)
+    return Dataset.from_list(
+        [{"prompt": f"What is {i} + {i}? Answer:", "pass_rate": RATES[i % 4]} for i in range(4)] * 4
+    )
 
 
 COLORS = [(200, 10, 10), (10, 200, 10), (10, 10, 200), (90, 90, 90)]
@@ -173,10 +194,15 @@ def rollout_func(prompts, trainer):
         prompt_ids.append(tokenizer(text, add_special_tokens=False)["input_ids"])
         guess = str(int(torch.randint(0, 10, (1,))))
         guesses.append(guess)
-        completion_ids.append(tokenizer(f"It is {guess}", add_special_tokens=False)["input_ids"]
-                              + [tokenizer.eos_token_id])
-    return {"prompt_ids": prompt_ids, "completion_ids": completion_ids,
-            "logprobs": [[-1.0] * len(ids) for ids in completion_ids], "guess": guesses}
+        completion_ids.append(
+            tokenizer(f"It is {guess}", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        )
+    return {
+        "prompt_ids": prompt_ids,
+        "completion_ids": completion_ids,
+        "logprobs": [[-1.0] * len(ids) for ids in completion_ids],
+        "guess": guesses,
+    }
 
 
 def guess_reward(completions, guess, **kwargs):
@@ -265,110 +291,267 @@ class Cell:
 
 CELLS = [
     # Dataset formats (TRL docs: "Dataset format", prompt-only, standard and conversational)
-    Cell("standard", "standard prompt-only (`prompt` is text)", dataset=standard,
-         samplers=("balanced", "positive_focused", "est", "knapsack")),
+    Cell(
+        "standard",
+        "standard prompt-only (`prompt` is text)",
+        dataset=standard,
+        samplers=("balanced", "positive_focused", "est", "knapsack"),
+    ),
     Cell("conversational", "conversational prompt-only", samplers=tuple(SAMPLERS)),
-    Cell("system", "conversational with a system message", dataset=lambda: conversational(extra_system=True),
-         samplers=("positive_focused",)),
+    Cell(
+        "system",
+        "conversational with a system message",
+        dataset=lambda: conversational(extra_system=True),
+        samplers=("positive_focused",),
+    ),
     # Images (TRL docs: vision-language models) on two layouts: LLaVA (fixed patches per image) and Qwen2-VL (a grid
     # per image, patches concatenated across rows)
-    Cell("llava-image-placeholder", "images: `{\"type\": \"image\"}` in the message, `image` column (LLaVA)",
-         model="llava", dataset=lambda: image_dataset("placeholder"), samplers=tuple(SAMPLERS)),
-    Cell("llava-images-placeholder", "images: several per prompt, `images` column (LLaVA)", model="llava",
-         dataset=lambda: image_dataset("placeholder", count=2), samplers=("balanced", "budget")),
-    Cell("llava-image-text", "images: plain-text content, `image` column (TRL inserts the placeholder; LLaVA)",
-         model="llava", dataset=lambda: image_dataset("text"), samplers=("positive_focused", "dynamic")),
-    Cell("qwen2vl-image-placeholder", "images of different sizes, placeholder in the message (Qwen2-VL)",
-         model="qwen2_vl", dataset=lambda: image_dataset("placeholder", sized=True), samplers=tuple(SAMPLERS)),
-    Cell("qwen2vl-images-text", "images: several per prompt, plain-text content, `images` column (Qwen2-VL)",
-         model="qwen2_vl", dataset=lambda: image_dataset("text", count=2, sized=True),
-         samplers=("positive_focused", "dynamic")),
+    Cell(
+        "llava-image-placeholder",
+        'images: `{"type": "image"}` in the message, `image` column (LLaVA)',
+        model="llava",
+        dataset=lambda: image_dataset("placeholder"),
+        samplers=tuple(SAMPLERS),
+    ),
+    Cell(
+        "llava-images-placeholder",
+        "images: several per prompt, `images` column (LLaVA)",
+        model="llava",
+        dataset=lambda: image_dataset("placeholder", count=2),
+        samplers=("balanced", "budget"),
+    ),
+    Cell(
+        "llava-image-text",
+        "images: plain-text content, `image` column (TRL inserts the placeholder; LLaVA)",
+        model="llava",
+        dataset=lambda: image_dataset("text"),
+        samplers=("positive_focused", "dynamic"),
+    ),
+    Cell(
+        "qwen2vl-image-placeholder",
+        "images of different sizes, placeholder in the message (Qwen2-VL)",
+        model="qwen2_vl",
+        dataset=lambda: image_dataset("placeholder", sized=True),
+        samplers=tuple(SAMPLERS),
+    ),
+    Cell(
+        "qwen2vl-images-text",
+        "images: several per prompt, plain-text content, `images` column (Qwen2-VL)",
+        model="qwen2_vl",
+        dataset=lambda: image_dataset("text", count=2, sized=True),
+        samplers=("positive_focused", "dynamic"),
+    ),
     # Reward functions (TRL docs: "Using a custom reward function")
-    Cell("reward-weights", "several reward functions with `reward_weights`",
-         rewards=lambda models: [rate_reward, length_reward], config=dict(reward_weights=[1.0, 0.5]),
-         samplers=("balanced", "dynamic", "est", "knapsack")),
+    Cell(
+        "reward-weights",
+        "several reward functions with `reward_weights`",
+        rewards=lambda models: [rate_reward, length_reward],
+        config=dict(reward_weights=[1.0, 0.5]),
+        samplers=("balanced", "dynamic", "est", "knapsack"),
+    ),
     Cell("reward-async", "an `async def` reward function", rewards=lambda models: async_rate_reward),
-    Cell("reward-model", "a reward model (a sequence classifier's path) beside a function",
-         rewards=lambda models: [rate_reward, models("reward_model")], samplers=("positive_focused",)),
-    Cell("reward-none", "a reward returning `None` for some samples, beside one that scores all",
-         rewards=lambda models: [partial_reward, length_reward],
-         samplers=("balanced", "budget", "est", "knapsack")),
-    Cell("reward-all-none", "a reward returning `None` for every sample (all unscorable: advantages 0, as GRPO)",
-         rewards=lambda models: none_reward, samplers=("balanced", "positive_focused", "dynamic", "budget")),
-    Cell("reward-logging", "a reward calling `log_extra` and `log_metric`", rewards=lambda models: logging_reward,
-         samplers=("balanced", "dynamic")),
-    Cell("remove-unused-columns", "`remove_unused_columns=True` (the reward gets no extra column, refills included)",
-         rewards=lambda models: length_reward, config=dict(remove_unused_columns=True),
-         samplers=("dynamic", "budget")),
+    Cell(
+        "reward-model",
+        "a reward model (a sequence classifier's path) beside a function",
+        rewards=lambda models: [rate_reward, models("reward_model")],
+        samplers=("positive_focused",),
+    ),
+    Cell(
+        "reward-none",
+        "a reward returning `None` for some samples, beside one that scores all",
+        rewards=lambda models: [partial_reward, length_reward],
+        samplers=("balanced", "budget", "est", "knapsack"),
+    ),
+    Cell(
+        "reward-all-none",
+        "a reward returning `None` for every sample (all unscorable: advantages 0, as GRPO)",
+        rewards=lambda models: none_reward,
+        samplers=("balanced", "positive_focused", "dynamic", "budget"),
+    ),
+    Cell(
+        "reward-logging",
+        "a reward calling `log_extra` and `log_metric`",
+        rewards=lambda models: logging_reward,
+        samplers=("balanced", "dynamic"),
+    ),
+    Cell(
+        "remove-unused-columns",
+        "`remove_unused_columns=True` (the reward gets no extra column, refills included)",
+        rewards=lambda models: length_reward,
+        config=dict(remove_unused_columns=True),
+        samplers=("dynamic", "budget"),
+    ),
     # Loss and advantage settings (GRPOConfig)
-    *(Cell(f"loss-{loss}", f"`loss_type=\"{loss}\"`", config=dict(loss_type=loss))
-      for loss in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo")),
-    Cell("loss-luspo", "`loss_type=\"luspo\"` (with its sequence-level ratios)",
-         config=dict(loss_type="luspo", importance_sampling_level="sequence")),
-    *(Cell(f"scale-{scale}", f"`scale_rewards=\"{scale}\"`", config=dict(scale_rewards=scale),
-           samplers=("dynamic",)) for scale in ("group", "batch", "none")),  # GRPO's advantages: where it is read
+    *(
+        Cell(f"loss-{loss}", f'`loss_type="{loss}"`', config=dict(loss_type=loss))
+        for loss in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo")
+    ),
+    Cell(
+        "loss-luspo",
+        '`loss_type="luspo"` (with its sequence-level ratios)',
+        config=dict(loss_type="luspo", importance_sampling_level="sequence"),
+    ),
+    *(
+        Cell(f"scale-{scale}", f'`scale_rewards="{scale}"`', config=dict(scale_rewards=scale), samplers=("dynamic",))
+        for scale in ("group", "batch", "none")
+    ),  # GRPO's advantages: where it is read
     Cell("beta", "a KL term (`beta=0.1`, a reference model)", config=dict(beta=0.1)),
-    Cell("num-iterations", "`num_iterations=2` (old log-probs, clipping)", config=dict(num_iterations=2),
-         samplers=("balanced", "dynamic")),
-    Cell("steps-per-generation", "`steps_per_generation=2`", config=dict(steps_per_generation=2),
-         samplers=("balanced", "budget", "est")),
+    Cell(
+        "num-iterations",
+        "`num_iterations=2` (old log-probs, clipping)",
+        config=dict(num_iterations=2),
+        samplers=("balanced", "dynamic"),
+    ),
+    Cell(
+        "steps-per-generation",
+        "`steps_per_generation=2`",
+        config=dict(steps_per_generation=2),
+        samplers=("balanced", "budget", "est"),
+    ),
     Cell("grad-accumulation", "`gradient_accumulation_steps=2`", config=dict(gradient_accumulation_steps=2)),
     Cell("mask-truncated", "`mask_truncated_completions=True`", config=dict(mask_truncated_completions=True)),
     Cell("top-entropy", "`top_entropy_quantile=0.5`", config=dict(top_entropy_quantile=0.5)),
-    Cell("sequence-is", "`importance_sampling_level=\"sequence\"` (GSPO)",
-         config=dict(importance_sampling_level="sequence", loss_type="grpo", num_iterations=2)),
-    Cell("lora", "peft LoRA (`peft_config`)",
-         kwargs=lambda models: {"peft_config": __import__("peft").LoraConfig(r=4, target_modules=["q_proj", "v_proj"])},
-         samplers=("balanced", "budget", "est")),
-    Cell("eval", "an `eval_dataset` evaluated during training",
-         config=dict(eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=8),
-         kwargs=lambda models: {"eval_dataset": conversational(repeat=1)}),
+    Cell(
+        "sequence-is",
+        '`importance_sampling_level="sequence"` (GSPO)',
+        config=dict(importance_sampling_level="sequence", loss_type="grpo", num_iterations=2),
+    ),
+    Cell(
+        "lora",
+        "peft LoRA (`peft_config`)",
+        kwargs=lambda models: {"peft_config": __import__("peft").LoraConfig(r=4, target_modules=["q_proj", "v_proj"])},
+        samplers=("balanced", "budget", "est"),
+    ),
+    Cell(
+        "eval",
+        "an `eval_dataset` evaluated during training",
+        config=dict(eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=8),
+        kwargs=lambda models: {"eval_dataset": conversational(repeat=1)},
+    ),
     # Agents (TRL docs: tools, environments, rollout_func)
-    Cell("tools", "`tools=[...]` (the tool-calling loop)", model="tools", dataset=lambda: calculator_dataset(8),
-         rewards=lambda models: product_reward, kwargs=lambda models: {"tools": [multiply]}, policy=True,
-         replay=False, config=dict(max_completion_length=96), samplers=("balanced", "dynamic", "est", "knapsack")),
-    Cell("environment", "`environment_factory` (one environment per rollout)", model="tools",
-         dataset=lambda: calculator_dataset(8), rewards=lambda models: product_reward,
-         kwargs=lambda models: {"environment_factory": ProductEnv}, policy=True, replay=False,
-         config=dict(max_completion_length=96), samplers=("positive_focused",), requires="transformers >= 5.2",
-         needs=None if ENVIRONMENTS else "environment_factory needs transformers >= 5.2"),
-    Cell("environment-routed", "`environment_factory` dict, a dataset of only an `environment` column (`reset()` "
-         "supplies the prompt, `get_reward` the reward)", model="tools", dataset=routing_dataset,
-         rewards=lambda models: None, kwargs=lambda models: {"environment_factory": {"asking": AskingEnv,
-                                                                                    "other": OtherAskingEnv}},
-         policy=True, replay=False, config=dict(max_completion_length=96), samplers=("balanced", "dynamic"),
-         requires="transformers >= 5.2", needs=None if ENVIRONMENTS else "environment_factory needs transformers >= 5.2"),
-    Cell("rollout-func", "`rollout_func` with an extra column for rewards", rewards=lambda models: guess_reward,
-         kwargs=lambda models: {"rollout_func": rollout_func}, replay=False,
-         samplers=("balanced", "budget", "est", "knapsack")),
+    Cell(
+        "tools",
+        "`tools=[...]` (the tool-calling loop)",
+        model="tools",
+        dataset=lambda: calculator_dataset(8),
+        rewards=lambda models: product_reward,
+        kwargs=lambda models: {"tools": [multiply]},
+        policy=True,
+        replay=False,
+        config=dict(max_completion_length=96),
+        samplers=("balanced", "dynamic", "est", "knapsack"),
+    ),
+    Cell(
+        "environment",
+        "`environment_factory` (one environment per rollout)",
+        model="tools",
+        dataset=lambda: calculator_dataset(8),
+        rewards=lambda models: product_reward,
+        kwargs=lambda models: {"environment_factory": ProductEnv},
+        policy=True,
+        replay=False,
+        config=dict(max_completion_length=96),
+        samplers=("positive_focused",),
+        requires="transformers >= 5.2",
+        needs=None if ENVIRONMENTS else "environment_factory needs transformers >= 5.2",
+    ),
+    Cell(
+        "environment-routed",
+        "`environment_factory` dict, a dataset of only an `environment` column (`reset()` "
+        "supplies the prompt, `get_reward` the reward)",
+        model="tools",
+        dataset=routing_dataset,
+        rewards=lambda models: None,
+        kwargs=lambda models: {"environment_factory": {"asking": AskingEnv, "other": OtherAskingEnv}},
+        policy=True,
+        replay=False,
+        config=dict(max_completion_length=96),
+        samplers=("balanced", "dynamic"),
+        requires="transformers >= 5.2",
+        needs=None if ENVIRONMENTS else "environment_factory needs transformers >= 5.2",
+    ),
+    Cell(
+        "rollout-func",
+        "`rollout_func` with an extra column for rewards",
+        rewards=lambda models: guess_reward,
+        kwargs=lambda models: {"rollout_func": rollout_func},
+        replay=False,
+        samplers=("balanced", "budget", "est", "knapsack"),
+    ),
     # The rest of GRPOConfig's loss-time and logging options (TRL docs: GRPOConfig), sampling on as well as off
-    Cell("epsilon-high", "`epsilon_high=0.28` (DAPO's clip-higher)", config=dict(epsilon_high=0.28, num_iterations=2),
-         lock_only=True),
+    Cell(
+        "epsilon-high",
+        "`epsilon_high=0.28` (DAPO's clip-higher)",
+        config=dict(epsilon_high=0.28, num_iterations=2),
+        lock_only=True,
+    ),
     Cell("delta", "`delta=1.5` (two-sided clipping)", config=dict(delta=1.5, num_iterations=2), lock_only=True),
-    Cell("sapo-temperatures", "`loss_type=\"sapo\"` with `sapo_temperature_pos/neg`",
-         config=dict(loss_type="sapo", sapo_temperature_pos=0.7, sapo_temperature_neg=1.3), lock_only=True),
-    Cell("vespo", "`loss_type=\"vespo\"` with `vespo_k_pos/neg`, `vespo_lambda_pos/neg`",
-         config=dict(loss_type="vespo", vespo_k_pos=1.5, vespo_lambda_pos=0.5, vespo_k_neg=2.5, vespo_lambda_neg=1.5),
-         lock_only=True),
-    Cell("off-policy-mask", "`off_policy_mask_threshold=0.5`",
-         config=dict(off_policy_mask_threshold=0.5, num_iterations=2), lock_only=True),
-    Cell("bias-correction-kl", "`beta=0.1, use_bias_correction_kl=False`",
-         config=dict(beta=0.1, use_bias_correction_kl=False), lock_only=True),
+    Cell(
+        "sapo-temperatures",
+        '`loss_type="sapo"` with `sapo_temperature_pos/neg`',
+        config=dict(loss_type="sapo", sapo_temperature_pos=0.7, sapo_temperature_neg=1.3),
+        lock_only=True,
+    ),
+    Cell(
+        "vespo",
+        '`loss_type="vespo"` with `vespo_k_pos/neg`, `vespo_lambda_pos/neg`',
+        config=dict(loss_type="vespo", vespo_k_pos=1.5, vespo_lambda_pos=0.5, vespo_k_neg=2.5, vespo_lambda_neg=1.5),
+        lock_only=True,
+    ),
+    Cell(
+        "off-policy-mask",
+        "`off_policy_mask_threshold=0.5`",
+        config=dict(off_policy_mask_threshold=0.5, num_iterations=2),
+        lock_only=True,
+    ),
+    Cell(
+        "bias-correction-kl",
+        "`beta=0.1, use_bias_correction_kl=False`",
+        config=dict(beta=0.1, use_bias_correction_kl=False),
+        lock_only=True,
+    ),
     Cell("entropy-coef", "`entropy_coef=0.01` (an entropy bonus)", config=dict(entropy_coef=0.01), lock_only=True),
-    Cell("adaptive-entropy", "`use_adaptive_entropy=True`", config=dict(use_adaptive_entropy=True, entropy_coef=0.01),
-         lock_only=True),
-    Cell("sync-ref-model", "`sync_ref_model=True` (a reference model synced every step)",
-         config=dict(beta=0.1, sync_ref_model=True, ref_model_sync_steps=1), lock_only=True),
-    Cell("log-completions", "`log_completions=True, log_unique_prompts=True`",
-         config=dict(log_completions=True, log_unique_prompts=True), lock_only=True),
-    Cell("model-instance", "a model instance (GRPOTrainer then ignores `model_init_kwargs`)", instance=True,
-         config=dict(model_init_kwargs={"dtype": "float32"}), lock_only=True),
+    Cell(
+        "adaptive-entropy",
+        "`use_adaptive_entropy=True`",
+        config=dict(use_adaptive_entropy=True, entropy_coef=0.01),
+        lock_only=True,
+    ),
+    Cell(
+        "sync-ref-model",
+        "`sync_ref_model=True` (a reference model synced every step)",
+        config=dict(beta=0.1, sync_ref_model=True, ref_model_sync_steps=1),
+        lock_only=True,
+    ),
+    Cell(
+        "log-completions",
+        "`log_completions=True, log_unique_prompts=True`",
+        config=dict(log_completions=True, log_unique_prompts=True),
+        lock_only=True,
+    ),
+    Cell(
+        "model-instance",
+        "a model instance (GRPOTrainer then ignores `model_init_kwargs`)",
+        instance=True,
+        config=dict(model_init_kwargs={"dtype": "float32"}),
+        lock_only=True,
+    ),
     Cell("no-shuffle", "`shuffle_dataset=False`", config=dict(shuffle_dataset=False), lock_only=True),
 ]
 
-BASE = dict(num_generations=4, per_device_train_batch_size=8, max_completion_length=8, max_steps=1,
-            learning_rate=1e-3, use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, seed=0,
-            disable_tqdm=True)
+BASE = dict(
+    num_generations=4,
+    per_device_train_batch_size=8,
+    max_completion_length=8,
+    max_steps=1,
+    learning_rate=1e-3,
+    use_cpu=True,
+    report_to="none",
+    save_strategy="no",
+    logging_steps=1,
+    seed=0,
+    disable_tqdm=True,
+)
 
 
 def config_of(cell: Cell, config_class, tmp_path, **extra):
@@ -386,6 +569,7 @@ def processing_class(cell: Cell, models):
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Traps: subclasses that only observe what the real trainers build.
+
 
 class Trap:
     """Keeps every training batch the trainer hands its loss, and the rewards behind it."""
@@ -433,7 +617,7 @@ class ReplayGRPO(TrappedGRPO):
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         if len(self.script) < len(prompt_ids):
             raise AssertionError(f"ReplayGRPO: {len(prompt_ids)} completions asked, {len(self.script)} recorded")
-        taken, self.script = self.script[: len(prompt_ids)], self.script[len(prompt_ids):]
+        taken, self.script = self.script[: len(prompt_ids)], self.script[len(prompt_ids) :]
         return taken, None
 
 
@@ -451,9 +635,13 @@ def run(trainer_class, cell: Cell, models, tmp_path, config_class, dataset=None,
     pc = processing_class(cell, models)
     if pc is not None:
         kwargs["processing_class"] = pc
-    trainer = trainer_class(model=model_of(cell, models), reward_funcs=cell.rewards(models),
-                            args=config_of(cell, config_class, tmp_path, **config),
-                            train_dataset=dataset if dataset is not None else cell.dataset(), **kwargs)
+    trainer = trainer_class(
+        model=model_of(cell, models),
+        reward_funcs=cell.rewards(models),
+        args=config_of(cell, config_class, tmp_path, **config),
+        train_dataset=dataset if dataset is not None else cell.dataset(),
+        **kwargs,
+    )
     if cell.policy:
         install(trainer, ScriptedPolicy(trainer.processing_class, malformed_rate=0.0))
     trainer.train()
@@ -483,14 +671,23 @@ VOLATILE = ("step_time", "runtime", "per_second", "seconds")
 
 # What AdaGRPOTrainer adds to GRPOTrainer's logs with sampling off: the cost it generated and trained, logged on
 # every sampling path so that a GRPO run and an adaptive one share the axes.
-GENERATED = ("sampling/generated_completions_total", "sampling/generated_tokens_total", "sampling/trained_tokens_total")
+GENERATED = (
+    "sampling/generated_completions_total",
+    "sampling/generated_tokens_total",
+    "sampling/trained_tokens_total",
+)
 
 
 def comparable_logs(trainer) -> list[dict]:
     # NaN (the mean reward of unscorable completions only) compares equal to NaN here, unlike in a dict comparison.
-    return [{k: "nan" if isinstance(v, float) and math.isnan(v) else v for k, v in entry.items()
-             if not any(word in k for word in VOLATILE) and k not in GENERATED}
-            for entry in trainer.state.log_history]
+    return [
+        {
+            k: "nan" if isinstance(v, float) and math.isnan(v) else v
+            for k, v in entry.items()
+            if not any(word in k for word in VOLATILE) and k not in GENERATED
+        }
+        for entry in trainer.state.log_history
+    ]
 
 
 # CI's newest and oldest sets run every cell but these, which the lock set runs: the loss-time and logging options
@@ -513,6 +710,7 @@ def cell_params(filter_=lambda cell: True):
 # ---------------------------------------------------------------------------------------------------------------------
 # The tests.
 
+
 @pytest.mark.slow
 @pytest.mark.parametrize("cell", cell_params())
 def test_sampling_off_is_grpo(cell, models, tmp_path):
@@ -528,8 +726,11 @@ def test_sampling_off_is_grpo(cell, models, tmp_path):
 
 
 def sampler_params():
-    return [pytest.param(cell, sampler, id=f"{cell.id}-{sampler}", marks=marks_of(cell, sampler))
-            for cell in CELLS for sampler in cell.samplers]
+    return [
+        pytest.param(cell, sampler, id=f"{cell.id}-{sampler}", marks=marks_of(cell, sampler))
+        for cell in CELLS
+        for sampler in cell.samplers
+    ]
 
 
 @pytest.mark.slow
@@ -551,8 +752,9 @@ def test_sampling_on_rows_are_grpo_rows(cell, sampler, models, tmp_path):
     assert len(kept) == n * len(rows)
     if sampler in ("est", "knapsack"):
         return replay_unequal_groups(ada, cell, models, tmp_path, kept, sampler)
-    replay = replay_grpo(cell, models, tmp_path, kept, Dataset.from_list(rows),
-                         shuffle_dataset=False, max_steps=len(ada.batches))
+    replay = replay_grpo(
+        cell, models, tmp_path, kept, Dataset.from_list(rows), shuffle_dataset=False, max_steps=len(ada.batches)
+    )
     replay.train()
     assert replay.script == [], "GRPOTrainer did not ask for every kept completion"
     assert len(replay.batches) == len(ada.batches)
@@ -589,10 +791,12 @@ def check_advantages_and_metrics(ada, replay, sampler):
             for r in results:  # r - (share of positives among the pool's scorable samples); unscorable rows 0
                 scorable = [x for x in r.pool_rewards if not math.isnan(x)]
                 baseline = sum(x > threshold for x in scorable) / len(scorable) if scorable else 0.0
-                expected += [0.0 if math.isnan(r.pool_rewards[i]) else r.pool_rewards[i] - baseline
-                             for i in r.selected]
-            assert torch.allclose(kept, torch.tensor([r.pool_rewards[i] for r in results for i in r.selected]),
-                                  equal_nan=True), "the kept rows are not the selected pool samples"
+                expected += [
+                    0.0 if math.isnan(r.pool_rewards[i]) else r.pool_rewards[i] - baseline for i in r.selected
+                ]
+            assert torch.allclose(
+                kept, torch.tensor([r.pool_rewards[i] for r in results for i in r.selected]), equal_nan=True
+            ), "the kept rows are not the selected pool samples"
             assert torch.allclose(batch["advantages"], torch.tensor(expected), atol=1e-5)
     mine_logs = [h for h in ada.state.log_history if "loss" in h]
     their_logs = [h for h in replay.state.log_history if "loss" in h]
@@ -614,9 +818,14 @@ def replay_grpo(cell, models, tmp_path, kept, dataset, **config) -> ReplayGRPO:
     if pc is not None:
         kwargs["processing_class"] = pc
     cell_config = {k: v for k, v in cell.config.items() if k not in ("eval_strategy", "eval_steps")}
-    return ReplayGRPO(model=models(cell.model), reward_funcs=cell.rewards(models),
-                      args=GRPOConfig(**{**BASE, **cell_config, **config, "output_dir": str(tmp_path / "replay")}),
-                      train_dataset=dataset, script=[s.completion_ids for s in kept], **kwargs)
+    return ReplayGRPO(
+        model=models(cell.model),
+        reward_funcs=cell.rewards(models),
+        args=GRPOConfig(**{**BASE, **cell_config, **config, "output_dir": str(tmp_path / "replay")}),
+        train_dataset=dataset,
+        script=[s.completion_ids for s in kept],
+        **kwargs,
+    )
 
 
 def est_expected(group, finite, mixed):  # (r - mean) / sqrt(mean), unscorable out of the mean, 0
@@ -643,10 +852,12 @@ def replay_unequal_groups(ada, cell, models, tmp_path, kept, sampler):
     if sampler == "est" or cell.id == "conversational":  # the knapsack may value two prompts alike elsewhere
         assert len(set(sizes)) > 1, "a returning prompt should have been allocated a different number of samples"
     weights = torch.tensor(ada.args.reward_weights or [1.0] * len(ada.reward_funcs))
-    for rows, batch_sizes, mine, rewards_per_func in zip(ada.chosen_rows, ada.group_sizes, ada.batches,
-                                                         ada.batch_rewards):
+    for rows, batch_sizes, mine, rewards_per_func in zip(
+        ada.chosen_rows, ada.group_sizes, ada.batches, ada.batch_rewards
+    ):
         theirs = replay._generate_and_score_completions(
-            [dict(row) for row, size in zip(rows, batch_sizes) for _ in range(size)])
+            [dict(row) for row, size in zip(rows, batch_sizes) for _ in range(size)]
+        )
         assert_same_batch(mine, theirs, skip=("advantages",))
         assert torch.allclose(rewards_per_func, replay.trapped_rewards, equal_nan=True)
         rewards = (rewards_per_func * weights).nansum(dim=1)
@@ -662,6 +873,7 @@ def replay_unequal_groups(ada, cell, models, tmp_path, kept, sampler):
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Bad input: the same error as GRPOTrainer (or a clearer one naming the field), before any weight moves.
+
 
 @dataclass
 class BadInput:
@@ -680,20 +892,36 @@ def _row_environment_dataset():
 
 
 BAD_INPUTS = [
-    BadInput("images-standard-prompts", "images with standard (text) prompts", "llava",
-             lambda: Dataset.from_list([{"prompt": "What color?", "image": image(i, False), "pass_rate": 0.5}
-                                        for i in range(8)]),
-             ValueError, "conversational"),
-    BadInput("unknown-environment", "a row naming an environment `environment_factory` lacks", "tools",
-             _row_environment_dataset, ValueError, "'unknown'",
-             kwargs=lambda: {"environment_factory": {"calc": ProductEnv}}),
+    BadInput(
+        "images-standard-prompts",
+        "images with standard (text) prompts",
+        "llava",
+        lambda: Dataset.from_list(
+            [{"prompt": "What color?", "image": image(i, False), "pass_rate": 0.5} for i in range(8)]
+        ),
+        ValueError,
+        "conversational",
+    ),
+    BadInput(
+        "unknown-environment",
+        "a row naming an environment `environment_factory` lacks",
+        "tools",
+        _row_environment_dataset,
+        ValueError,
+        "'unknown'",
+        kwargs=lambda: {"environment_factory": {"calc": ProductEnv}},
+    ),
 ]
 
 
 def build_bad(trainer_class, config_class, bad: BadInput, models, tmp_path, **extra):
-    return trainer_class(model=models(bad.model), reward_funcs=rate_reward if bad.model != "tools" else product_reward,
-                         args=config_class(**{**BASE, **bad.config, **extra, "output_dir": str(tmp_path)}),
-                         train_dataset=bad.dataset(), **bad.kwargs())
+    return trainer_class(
+        model=models(bad.model),
+        reward_funcs=rate_reward if bad.model != "tools" else product_reward,
+        args=config_class(**{**BASE, **bad.config, **extra, "output_dir": str(tmp_path)}),
+        train_dataset=bad.dataset(),
+        **bad.kwargs(),
+    )
 
 
 @pytest.mark.slow
@@ -730,6 +958,7 @@ def test_the_batch_size_must_hold_whole_groups():
 # ---------------------------------------------------------------------------------------------------------------------
 # Combinations sampling refuses (GRPOTrainer has no such option), before the model loads, with the reason.
 
+
 @dataclass
 class Refused:
     what: str
@@ -754,9 +983,11 @@ def _pipelined_with_a_sharded_reward_model():
 
     reward_model = torch.nn.Linear(2, 1)
     reward_model.weight.ds_tensor = torch.zeros(1)  # what deepspeed.zero.Init leaves on a partitioned parameter
-    trainer = SimpleNamespace(args=AdaGRPOConfig(**{**BASE, "output_dir": "/nonexistent"}, pipelined_rounds=True,
-                                                 use_vllm=True),
-                              reward_funcs=[rate_reward, reward_model], reward_func_names=["rate_reward", "rm"])
+    trainer = SimpleNamespace(
+        args=AdaGRPOConfig(**{**BASE, "output_dir": "/nonexistent"}, pipelined_rounds=True, use_vllm=True),
+        reward_funcs=[rate_reward, reward_model],
+        reward_func_names=["rate_reward", "rm"],
+    )
     check_reward_models_unsharded(trainer)
 
 
@@ -764,50 +995,105 @@ _SAMPLED = lambda: {"train_dataset": conversational()}  # noqa: E731
 _PIPELINED = dict(pipelined_rounds=True, use_vllm=True)
 
 REFUSED = [
-    Refused("`pipelined_rounds=True` with image prompts", _PIPELINED,
-            lambda: {"train_dataset": image_dataset("placeholder")}, "pipelined_rounds",
-            "the pipelined driver feeds the engine token prompts; images need the processor (synchronous rounds run "
-            "them)"),
-    Refused("`pipelined_rounds=True` with `tools`", _PIPELINED,
-            lambda: {"train_dataset": calculator_dataset(8), "tools": [multiply]}, "pipelined_rounds",
-            "a tool loop is several engine requests per sample, run by TRL for a whole batch"),
-    Refused("`pipelined_rounds=True` with `environment_factory`", _PIPELINED,
-            lambda: {"train_dataset": calculator_dataset(8), "environment_factory": ProductEnv}, "pipelined_rounds",
-            "as with `tools`: an environment's tool loop is several engine requests per sample"),
-    Refused("`pipelined_rounds=True` with `rollout_func`", _PIPELINED,
-            lambda: {"train_dataset": conversational(), "rollout_func": rollout_func}, "pipelined_rounds",
-            "a `rollout_func` generates a whole batch itself; the driver needs one engine request per sample"),
-    Refused("`pipelined_rounds=True` without a colocated vLLM engine (`vllm_mode=\"server\"`, or no vLLM)",
-            dict(pipelined_rounds=True, use_vllm=True, vllm_mode="server"), _SAMPLED, "vllm_mode='colocate'",
-            "it steps this process's engine request by request; a server or transformers generates whole batches "
-            "(the synchronous rounds run them)"),
-    Refused("`pipelined_rounds=True` with `vllm_tensor_parallel_size` > 1",
-            dict(_PIPELINED, vllm_tensor_parallel_size=2), _SAMPLED, "vllm_tensor_parallel_size=1",
-            "a tensor-parallel group shares one engine across processes, which each pipeline their own prompts"),
-    Refused("`pipelined_rounds=True` with a reward model sharded by DeepSpeed ZeRO-3", _PIPELINED, _SAMPLED,
-            "sharded across processes",
-            "each process scores its samples when they finish; a sharded model needs every process in each forward "
-            "pass (FSDP, ZeRO-2 and DDP keep reward models whole)", check=_pipelined_with_a_sharded_reward_model),
-    Refused("`multi_objective_aggregation=\"normalize_then_sum\"`",
-            dict(multi_objective_aggregation="normalize_then_sum"), _SAMPLED, "multi_objective_aggregation",
-            "it normalizes each reward function within the trained group, so a sample has no reward until its group "
-            "is chosen; the exit rule, the selection and the pooled baseline need one when it is scored (weigh the "
-            "functions with `reward_weights`)"),
-    Refused("a prompt's group split across processes (`per_device_train_batch_size * steps_per_generation` not a "
-            "multiple of `num_generations`)", dict(per_device_train_batch_size=2), _SAMPLED, "straddle",
-            "every process hands TRL whole groups of its chosen prompts (GRPOTrainer only needs the generation batch "
-            "of all processes to hold whole groups)", world_size=2),
-    Refused("`dynamic_sampling` with an `IterableDataset`", dict(dynamic_sampling=True), _iterable, "IterableDataset",
-            "refills draw prompts by index (a seeded permutation a resumed run continues); a stream has none"),
-    Refused("`sampling_budget` with an `IterableDataset`", dict(sampling_budget=6.0), _iterable, "IterableDataset",
-            "as above"),
-    Refused("`prompt_memory=True` with environment-owned data (`environment_factory`, no `train_dataset`)",
-            dict(prompt_memory=True), lambda: {"environment_factory": ProductEnv},
-            "prompt_memory needs a train_dataset",
-            "every row is the same placeholder and the task comes from `reset()`: there is no prompt to remember"),
-    Refused("`sampling_budget` with environment-owned data (`environment_factory`, no `train_dataset`)",
-            dict(sampling_budget=6.0), lambda: {"environment_factory": ProductEnv},
-            "sampling_budget needs a train_dataset", "as above: screening reads the prompt memory"),
+    Refused(
+        "`pipelined_rounds=True` with image prompts",
+        _PIPELINED,
+        lambda: {"train_dataset": image_dataset("placeholder")},
+        "pipelined_rounds",
+        "the pipelined driver feeds the engine token prompts; images need the processor (synchronous rounds run them)",
+    ),
+    Refused(
+        "`pipelined_rounds=True` with `tools`",
+        _PIPELINED,
+        lambda: {"train_dataset": calculator_dataset(8), "tools": [multiply]},
+        "pipelined_rounds",
+        "a tool loop is several engine requests per sample, run by TRL for a whole batch",
+    ),
+    Refused(
+        "`pipelined_rounds=True` with `environment_factory`",
+        _PIPELINED,
+        lambda: {"train_dataset": calculator_dataset(8), "environment_factory": ProductEnv},
+        "pipelined_rounds",
+        "as with `tools`: an environment's tool loop is several engine requests per sample",
+    ),
+    Refused(
+        "`pipelined_rounds=True` with `rollout_func`",
+        _PIPELINED,
+        lambda: {"train_dataset": conversational(), "rollout_func": rollout_func},
+        "pipelined_rounds",
+        "a `rollout_func` generates a whole batch itself; the driver needs one engine request per sample",
+    ),
+    Refused(
+        '`pipelined_rounds=True` without a colocated vLLM engine (`vllm_mode="server"`, or no vLLM)',
+        dict(pipelined_rounds=True, use_vllm=True, vllm_mode="server"),
+        _SAMPLED,
+        "vllm_mode='colocate'",
+        "it steps this process's engine request by request; a server or transformers generates whole batches "
+        "(the synchronous rounds run them)",
+    ),
+    Refused(
+        "`pipelined_rounds=True` with `vllm_tensor_parallel_size` > 1",
+        dict(_PIPELINED, vllm_tensor_parallel_size=2),
+        _SAMPLED,
+        "vllm_tensor_parallel_size=1",
+        "a tensor-parallel group shares one engine across processes, which each pipeline their own prompts",
+    ),
+    Refused(
+        "`pipelined_rounds=True` with a reward model sharded by DeepSpeed ZeRO-3",
+        _PIPELINED,
+        _SAMPLED,
+        "sharded across processes",
+        "each process scores its samples when they finish; a sharded model needs every process in each forward "
+        "pass (FSDP, ZeRO-2 and DDP keep reward models whole)",
+        check=_pipelined_with_a_sharded_reward_model,
+    ),
+    Refused(
+        '`multi_objective_aggregation="normalize_then_sum"`',
+        dict(multi_objective_aggregation="normalize_then_sum"),
+        _SAMPLED,
+        "multi_objective_aggregation",
+        "it normalizes each reward function within the trained group, so a sample has no reward until its group "
+        "is chosen; the exit rule, the selection and the pooled baseline need one when it is scored (weigh the "
+        "functions with `reward_weights`)",
+    ),
+    Refused(
+        "a prompt's group split across processes (`per_device_train_batch_size * steps_per_generation` not a "
+        "multiple of `num_generations`)",
+        dict(per_device_train_batch_size=2),
+        _SAMPLED,
+        "straddle",
+        "every process hands TRL whole groups of its chosen prompts (GRPOTrainer only needs the generation batch "
+        "of all processes to hold whole groups)",
+        world_size=2,
+    ),
+    Refused(
+        "`dynamic_sampling` with an `IterableDataset`",
+        dict(dynamic_sampling=True),
+        _iterable,
+        "IterableDataset",
+        "refills draw prompts by index (a seeded permutation a resumed run continues); a stream has none",
+    ),
+    Refused(
+        "`sampling_budget` with an `IterableDataset`",
+        dict(sampling_budget=6.0),
+        _iterable,
+        "IterableDataset",
+        "as above",
+    ),
+    Refused(
+        "`prompt_memory=True` with environment-owned data (`environment_factory`, no `train_dataset`)",
+        dict(prompt_memory=True),
+        lambda: {"environment_factory": ProductEnv},
+        "prompt_memory needs a train_dataset",
+        "every row is the same placeholder and the task comes from `reset()`: there is no prompt to remember",
+    ),
+    Refused(
+        "`sampling_budget` with environment-owned data (`environment_factory`, no `train_dataset`)",
+        dict(sampling_budget=6.0),
+        lambda: {"environment_factory": ProductEnv},
+        "sampling_budget needs a train_dataset",
+        "as above: screening reads the prompt memory",
+    ),
 ]
 
 
@@ -829,6 +1115,7 @@ def test_refused_combinations_fail_before_the_model_loads(refused, tmp_path, mon
 # ---------------------------------------------------------------------------------------------------------------------
 # Seams on their own, on a trainer built the way TRL's unit tests build one (no __init__).
 
+
 @pytest.mark.slow
 def test_generate_outside_a_sampling_step_is_grpos(models, tmp_path):
     """`_generate` called on its own, as TRL's rollout-dispatch tests call it on a trainer with a `rollout_func`:
@@ -839,8 +1126,13 @@ def test_generate_outside_a_sampling_step_is_grpos(models, tmp_path):
     built = {}
     pairs = (("grpo", GRPOTrainer, GRPOConfig), ("ada", AdaGRPOTrainer, AdaGRPOConfig))
     for name, trainer_class, config_class in pairs:
-        built[name] = trainer_class(model=models("text"), reward_funcs=guess_reward, train_dataset=cell.dataset(),
-                                    args=config_of(cell, config_class, tmp_path / name), rollout_func=rollout_func)
+        built[name] = trainer_class(
+            model=models("text"),
+            reward_funcs=guess_reward,
+            train_dataset=cell.dataset(),
+            args=config_of(cell, config_class, tmp_path / name),
+            rollout_func=rollout_func,
+        )
     bare = object.__new__(AdaGRPOTrainer)
     bare.__dict__.update(built["grpo"].__dict__)
     results = []
@@ -853,6 +1145,7 @@ def test_generate_outside_a_sampling_step_is_grpos(models, tmp_path):
 # ---------------------------------------------------------------------------------------------------------------------
 # Logging: Reinforce-Ada's metrics reach the tracker's run files, beside TRL's.
 
+
 def _wandb_history(run_file: str, key: str) -> list[str]:
     """The values logged under `key` in an offline wandb run file, in order. The file's history records are protobuf
     messages whose items carry the key (field 2) and the value as JSON (field 16), both plain strings on disk."""
@@ -860,7 +1153,7 @@ def _wandb_history(run_file: str, key: str) -> list[str]:
 
     data = open(run_file, "rb").read()
     pattern = re.compile(rb"\x12" + bytes([len(key)]) + re.escape(key.encode()) + rb"\x82\x01([\x00-\x7f])")
-    return [data[m.end(): m.end() + m.group(1)[0]].decode() for m in pattern.finditer(data)]
+    return [data[m.end() : m.end() + m.group(1)[0]].decode() for m in pattern.finditer(data)]
 
 
 @pytest.mark.slow
@@ -874,8 +1167,17 @@ def test_sampling_metrics_reach_wandb_offline_run_files(models, tmp_path, monkey
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
     cell = next(c for c in CELLS if c.id == "conversational")
-    trainer = run(TrappedAda, cell, models, tmp_path, AdaGRPOConfig, report_to="wandb", max_steps=2,
-                  run_name="conformance", **SAMPLERS["balanced"])
+    trainer = run(
+        TrappedAda,
+        cell,
+        models,
+        tmp_path,
+        AdaGRPOConfig,
+        report_to="wandb",
+        max_steps=2,
+        run_name="conformance",
+        **SAMPLERS["balanced"],
+    )
     wandb.finish()
     [run_file] = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
     logged = [h for h in trainer.state.log_history if "loss" in h]
@@ -892,10 +1194,13 @@ def test_sampling_metrics_reach_wandb_offline_run_files(models, tmp_path, monkey
 # ---------------------------------------------------------------------------------------------------------------------
 # The compatibility table of docs/compatibility.md (the README links to it), generated from the matrix.
 
+
 def compatibility_table() -> str:
     samplers = list(SAMPLERS)
-    lines = ["| What you write (GRPOTrainer) | sampling off = GRPOTrainer | " + " | ".join(samplers) + " |",
-             "|---|---|" + "---|" * len(samplers)]
+    lines = [
+        "| What you write (GRPOTrainer) | sampling off = GRPOTrainer | " + " | ".join(samplers) + " |",
+        "|---|---|" + "---|" * len(samplers),
+    ]
     for cell in CELLS:
         marks = []
         for sampler in samplers:
@@ -905,11 +1210,16 @@ def compatibility_table() -> str:
                 marks.append("rows = GRPO's" if cell.replay else "trains †")
         note = f" ({cell.requires})" if cell.requires else ""
         lines.append(f"| {cell.feature}{note} | same batch and logs | " + " | ".join(marks) + " |")
-    lines.append("| `report_to=\"wandb\"` (offline run files) | TRL's metrics | `sampling/*` reach the run file |"
-                 + " · |" * (len(samplers) - 1))
+    lines.append(
+        '| `report_to="wandb"` (offline run files) | TRL\'s metrics | `sampling/*` reach the run file |'
+        + " · |" * (len(samplers) - 1)
+    )
     for bad in BAD_INPUTS:
-        lines.append(f"| bad input: {bad.what} | GRPOTrainer's error | " + " | ".join(["its error, no weight moved"
-                     if s in ("balanced", "budget") else "·" for s in samplers]) + " |")
+        lines.append(
+            f"| bad input: {bad.what} | GRPOTrainer's error | "
+            + " | ".join(["its error, no weight moved" if s in ("balanced", "budget") else "·" for s in samplers])
+            + " |"
+        )
     lines += ["", "| refused with sampling on (GRPOTrainer has no such option) | why |", "|---|---|"]
     lines += [f"| {refused.what} | {refused.reason} |" for refused in REFUSED]
     return "\n".join(lines)

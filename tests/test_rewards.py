@@ -36,8 +36,11 @@ def test_extract_last_boxed(text, expected):
 def balanced():
     """Text whose braces are balanced (no braces outside matched pairs)."""
     flat = st.text(st.characters(blacklist_characters="{}"), max_size=20)
-    return st.recursive(flat, lambda inner: st.lists(st.one_of(inner, inner.map("{{{}}}".format)), max_size=4)
-                        .map("".join), max_leaves=20)
+    return st.recursive(
+        flat,
+        lambda inner: st.lists(st.one_of(inner, inner.map("{{{}}}".format)), max_size=4).map("".join),
+        max_leaves=20,
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -116,13 +119,22 @@ def test_it_is_a_trl_reward_function():
     metrics = {}
     completions = [[{"role": "assistant", "content": "so \\boxed{4}"}], [{"role": "assistant", "content": "5"}]]
     out = boxed_math_reward(  # exactly how GRPOTrainer._calculate_rewards calls it, dataset columns included
-        prompts=[[{"role": "user", "content": "2+2?"}]] * 2, completions=completions, completion_ids=[[1], [2]],
-        problem=["2+2?"] * 2, answer=["4", "4"], trainer_state=None, log_extra=lambda *a: None,
+        prompts=[[{"role": "user", "content": "2+2?"}]] * 2,
+        completions=completions,
+        completion_ids=[[1], [2]],
+        problem=["2+2?"] * 2,
+        answer=["4", "4"],
+        trainer_state=None,
+        log_extra=lambda *a: None,
         log_metric=metrics.__setitem__,
     )
     assert out == [1.0, 0.0]
-    assert metrics == {"rewards/boxed_math/timeouts": 0.0, "rewards/boxed_math/errors": 0.0,
-                       "rewards/boxed_math/too_long": 0.0, "rewards/boxed_math/no_box": 0.5}
+    assert metrics == {
+        "rewards/boxed_math/timeouts": 0.0,
+        "rewards/boxed_math/errors": 0.0,
+        "rewards/boxed_math/too_long": 0.0,
+        "rewards/boxed_math/no_box": 0.5,
+    }
 
 
 @pytest.mark.parametrize("column", ["answer", "gt", "solution"])
@@ -170,7 +182,9 @@ def test_module_example_runs():
 
 def test_reward_works_from_a_thread():
     out = []
-    thread = threading.Thread(target=lambda: out.append(boxed_math_reward(["\\boxed{3}", "\\boxed{4}"], gt=["3", "3"])))
+    thread = threading.Thread(
+        target=lambda: out.append(boxed_math_reward(["\\boxed{3}", "\\boxed{4}"], gt=["3", "3"]))
+    )
     thread.start()
     thread.join(60)
     assert out == [[1.0, 0.0]]
@@ -231,14 +245,17 @@ def test_adversarial_batch_costs_about_one_deadline(fresh_pool):
     rng = random.Random(0)
     garbage = rng.randbytes(200_000).decode("utf-8", errors="replace")
     hangers = ["\\boxed{9^{9^{9^{9}}}}", "\\boxed{(10^{10})!}"]  # sympy computes these for minutes or more
-    adversarial = hangers + [
-        "\\boxed{" + "{" * 10_000 + "1" + "}" * 10_001,  # 10,000 nested braces
-        "\\boxed{" * 5_000 + "}" * 5_000,
-        "lorem ipsum " * 100_000,  # 1.2 MB, no box
-        garbage + "\0" * 1000,
-        garbage + "\\boxed{" + garbage[:500] + "}",
-        "\0\\boxed{\0\ufffd\0}\0",
-    ]
+    adversarial = (
+        hangers
+        + [
+            "\\boxed{" + "{" * 10_000 + "1" + "}" * 10_001,  # 10,000 nested braces
+            "\\boxed{" * 5_000 + "}" * 5_000,
+            "lorem ipsum " * 100_000,  # 1.2 MB, no box
+            garbage + "\0" * 1000,
+            garbage + "\\boxed{" + garbage[:500] + "}",
+            "\0\\boxed{\0\ufffd\0}\0",
+        ]
+    )
     texts, golds, expected = normal_batch()
     long_right = "lorem ipsum " * 100_000 + "\\boxed{\\frac{2}{3}}"  # a megabyte, then a correct answer
     batch = list(zip(texts, golds, expected))
@@ -274,8 +291,21 @@ from trl_ada.rewards import extract_last_number, last_number_reward  # noqa: E40
 @pytest.mark.parametrize(
     "completion",
     [
-        "12", "7 + 5 = 12", "7 + 5 = 12.", "The answer is **12**!", "12.0", "12.00 apples", "+12", "$12$",
-        "\\boxed{12}", "So $\\boxed{12}$.", "\\(12\\)", "first 11, then 12", "It is 12th", "=12\n\n", "12%",
+        "12",
+        "7 + 5 = 12",
+        "7 + 5 = 12.",
+        "The answer is **12**!",
+        "12.0",
+        "12.00 apples",
+        "+12",
+        "$12$",
+        "\\boxed{12}",
+        "So $\\boxed{12}$.",
+        "\\(12\\)",
+        "first 11, then 12",
+        "It is 12th",
+        "=12\n\n",
+        "12%",
     ],
 )
 def test_last_number_forms_that_match(completion):
@@ -309,9 +339,15 @@ def test_last_number_reward_is_a_trl_reward_function():
     metrics = {}
     completions = [[{"role": "assistant", "content": "7 + 5 = 12."}], [{"role": "assistant", "content": "no idea"}]]
     out = last_number_reward(
-        prompts=[[{"role": "user", "content": "What is 7 + 5?"}]] * 2, completions=completions,
-        completion_ids=[[1], [2]], problem=["What is 7 + 5?"] * 2, kind=["1-digit +"] * 2, answer=["12", "12"],
-        trainer_state=None, log_extra=lambda *a: None, log_metric=metrics.__setitem__,
+        prompts=[[{"role": "user", "content": "What is 7 + 5?"}]] * 2,
+        completions=completions,
+        completion_ids=[[1], [2]],
+        problem=["What is 7 + 5?"] * 2,
+        kind=["1-digit +"] * 2,
+        answer=["12", "12"],
+        trainer_state=None,
+        log_extra=lambda *a: None,
+        log_metric=metrics.__setitem__,
     )
     assert out == [1.0, 0.0] and metrics == {"rewards/last_number/no_number": 0.5}
     assert last_number_reward(["3"], gt=["3"]) == last_number_reward(["3"], solution=["3"]) == [1.0]
@@ -331,8 +367,10 @@ def test_last_number_reward_data_errors_name_the_row():
 @settings(max_examples=500, deadline=None)
 @given(st.one_of(st.text(), st.binary().map(lambda b: b.decode("utf-8", errors="replace"))), st.integers())
 def test_last_number_reward_never_raises_on_model_output(text, gold):
-    assert last_number_reward([text, [{"role": "assistant", "content": text}], None, 17],
-                              answer=[str(gold)] * 4) in ([0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0])
+    assert last_number_reward([text, [{"role": "assistant", "content": text}], None, 17], answer=[str(gold)] * 4) in (
+        [0.0, 0.0, 0.0, 0.0],
+        [1.0, 1.0, 0.0, 0.0],
+    )
 
 
 no_digits = st.text(st.characters(blacklist_categories=("Nd",)), max_size=30)
@@ -352,7 +390,7 @@ def spelled(value: int, style: int) -> str:
 
 
 @settings(max_examples=500, deadline=None)
-@given(prefix=st.text(max_size=30), value=st.integers(-10**12, 10**12), style=st.integers(0, 4), suffix=no_digits)
+@given(prefix=st.text(max_size=30), value=st.integers(-(10**12), 10**12), style=st.integers(0, 4), suffix=no_digits)
 def test_the_last_number_is_graded_whatever_surrounds_it(prefix, value, style, suffix):
     # a space keeps the number apart from the prefix; the suffix holds no digit, so the number stays the last one
     text = prefix + " " + spelled(value, style) + suffix

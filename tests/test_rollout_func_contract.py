@@ -27,8 +27,9 @@ def grouped_rollout_func(tokenizer, n, calls):
         calls.append(len(prompts))
         prompt_ids, completion_ids = [], []
         for prompt in prompts[::n]:
-            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True,
-                                                return_dict=True)["input_ids"]
+            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)[
+                "input_ids"
+            ]
             for k in range(n):
                 prompt_ids.append(ids)
                 completion_ids.append(tokenizer.encode(str(k), add_special_tokens=False) + [tokenizer.eos_token_id])
@@ -40,10 +41,13 @@ def grouped_rollout_func(tokenizer, n, calls):
 def train(tiny_model, tmp_path, **config):
     calls = []
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(),
-                             rollout_func=grouped_rollout_func(tokenizer, 4, calls),
-                             train_dataset=pass_rate_dataset([0.0, 1.0], repeat=1),
-                             args=tiny_args(tmp_path, per_device_train_batch_size=8, max_steps=3, **config))
+    trainer = AdaGRPOTrainer(
+        model=tiny_model,
+        reward_funcs=make_recording_reward(),
+        rollout_func=grouped_rollout_func(tokenizer, 4, calls),
+        train_dataset=pass_rate_dataset([0.0, 1.0], repeat=1),
+        args=tiny_args(tmp_path, per_device_train_batch_size=8, max_steps=3, **config),
+    )
     trainer.train()
     return trainer, calls
 

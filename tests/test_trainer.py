@@ -12,11 +12,14 @@ from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 
 
 pytestmark = pytest.mark.slow
+
+
 def test_adaptive_training_end_to_end(tiny_model, tmp_path):
     reward = make_recording_reward()
     rates = [0.0, 1.0, 0.5, 0.25]  # hard, easy, mixed, mostly wrong
-    trainer = Recorder(model=tiny_model, reward_funcs=reward, args=tiny_args(tmp_path),
-                       train_dataset=pass_rate_dataset(rates))
+    trainer = Recorder(
+        model=tiny_model, reward_funcs=reward, args=tiny_args(tmp_path), train_dataset=pass_rate_dataset(rates)
+    )
     trainer.reward_log = reward.log
     before = {k: v.clone() for k, v in trainer.model.named_parameters()}
     trainer.train()
@@ -51,8 +54,7 @@ def test_adaptive_training_end_to_end(tiny_model, tmp_path):
                 assert texts[:2] == [c for c, r in pool if r == 1.0][:2]
                 assert texts[2:] == [c for c, r in pool if r == 0.0][:2]
                 # ... and it stopped sampling in the first round where that was true.
-                first_ok = next(k for k in range(8, len(pool) + 1, 8)
-                                if 2 <= sum(pool_rewards[:k]) <= k - 2)
+                first_ok = next(k for k in range(8, len(pool) + 1, 8) if 2 <= sum(pool_rewards[:k]) <= k - 2)
                 assert first_ok == len(pool)
             else:
                 assert len(pool) == 32  # never dropped: sampled all max_rounds, then the fallback group
@@ -65,12 +67,25 @@ def test_adaptive_training_end_to_end(tiny_model, tmp_path):
 
 def test_adaptive_off_is_exactly_grpo(tiny_model, tmp_path):
     dataset = pass_rate_dataset([0.5, 0.25])
-    common = dict(output_dir=str(tmp_path / "o"), num_generations=4, per_device_train_batch_size=8,
-                  max_completion_length=10, use_cpu=True, report_to="none", shuffle_dataset=False, seed=0)
-    ada = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=dataset,
-                         args=AdaGRPOConfig(multiround_adaptive_downsampling=False, **common))
-    grpo = GRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=dataset,
-                       args=GRPOConfig(**common))
+    common = dict(
+        output_dir=str(tmp_path / "o"),
+        num_generations=4,
+        per_device_train_batch_size=8,
+        max_completion_length=10,
+        use_cpu=True,
+        report_to="none",
+        shuffle_dataset=False,
+        seed=0,
+    )
+    ada = AdaGRPOTrainer(
+        model=tiny_model,
+        reward_funcs=make_recording_reward(),
+        train_dataset=dataset,
+        args=AdaGRPOConfig(multiround_adaptive_downsampling=False, **common),
+    )
+    grpo = GRPOTrainer(
+        model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=dataset, args=GRPOConfig(**common)
+    )
     batch = [dataset[i // 4] for i in range(8)]
     outputs = []
     for trainer in (ada, grpo):
@@ -85,11 +100,15 @@ def test_adaptive_off_is_exactly_grpo(tiny_model, tmp_path):
 @pytest.mark.parametrize("estimator", ["reinforce_rej", "raft", "grpo"])
 def test_other_estimators_on_the_kept_group(tiny_model, tmp_path, estimator):
     reward = make_recording_reward()
-    trainer = Recorder(model=tiny_model, reward_funcs=reward, train_dataset=pass_rate_dataset([0.5, 1.0, 0.0, 0.3]),
-                       args=tiny_args(tmp_path, max_steps=1, advantage_estimator=estimator))
+    trainer = Recorder(
+        model=tiny_model,
+        reward_funcs=reward,
+        train_dataset=pass_rate_dataset([0.5, 1.0, 0.0, 0.3]),
+        args=tiny_args(tmp_path, max_steps=1, advantage_estimator=estimator),
+    )
     trainer.reward_log = reward.log
     trainer.train()
-    (_, output), = trainer.recorded
+    ((_, output),) = trainer.recorded
     for _, rate, texts, advantages in decode_groups(trainer, output):
         rewards = [hash_reward_value(t, rate) for t in texts]
         if estimator == "reinforce_rej":
@@ -104,12 +123,15 @@ def test_other_estimators_on_the_kept_group(tiny_model, tmp_path, estimator):
 
 def test_positive_focused_keeps_one_positive_when_that_is_all_there_is(tiny_model, tmp_path):
     reward = make_recording_reward()
-    trainer = Recorder(model=tiny_model, reward_funcs=reward, train_dataset=pass_rate_dataset([0.1, 1.0]),
-                       args=tiny_args(tmp_path, max_steps=1, per_device_train_batch_size=8,
-                                      reinforce_ada_choice="positive-focused"))
+    trainer = Recorder(
+        model=tiny_model,
+        reward_funcs=reward,
+        train_dataset=pass_rate_dataset([0.1, 1.0]),
+        args=tiny_args(tmp_path, max_steps=1, per_device_train_batch_size=8, reinforce_ada_choice="positive-focused"),
+    )
     trainer.reward_log = reward.log
     trainer.train()
-    (end, output), = trainer.recorded
+    ((end, output),) = trainer.recorded
     for tag, rate, texts, advantages in decode_groups(trainer, output):
         pool = [r for p, _, r in reward.log if p.startswith(tag + " ")]
         rewards = [hash_reward_value(t, rate) for t in texts]
@@ -124,7 +146,9 @@ def test_lora_num_iterations_and_kl(tiny_model, tmp_path):
     from peft import LoraConfig
 
     trainer = AdaGRPOTrainer(
-        model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=pass_rate_dataset([0.5, 0.3]),
+        model=tiny_model,
+        reward_funcs=make_recording_reward(),
+        train_dataset=pass_rate_dataset([0.5, 0.3]),
         args=tiny_args(tmp_path, per_device_train_batch_size=8, num_iterations=2, beta=0.1, max_steps=4),
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
     )
@@ -142,13 +166,20 @@ def test_lora_num_iterations_and_kl(tiny_model, tmp_path):
 
 def test_resume_from_checkpoint(tiny_model, tmp_path):
     dataset = pass_rate_dataset([0.5, 0.3])
-    first = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=dataset,
-                           args=tiny_args(tmp_path, per_device_train_batch_size=8, save_strategy="steps",
-                                          save_steps=2, max_steps=2))
+    first = AdaGRPOTrainer(
+        model=tiny_model,
+        reward_funcs=make_recording_reward(),
+        train_dataset=dataset,
+        args=tiny_args(tmp_path, per_device_train_batch_size=8, save_strategy="steps", save_steps=2, max_steps=2),
+    )
     first.train()
     assert (tmp_path / "out" / "checkpoint-2").is_dir()
-    second = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=dataset,
-                            args=tiny_args(tmp_path, per_device_train_batch_size=8, max_steps=3))
+    second = AdaGRPOTrainer(
+        model=tiny_model,
+        reward_funcs=make_recording_reward(),
+        train_dataset=dataset,
+        args=tiny_args(tmp_path, per_device_train_batch_size=8, max_steps=3),
+    )
     second.train(resume_from_checkpoint=True)
     assert second.state.global_step == 3
     steps = [h["step"] for h in second.state.log_history if "loss" in h]
@@ -157,8 +188,11 @@ def test_resume_from_checkpoint(tiny_model, tmp_path):
 
 def test_needs_an_ada_config(tiny_model, tmp_path):
     with pytest.raises(TypeError, match="AdaGRPOConfig"):
-        AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(),
-                       args=GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none"))
+        AdaGRPOTrainer(
+            model=tiny_model,
+            reward_funcs=make_recording_reward(),
+            args=GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none"),
+        )
 
 
 def test_default_config_when_args_are_omitted(tiny_model, tmp_path, monkeypatch):
@@ -183,12 +217,18 @@ def test_default_config_when_args_are_omitted(tiny_model, tmp_path, monkeypatch)
     assert grpo.args.output_dir == "model-GRPO"
     defaults = AdaGRPOConfig("x")
     assert trainer.args.multiround_adaptive_downsampling == defaults.multiround_adaptive_downsampling
-    assert trainer.args.reinforce_ada_choice == "balanced" and trainer.args.num_generations == grpo.args.num_generations
+    assert (
+        trainer.args.reinforce_ada_choice == "balanced" and trainer.args.num_generations == grpo.args.num_generations
+    )
 
 
 def test_the_model_card_cites_reinforce_ada(tiny_model, tmp_path):
-    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), args=tiny_args(tmp_path),
-                             train_dataset=pass_rate_dataset([0.5]))
+    trainer = AdaGRPOTrainer(
+        model=tiny_model,
+        reward_funcs=make_recording_reward(),
+        args=tiny_args(tmp_path),
+        train_dataset=pass_rate_dataset([0.5]),
+    )
     trainer.create_model_card()
     card = (tmp_path / "out" / "README.md").read_text()
     assert "2510.04996" in card and "Reinforce-Ada: An Adaptive Sampling Framework" in card and "AdaGRPO" in card
@@ -198,11 +238,19 @@ def test_adaptive_rounds_take_an_iterable_dataset(tiny_model, tmp_path):
     """Adaptive rounds and prompt memory work on a stream; refills (dynamic sampling, budget) need an index."""
     reward = make_recording_reward()
     stream = pass_rate_dataset([0.0, 0.5]).to_iterable_dataset()
-    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=reward, train_dataset=stream,
-                             args=tiny_args(tmp_path, per_device_train_batch_size=8, prompt_memory=True))
+    trainer = AdaGRPOTrainer(
+        model=tiny_model,
+        reward_funcs=reward,
+        train_dataset=stream,
+        args=tiny_args(tmp_path, per_device_train_batch_size=8, prompt_memory=True),
+    )
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 2 and len(reward.log) == sum(h["sampling/total_samples"] for h in logs) > 16
     with pytest.raises(ValueError, match="map-style datasets.Dataset"):
-        AdaGRPOTrainer(model=tiny_model, reward_funcs=reward, train_dataset=stream,
-                       args=tiny_args(tmp_path, per_device_train_batch_size=8, dynamic_sampling=True))
+        AdaGRPOTrainer(
+            model=tiny_model,
+            reward_funcs=reward,
+            train_dataset=stream,
+            args=tiny_args(tmp_path, per_device_train_batch_size=8, dynamic_sampling=True),
+        )

@@ -86,11 +86,18 @@ rewards = st.sampled_from([0.0, 1.0, 0.3, 0.7, 0.71, NAN])
 
 
 @settings(max_examples=400, deadline=None)
-@given(n=st.integers(2, 8), extra=st.integers(0, 12), data=st.data(), tau=st.sampled_from([0.0, 0.5, 0.7]),
-       choice=st.sampled_from(["balanced", "positive_focused"]), random_selection=st.booleans(),
-       seed=st.integers(0, 99))
-def test_selection_is_the_reference_on_the_scorable_samples_then_unscorable_ones(n, extra, data, tau, choice,
-                                                                                  random_selection, seed):
+@given(
+    n=st.integers(2, 8),
+    extra=st.integers(0, 12),
+    data=st.data(),
+    tau=st.sampled_from([0.0, 0.5, 0.7]),
+    choice=st.sampled_from(["balanced", "positive_focused"]),
+    random_selection=st.booleans(),
+    seed=st.integers(0, 99),
+)
+def test_selection_is_the_reference_on_the_scorable_samples_then_unscorable_ones(
+    n, extra, data, tau, choice, random_selection, seed
+):
     """Whatever the pool: the group is full (n distinct indices), its scorable part is exactly what the reference
     rule selects from the pool without its unscorable samples, and unscorable samples come last, only as many as the
     scorable ones are short of n, earliest first under "earliest" selection."""
@@ -100,8 +107,11 @@ def test_selection_is_the_reference_on_the_scorable_samples_then_unscorable_ones
     num_pos, num_neg = count_signs(pool, tau)
     for selected, reference in (
         (select_fallback(pool, n, tau, choice, rng()), select_fallback(scorable, n, tau, choice, rng())),
-        *([(select_at_exit(pool, n, tau, rng()), select_at_exit(scorable, n, tau, rng()))]
-          if exit_rule(num_pos, num_neg, n, choice) else []),
+        *(
+            [(select_at_exit(pool, n, tau, rng()), select_at_exit(scorable, n, tau, rng()))]
+            if exit_rule(num_pos, num_neg, n, choice)
+            else []
+        ),
     ):
         assert len(selected) == len(set(selected)) == n
         kept_nan = [i for i in selected if math.isnan(pool[i])]
@@ -112,17 +122,25 @@ def test_selection_is_the_reference_on_the_scorable_samples_then_unscorable_ones
 
 
 @settings(max_examples=300, deadline=None)
-@given(n=st.integers(2, 6), m_extra=st.integers(0, 4), max_rounds=st.integers(1, 4), prompts=st.integers(1, 8),
-       choice=st.sampled_from(["balanced", "positive_focused"]), tau=st.sampled_from([0.0, 0.5, 0.7]),
-       seed=st.integers(0, 10**6))
+@given(
+    n=st.integers(2, 6),
+    m_extra=st.integers(0, 4),
+    max_rounds=st.integers(1, 4),
+    prompts=st.integers(1, 8),
+    choice=st.sampled_from(["balanced", "positive_focused"]),
+    tau=st.sampled_from([0.0, 0.5, 0.7]),
+    seed=st.integers(0, 10**6),
+)
 def test_rounds_count_only_scorable_samples(n, m_extra, max_rounds, prompts, choice, tau, seed):
     rng = random.Random(seed)
     pass_rate = [rng.choice([0.0, 0.1, 0.5, 1.0]) for _ in range(prompts)]
     nan_rate = [rng.choice([0.0, 0.3, 0.8, 1.0]) for _ in range(prompts)]
 
     def sample_round(active, k):
-        return [[NAN if rng.random() < nan_rate[p] else float(rng.random() < pass_rate[p]) for _ in range(k)]
-                for p in active]
+        return [
+            [NAN if rng.random() < nan_rate[p] else float(rng.random() < pass_rate[p]) for _ in range(k)]
+            for p in active
+        ]
 
     m = n + m_extra
     results = run_adaptive_sampling(prompts, sample_round, n, m, max_rounds, choice, tau)
@@ -136,7 +154,7 @@ def test_rounds_count_only_scorable_samples(n, m_extra, max_rounds, prompts, cho
         selected = r.selected_rewards
         nan_count = sum(map(math.isnan, selected))
         assert nan_count == max(0, n - num_pos - num_neg)  # unscorable only when the scorable ones run out
-        assert all(math.isnan(x) for x in selected[n - nan_count:])  # ... and last
+        assert all(math.isnan(x) for x in selected[n - nan_count :])  # ... and last
         advantages = pooled_advantages(selected, r.pool_rewards, tau)
         assert all(a == 0.0 for a, x in zip(advantages, selected) if math.isnan(x))
         assert not any(math.isnan(a) for a in advantages)
@@ -195,14 +213,23 @@ def _budgeted(table, target, budget, top_up=2):
     drawn = dict.fromkeys(table, 0)
 
     def sample_round(prompts, k):
-        out = [table[p][drawn[p]: drawn[p] + k] for p in prompts]
+        out = [table[p][drawn[p] : drawn[p] + k] for p in prompts]
         for p in prompts:
             drawn[p] += k
         return out
 
-    return run_budgeted_sampling(list(table), draw=lambda k: [], predict=lambda p: (1.0, 1.0, 0), coin=lambda p: 0.0,
-                                 sample_round=sample_round, target=target, budget=budget, num_generations=4,
-                                 top_up=top_up, positive_threshold=0.7)
+    return run_budgeted_sampling(
+        list(table),
+        draw=lambda k: [],
+        predict=lambda p: (1.0, 1.0, 0),
+        coin=lambda p: 0.0,
+        sample_round=sample_round,
+        target=target,
+        budget=budget,
+        num_generations=4,
+        top_up=top_up,
+        positive_threshold=0.7,
+    )
 
 
 def test_budget_tops_up_a_pool_whose_only_negatives_are_unscorable():
@@ -300,14 +327,31 @@ def test_end_to_end_unscorable_rows_get_trl_semantics(tiny_model, tmp_path, mode
             return output
 
     reward = _none_reward()
-    dataset = Dataset.from_list([{"prompt": make_prompt(f"q{i} {KINDS[i % 4]}"), "kind": KINDS[i % 4]}
-                                 for i in range(32)])
-    extra = (dict(sampling_budget=6.0, prompt_memory_group_column="kind") if mode == "budget"
-             else dict(reinforce_ada_choice="balanced"))
-    args = AdaGRPOConfig(output_dir=str(tmp_path / "out"), num_generations=4, per_device_train_batch_size=16,
-                         max_completion_length=12, max_steps=2, learning_rate=1e-2, shuffle_dataset=False,
-                         use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, seed=0,
-                         disable_tqdm=True, prompt_memory=True, **extra)
+    dataset = Dataset.from_list(
+        [{"prompt": make_prompt(f"q{i} {KINDS[i % 4]}"), "kind": KINDS[i % 4]} for i in range(32)]
+    )
+    extra = (
+        dict(sampling_budget=6.0, prompt_memory_group_column="kind")
+        if mode == "budget"
+        else dict(reinforce_ada_choice="balanced")
+    )
+    args = AdaGRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        num_generations=4,
+        per_device_train_batch_size=16,
+        max_completion_length=12,
+        max_steps=2,
+        learning_rate=1e-2,
+        shuffle_dataset=False,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+        disable_tqdm=True,
+        prompt_memory=True,
+        **extra,
+    )
     trainer = Recorder(model=tiny_model, reward_funcs=reward, args=args, train_dataset=dataset)
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
@@ -326,26 +370,31 @@ def test_end_to_end_unscorable_rows_get_trl_semantics(tiny_model, tmp_path, mode
             [tag] = [t for t in pools if t.startswith(f"q{number} {kind} ")]
             seen_kinds.add(kind)
             pool = pools[tag]
-            texts = [tok.decode(output["completion_ids"][i][output["completion_mask"][i].bool()],
-                                skip_special_tokens=True) for i in range(g, g + 4)]
+            texts = [
+                tok.decode(output["completion_ids"][i][output["completion_mask"][i].bool()], skip_special_tokens=True)
+                for i in range(g, g + 4)
+            ]
             kept = []
             for text in texts:  # each kept completion's own reward, from the log of its prompt's pool
                 values = {repr(v) for t, v in pool if t == text}
                 assert len(values) == 1, f"{text!r} was not generated for {tag!r}, or scored twice differently"
                 kept.append(next(v for t, v in pool if t == text))
-            advantages = output["advantages"][g:g + 4].tolist()
+            advantages = output["advantages"][g : g + 4].tolist()
             num_pos, num_neg = count_signs([v for _, v in pool], 0.7)
             # Independent computation: unscorable rows 0; others r minus the positives' share of scorable samples.
             expected = [0.0 if isnan(r) else r - num_pos / (num_pos + num_neg) for r in kept]
             assert advantages == pytest.approx(expected, abs=1e-6)
             # Full groups; unscorable rows only when the scorable samples run out, and last.
             assert sum(map(isnan, kept)) == max(0, 4 - num_pos - num_neg)
-            assert all(isnan(r) for r in kept[4 - sum(map(isnan, kept)):])
+            assert all(isnan(r) for r in kept[4 - sum(map(isnan, kept)) :])
             if mode == "balanced":
                 finished = num_pos >= 2 and num_neg >= 2
                 if finished:  # it stopped at the first round where the scorable counts met the exit rule
-                    first = next(k for k in range(8, len(pool) + 1, 8)
-                                 if exit_rule(*count_signs([v for _, v in pool[:k]], 0.7), 4, "balanced"))
+                    first = next(
+                        k
+                        for k in range(8, len(pool) + 1, 8)
+                        if exit_rule(*count_signs([v for _, v in pool[:k]], 0.7), 4, "balanced")
+                    )
                     assert first == len(pool)
                 else:
                     assert len(pool) == 32  # sampled every round, never retired on samples never scored

@@ -203,7 +203,9 @@ class AdaGRPOConfig(GRPOConfig):
     )
     round_repeat: int = field(
         default=8,
-        metadata={"help": "Fresh samples drawn for each still-active prompt in each round. Must be >= num_generations."},
+        metadata={
+            "help": "Fresh samples drawn for each still-active prompt in each round. Must be >= num_generations."
+        },
     )
     global_stat_est: bool = field(
         default=True,
@@ -432,8 +434,11 @@ class AdaGRPOConfig(GRPOConfig):
             self._check_est()
         # The estimator's defaults: the authors' Ada-EMA for Est (docs/knobs.md says why), a flat prior otherwise.
         est = self.reinforce_ada_est
-        for name, plain, ada_ema in (("prompt_memory_decay", 0.5, 0.9), ("prompt_memory_prior_alpha", 1.0, 1.0),
-                                     ("prompt_memory_prior_beta", 1.0, 16.0)):
+        for name, plain, ada_ema in (
+            ("prompt_memory_decay", 0.5, 0.9),
+            ("prompt_memory_prior_alpha", 1.0, 1.0),
+            ("prompt_memory_prior_beta", 1.0, 16.0),
+        ):
             if getattr(self, name) is None:
                 setattr(self, name, ada_ema if est else plain)
         if self.advantage_estimator is None:
@@ -456,8 +461,10 @@ class AdaGRPOConfig(GRPOConfig):
             raise ValueError(f"max_rounds={self.max_rounds!r} must be an integer >= 1 (the reference uses 4).")
         # Only the rounds read round_repeat: GRPO at num_generations=16 with sampling off must not need it raised.
         if self.sampler == "reinforce_ada" and (
-                isinstance(self.round_repeat, bool) or not isinstance(self.round_repeat, int)
-                or self.round_repeat < self.num_generations):
+            isinstance(self.round_repeat, bool)
+            or not isinstance(self.round_repeat, int)
+            or self.round_repeat < self.num_generations
+        ):
             raise ValueError(
                 f"round_repeat={self.round_repeat!r} must be an integer >= num_generations ({self.num_generations}): "
                 f"one round must be able to fill a group. Set round_repeat >= {self.num_generations} (the reference "
@@ -481,8 +488,10 @@ class AdaGRPOConfig(GRPOConfig):
                 "global_stat_est=True). For GRPO-style std scaling use `scale_rewards`."
             )
 
-        if isinstance(self.max_refill_batches, bool) or not isinstance(self.max_refill_batches, int) or (
-            self.max_refill_batches < 0
+        if (
+            isinstance(self.max_refill_batches, bool)
+            or not isinstance(self.max_refill_batches, int)
+            or (self.max_refill_batches < 0)
         ):
             raise ValueError(
                 f"max_refill_batches={self.max_refill_batches!r} must be an integer >= 0 (DAPO uses 10; 0 never "
@@ -524,9 +533,7 @@ class AdaGRPOConfig(GRPOConfig):
         if isinstance(self.budget_top_up, bool) or not isinstance(self.budget_top_up, int) or self.budget_top_up < 1:
             raise ValueError(f"budget_top_up={self.budget_top_up!r} must be an integer >= 1 (default 2).")
         if not _is_number(self.budget_skip_threshold) or not 0 <= self.budget_skip_threshold <= 1:
-            raise ValueError(
-                f"budget_skip_threshold={self.budget_skip_threshold!r} must be in [0, 1] (default 0.5)."
-            )
+            raise ValueError(f"budget_skip_threshold={self.budget_skip_threshold!r} must be in [0, 1] (default 0.5).")
         if not _is_number(self.budget_skip_decay) or not 0 < self.budget_skip_decay <= 1:
             raise ValueError(f"budget_skip_decay={self.budget_skip_decay!r} must be in (0, 1] (default 0.9).")
         if not _is_number(self.budget_explore_floor) or not 0 < self.budget_explore_floor <= 1:
@@ -597,13 +604,21 @@ class AdaGRPOConfig(GRPOConfig):
             try:
                 self.sampler_kwargs = json.loads(self.sampler_kwargs)
             except json.JSONDecodeError as error:
-                raise ValueError(f"sampler_kwargs={self.sampler_kwargs!r} is not JSON ({error}): write it as "
-                                 "'{\"max_samples\": 32}'.") from None
+                raise ValueError(
+                    f"sampler_kwargs={self.sampler_kwargs!r} is not JSON ({error}): write it as "
+                    "'{\"max_samples\": 32}'."
+                ) from None
         if self.sampler_kwargs is not None and not isinstance(self.sampler_kwargs, dict):
             raise ValueError(f"sampler_kwargs={self.sampler_kwargs!r} must be a dict (or its JSON), or None.")
-        selected = [name for name, on in (("est", self.reinforce_ada_est), ("budget", self.sampling_budget is not None),
-                                          ("dapo", self.dynamic_sampling and not self.multiround_adaptive_downsampling))
-                    if on]
+        selected = [
+            name
+            for name, on in (
+                ("est", self.reinforce_ada_est),
+                ("budget", self.sampling_budget is not None),
+                ("dapo", self.dynamic_sampling and not self.multiround_adaptive_downsampling),
+            )
+            if on
+        ]
         if self.sampler is None:
             if self.reinforce_ada_est:  # Est and the budget are refused together below, naming both
                 self.sampler = "est"
@@ -614,13 +629,18 @@ class AdaGRPOConfig(GRPOConfig):
             else:
                 self.sampler = "reinforce_ada"
             return
-        switch = {"est": "reinforce_ada_est=True", "budget": f"sampling_budget={self.sampling_budget}",
-                  "dapo": "dynamic_sampling=True with multiround_adaptive_downsampling=False"}
+        switch = {
+            "est": "reinforce_ada_est=True",
+            "budget": f"sampling_budget={self.sampling_budget}",
+            "dapo": "dynamic_sampling=True with multiround_adaptive_downsampling=False",
+        }
         conflicts = [name for name in selected if name != self.sampler]
         if conflicts:
-            raise ValueError(f"sampler={self.sampler!r} conflicts with {switch[conflicts[0]]}, which selects sampler="
-                             f"{conflicts[0]!r}. Drop {switch[conflicts[0]].split(' with')[0]}, or set sampler="
-                             f"{conflicts[0]!r}.")
+            raise ValueError(
+                f"sampler={self.sampler!r} conflicts with {switch[conflicts[0]]}, which selects sampler="
+                f"{conflicts[0]!r}. Drop {switch[conflicts[0]].split(' with')[0]}, or set sampler="
+                f"{conflicts[0]!r}."
+            )
         sampler_class(self.sampler)  # an unknown name or an import path that does not import fails here, named
         if self.sampler == "grpo":
             self.multiround_adaptive_downsampling = False
@@ -646,8 +666,11 @@ class AdaGRPOConfig(GRPOConfig):
 
     def _check_est(self) -> None:
         """What cannot hold with Reinforce-Ada-Est (each error names the fix)."""
-        for name, other in (("sampling_budget", self.sampling_budget is not None),
-                            ("dynamic_sampling", self.dynamic_sampling), ("pipelined_rounds", self.pipelined_rounds)):
+        for name, other in (
+            ("sampling_budget", self.sampling_budget is not None),
+            ("dynamic_sampling", self.dynamic_sampling),
+            ("pipelined_rounds", self.pipelined_rounds),
+        ):
             if other:
                 raise ValueError(
                     f"reinforce_ada_est=True and {name} cannot be combined: Est allocates every prompt's samples up "
@@ -655,6 +678,7 @@ class AdaGRPOConfig(GRPOConfig):
                     f"{name}, or set reinforce_ada_est=False."
                 )
         self.prompt_memory = True  # Est's estimator of p_x is the prompt memory
+
     def _check_est_fields(self) -> None:
         """Est's own fields, checked whether it is on or not: a value no setting could use is a mistake."""
         if not _is_number(self.est_exponent) or not 0 <= self.est_exponent <= 1:
@@ -665,16 +689,21 @@ class AdaGRPOConfig(GRPOConfig):
         if not _is_number(self.est_epsilon) or self.est_epsilon <= 0:
             raise ValueError(f"est_epsilon={self.est_epsilon!r} must be a finite number > 0 (default 1e-6).")
         n = self.num_generations
-        if isinstance(self.est_min_samples, bool) or not isinstance(self.est_min_samples, int) or not (
-                2 <= self.est_min_samples <= n):
+        if (
+            isinstance(self.est_min_samples, bool)
+            or not isinstance(self.est_min_samples, int)
+            or not (2 <= self.est_min_samples <= n)
+        ):
             raise ValueError(
                 f"est_min_samples={self.est_min_samples!r} must be an integer in [2, num_generations={n}]: one sample "
                 "has no baseline, and every prompt must be able to get it out of an average of num_generations. "
                 "Set est_min_samples=2."
             )
         if self.est_max_samples is not None and (
-                isinstance(self.est_max_samples, bool) or not isinstance(self.est_max_samples, int)
-                or self.est_max_samples < n):
+            isinstance(self.est_max_samples, bool)
+            or not isinstance(self.est_max_samples, int)
+            or self.est_max_samples < n
+        ):
             raise ValueError(
                 f"est_max_samples={self.est_max_samples!r} must be None (no cap) or an integer >= num_generations "
                 f"({n}): the prompts get num_generations each on average."
@@ -692,16 +721,27 @@ class AdaGRPOConfig(GRPOConfig):
             ignored += [(name, why) for name in _ROUNDS_FIELDS]
         for name, why in ignored:
             if getattr(self, name) != _DEFAULTS[name]:
-                warnings.warn(f"{name}={getattr(self, name)!r} has no effect with {why}: it is ignored.", UserWarning,
-                              stacklevel=4)  # the caller of the constructor (with the lock's transformers)
+                warnings.warn(
+                    f"{name}={getattr(self, name)!r} has no effect with {why}: it is ignored.",
+                    UserWarning,
+                    stacklevel=4,
+                )  # the caller of the constructor (with the lock's transformers)
         if self.replaces_grpo_advantages and self.scale_rewards != "group":
-            pooled = " (pool_std_scaling scales the pooled ones)" if self.advantage_estimator == "reinforce_ada" else ""
+            pooled = (
+                " (pool_std_scaling scales the pooled ones)" if self.advantage_estimator == "reinforce_ada" else ""
+            )
             # TRL's frac_reward_zero_std takes the batch's std under 'batch' (Est's is recomputed per prompt).
-            metric = ("; TRL's frac_reward_zero_std still reads the batch's std" if self.scale_rewards == "batch"
-                      and not self.reinforce_ada_est else "")
-            warnings.warn(f"scale_rewards={self.scale_rewards!r} does not change the advantages of advantage_estimator="
-                          f"{self.advantage_estimator!r}: it scales GRPO's group advantages only{pooled}{metric}.",
-                          UserWarning, stacklevel=4)
+            metric = (
+                "; TRL's frac_reward_zero_std still reads the batch's std"
+                if self.scale_rewards == "batch" and not self.reinforce_ada_est
+                else ""
+            )
+            warnings.warn(
+                f"scale_rewards={self.scale_rewards!r} does not change the advantages of advantage_estimator="
+                f"{self.advantage_estimator!r}: it scales GRPO's group advantages only{pooled}{metric}.",
+                UserWarning,
+                stacklevel=4,
+            )
 
     @property
     def replaces_grpo_advantages(self) -> bool:

@@ -70,17 +70,24 @@ def load_raw_dataset(name_or_path: str, split: str = "train", local_split: str =
             raise ValueError(
                 f"split {split!r}: {name_or_path!r} is a single file, which holds one split ({local_split!r}). Give "
                 "the held-out rows as a file of their own (trl-ada-compare --eval_dataset FILE), or a data set "
-                "folder with one file per split (train.jsonl, test.jsonl).")
-        return load_dataset(_LOCAL_FORMATS[os.path.splitext(name_or_path)[1].lower()], data_files=name_or_path,
-                            split="train")
+                "folder with one file per split (train.jsonl, test.jsonl)."
+            )
+        return load_dataset(
+            _LOCAL_FORMATS[os.path.splitext(name_or_path)[1].lower()], data_files=name_or_path, split="train"
+        )
     return load_dataset(name_or_path, split=split)  # a Hub id or a local data set folder
 
 
 PROMPT_TEMPLATES = ("math", "user")
 
 
-def to_trl_dataset(raw: Dataset, prompt_template: str | None = None, problem_column: str = "problem",
-                   answer_column: str | None = None, source: str = "dataset") -> Dataset:
+def to_trl_dataset(
+    raw: Dataset,
+    prompt_template: str | None = None,
+    problem_column: str = "problem",
+    answer_column: str | None = None,
+    source: str = "dataset",
+) -> Dataset:
     """A loaded data set in GRPOTrainer's format, as a recipe asks for it with `dataset_prompt_template`:
 
     - None (the default): the data set is used as it is. It must have a `prompt` column (text or conversational);
@@ -95,18 +102,23 @@ def to_trl_dataset(raw: Dataset, prompt_template: str | None = None, problem_col
         return to_prompt_dataset(raw, problem_column, answer_column, source=source)
     if prompt_template == "user":
         if problem_column not in columns:
-            raise ValueError(f"{source}: no problem column {problem_column!r}; columns found: {columns}. Pass "
-                             "--dataset_problem_column <name>.")
+            raise ValueError(
+                f"{source}: no problem column {problem_column!r}; columns found: {columns}. Pass "
+                "--dataset_problem_column <name>."
+            )
         return raw.map(lambda row: {"prompt": [{"role": "user", "content": str(row[problem_column])}]})
     if prompt_template is not None:
-        raise ValueError(f"dataset_prompt_template={prompt_template!r}: use one of {PROMPT_TEMPLATES}, or leave it "
-                         "unset to train on the data set's own `prompt` column.")
+        raise ValueError(
+            f"dataset_prompt_template={prompt_template!r}: use one of {PROMPT_TEMPLATES}, or leave it "
+            "unset to train on the data set's own `prompt` column."
+        )
     if "prompt" not in columns:
         raise ValueError(
             f"{source}: no 'prompt' column; columns found: {columns}. GRPOTrainer trains on a 'prompt' column (text, "
             "or a list of chat messages). Add one, or set dataset_prompt_template: user (the "
             f"{problem_column!r} column as a user message) or math (the reference's \\boxed{{}} prompt, gold answer "
-            "renamed to 'answer'); --dataset_problem_column names the column.")
+            "renamed to 'answer'); --dataset_problem_column names the column."
+        )
     return raw
 
 

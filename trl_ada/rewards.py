@@ -41,8 +41,15 @@ from multiprocessing.connection import Connection, wait
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
 
-__all__ = ["boxed_math_reward", "check_gold_answers", "extract_last_boxed", "extract_last_number", "last_number_reward",
-           "shutdown_reward_pool", "verify_answer"]
+__all__ = [
+    "boxed_math_reward",
+    "check_gold_answers",
+    "extract_last_boxed",
+    "extract_last_number",
+    "last_number_reward",
+    "shutdown_reward_pool",
+    "verify_answer",
+]
 
 BOX = "\\boxed{"
 MAX_ANSWER_CHARS = 1000  # a longer boxed answer scores 0.0 without being parsed: no real answer is that long
@@ -127,8 +134,9 @@ def _score(answer: str, gold: str) -> tuple[float, str]:
     # raise_on_error only makes math-verify's swallowed exceptions visible (to count them); catching them per
     # (gold, prediction) pair below gives exactly verify()'s any-pair-matches result.
     try:
-        pred_parsed = parse(BOX + answer + "}", extraction_config=_PRED_CONFIG, parsing_timeout=None,
-                            raise_on_error=True)
+        pred_parsed = parse(
+            BOX + answer + "}", extraction_config=_PRED_CONFIG, parsing_timeout=None, raise_on_error=True
+        )
     except Exception:
         return 0.0, ERROR
     status = OK
@@ -229,7 +237,8 @@ class _Worker:
         with theirs:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", _WORKER_BOOT, os.path.abspath(__file__), str(theirs.fileno())],
-                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C goes to the trainer, which then shuts the pool down
             )
         self.conn = Connection(ours.detach())

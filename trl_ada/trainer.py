@@ -124,8 +124,10 @@ class AdaGRPOTrainer(GRPOTrainer):
         check_prompt_column(given.arguments.get("train_dataset"), given.arguments.get("environment_factory"))
         with vllm_generation_for(args):
             super().__init__(model, reward_funcs, args, *pos, **kwargs)
-        self.reward_funcs = [func if isinstance(func, torch.nn.Module) else checked_reward(func, name)
-                             for func, name in zip(self.reward_funcs, self.reward_func_names)]
+        self.reward_funcs = [
+            func if isinstance(func, torch.nn.Module) else checked_reward(func, name)
+            for func, name in zip(self.reward_funcs, self.reward_func_names)
+        ]
         self._threshold_checked = self._warned_non_binary = False
         self._reward_call_rows = 0  # completions of the reward call in progress (log_metric's weight)
         self._logged_metric_rows: dict[str, list[int]] = collections.defaultdict(list)
@@ -134,8 +136,9 @@ class AdaGRPOTrainer(GRPOTrainer):
         self._last_rewards_per_func = self._last_advantages = None  # of the kept completions, all ranks
         self._warned_extra_columns: set[str] = set()
         # What sampling carries from step to step (and every checkpoint): the memory, group prior, refill stream
-        self.prompt_memory, self.group_prior, self._refill = sampling_state(args, self.train_dataset,
-                                                                            self.shuffle_dataset)
+        self.prompt_memory, self.group_prior, self._refill = sampling_state(
+            args, self.train_dataset, self.shuffle_dataset
+        )
         # Refilled rows pass the column filter the dataloader's rows pass (`remove_unused_columns`, the Trainer's own
         # collator wrapper): a reward function gets the same keyword arguments for a refilled row as for any other.
         self._as_dataloader_rows = self._get_collator_with_removed_columns(lambda rows: rows, description="training")
@@ -183,7 +186,8 @@ class AdaGRPOTrainer(GRPOTrainer):
             if any(len(step.results[p].selected) != n for p in step.chosen):  # TRL's frac_reward_zero_std read
                 # groups of n rows; these hold N_x (Est, Knapsack)
                 self._metrics["train"]["frac_reward_zero_std"][-1] = estimators.zero_std_fraction(
-                    weighted_sum(self._last_rewards_per_func, self.reward_weights), step)
+                    weighted_sum(self._last_rewards_per_func, self.reward_weights), step
+                )
             self._log_sampling_metrics(output, memory_metrics)
         finally:
             self._step_sampling = None
@@ -192,8 +196,9 @@ class AdaGRPOTrainer(GRPOTrainer):
     def _sampling_context(self, step: StepSampling) -> SamplingContext:
         """What the sampler sees of this trainer for one generation batch (trl_ada.samplers.protocol)."""
         args, column = self.args, self.args.prompt_memory_group_column
-        posterior = remembered_posterior(args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta,
-                                         self.prompt_memory, self.group_prior)
+        posterior = remembered_posterior(
+            args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta, self.prompt_memory, self.group_prior
+        )
         keys: dict[int, int] = {}
 
         def prompt_key(prompt: int) -> int:
@@ -206,12 +211,17 @@ class AdaGRPOTrainer(GRPOTrainer):
             return batch
 
         return SamplingContext(
-            num_generations=self.num_generations, world_size=self.accelerator.num_processes,
-            global_step=self.state.global_step, seed=args.seed,
-            sample=functools.partial(self._sample_round, step), draw=functools.partial(self._draw, step),
-            row=lambda prompt: step.rows[prompt], prompt_key=prompt_key,
+            num_generations=self.num_generations,
+            world_size=self.accelerator.num_processes,
+            global_step=self.state.global_step,
+            seed=args.seed,
+            sample=functools.partial(self._sample_round, step),
+            draw=functools.partial(self._draw, step),
+            row=lambda prompt: step.rows[prompt],
+            prompt_key=prompt_key,
             pass_rate_posterior=lambda p: posterior(prompt_key(p), step.rows[p][column] if column else None),
-            begin_batch=begin_batch, memory=self.prompt_memory,
+            begin_batch=begin_batch,
+            memory=self.prompt_memory,
             run_rounds=functools.partial(sample_pipelined, self, step) if args.pipelined_rounds else None,
         )
 
@@ -219,8 +229,10 @@ class AdaGRPOTrainer(GRPOTrainer):
         """`count` prompts from the refill stream (the same ones on every rank) into the step, as the dataloader's
         rows (the Trainer's column filter applied); returns their numbers."""
         if self._refill is None:
-            raise ValueError(f"sampler={self.args.sampler!r} draws prompts from the training set, which needs a "
-                             "map-style datasets.Dataset as train_dataset.")
+            raise ValueError(
+                f"sampler={self.args.sampler!r} draws prompts from the training set, which needs a "
+                "map-style datasets.Dataset as train_dataset."
+            )
         first = len(step.rows)
         rows = [dict(self.train_dataset[index]) for index in self._refill.draw(count)]
         step.rows += self._as_dataloader_rows(rows)
@@ -248,8 +260,15 @@ class AdaGRPOTrainer(GRPOTrainer):
         round_ = plan_round(state, active, k, world)
         start = time.perf_counter()
         samples, rewards_per_func = self._rollout([state.rows[p] for p, _ in round_.share(rank)])
-        return record_round(state, round_, rank, samples, rewards_per_func,
-                            weighted_sum(rewards_per_func, self.reward_weights), time.perf_counter() - start)
+        return record_round(
+            state,
+            round_,
+            rank,
+            samples,
+            rewards_per_func,
+            weighted_sum(rewards_per_func, self.reward_weights),
+            time.perf_counter() - start,
+        )
 
     def _rollout(self, rows: list[dict[str, Any]]) -> tuple[list[Sample], torch.Tensor]:
         """One sample per row through GRPOTrainer's own rollout path; returns the samples and every rank's rewards.
@@ -339,7 +358,8 @@ class AdaGRPOTrainer(GRPOTrainer):
             # the threshold decides what counts as positive in the exit rules, the selection and the memory
             if not self._threshold_checked and (self.args.multiround_adaptive_downsampling or self.args.prompt_memory):
                 self._threshold_checked = warn_if_threshold_outside(
-                    self.args.positive_threshold, weighted_sum(rewards_per_func, self.reward_weights))
+                    self.args.positive_threshold, weighted_sum(rewards_per_func, self.reward_weights)
+                )
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
 
@@ -352,30 +372,35 @@ class AdaGRPOTrainer(GRPOTrainer):
         step = self._step_sampling
         if step is not None and step.advantages is not None:  # the sampler's own
             values = [step.advantages[p] for p in step.chosen]
-            self._last_advantages = estimators.install(output, values, self.accelerator.process_index,
-                                                       self._logs["advantages"])
+            self._last_advantages = estimators.install(
+                output, values, self.accelerator.process_index, self._logs["advantages"]
+            )
             return
         if not self.args.replaces_grpo_advantages:
             if results is not None and any(len(r.selected) != self.num_generations for r in results):
-                raise ValueError(f"sampler={self.args.sampler!r} kept groups of other sizes than num_generations and "
-                                 "gave no advantages: TRL's group statistics read groups of num_generations rows. "
-                                 "Return Selection.advantages, or set advantage_estimator='est' or 'reinforce_ada'.")
+                raise ValueError(
+                    f"sampler={self.args.sampler!r} kept groups of other sizes than num_generations and "
+                    "gave no advantages: TRL's group statistics read groups of num_generations rows. "
+                    "Return Selection.advantages, or set advantage_estimator='est' or 'reinforce_ada'."
+                )
             self._last_advantages = None  # TRL's own group statistics, already in `output`
             return
         if not self._warned_non_binary:
             self._warned_non_binary = estimators.warn_if_not_binary(self.args, results or [])
         rewards = weighted_sum(self._last_rewards_per_func, self.reward_weights).tolist()
         values = estimators.step_advantages(self.args, rewards, self.num_generations, results)
-        self._last_advantages = estimators.install(output, values, self.accelerator.process_index,
-                                                   self._logs["advantages"])
+        self._last_advantages = estimators.install(
+            output, values, self.accelerator.process_index, self._logs["advantages"]
+        )
 
     def _log_sampling_metrics(self, output: dict[str, Any], memory_metrics: dict[str, float]) -> None:
         advantages = self._last_advantages  # None: TRL's statistics, of which only this rank's slice is at hand
         advantages = self.accelerator.gather(output["advantages"]) if advantages is None else advantages
         refills = self.args.sampling_budget is not None or self.args.dynamic_sampling
         epochs_drawn = self._prompts_drawn / len(self.train_dataset) if refills else None
-        metrics = step_metrics(self._step_sampling, advantages, self.num_generations,
-                               self.args.sampling_budget is not None, epochs_drawn)
+        metrics = step_metrics(
+            self._step_sampling, advantages, self.num_generations, self.args.sampling_budget is not None, epochs_drawn
+        )
         for name, value in {**metrics, **memory_metrics}.items():
             self._metrics["train"][name].append(value)
 
@@ -393,9 +418,16 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _update_prompt_memory(self, step: StepSampling) -> dict[str, float]:
         keys = [self._prompt_key(step, prompt) for prompt in step.results] if self.prompt_memory is not None else []
-        return prompt_keys.observe(step, keys, self.prompt_memory, self.group_prior,
-                                   self.args.prompt_memory_group_column, self.args.positive_threshold,
-                                   self.num_generations, self.state.global_step)
+        return prompt_keys.observe(
+            step,
+            keys,
+            self.prompt_memory,
+            self.group_prior,
+            self.args.prompt_memory_group_column,
+            self.args.positive_threshold,
+            self.num_generations,
+            self.state.global_step,
+        )
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)

@@ -29,7 +29,7 @@ HARD, MEDIUM = 32, 16
 
 
 def canonical(problem: str) -> tuple:
-    """"What is 7 + 5 + 8?" -> ("+", 5, 7, 8): the question up to the order of commuting operands."""
+    """ "What is 7 + 5 + 8?" -> ("+", 5, 7, 8): the question up to the order of commuting operands."""
     expression = problem.removeprefix("What is ").removesuffix("?")
     for operator in ("+", "x"):
         if f" {operator} " in expression:
@@ -40,8 +40,12 @@ def canonical(problem: str) -> tuple:
 
 def row(record: dict) -> dict:
     """A row as GRPOTrainer takes it: a conversational `prompt`; `answer` for the reward; `problem`, `kind` kept."""
-    return {"prompt": [{"role": "user", "content": record["problem"]}], "answer": record["answer"],
-            "problem": record["problem"], "kind": record["kind"]}
+    return {
+        "prompt": [{"role": "user", "content": record["problem"]}],
+        "answer": record["answer"],
+        "problem": record["problem"],
+        "kind": record["kind"],
+    }
 
 
 def build() -> dict[str, list[dict]]:

@@ -41,8 +41,13 @@ from trl_ada.cli.report import compare
 
 # What plan.md registers. Changing any of these after the first confirmatory result is a deviation from the plan.
 RECIPE = "recipes/SmolLM2-135M-Instruct/hard_grpo.yaml"
-SHARED = ["dataset_name=benchmarks/compute_study/train.jsonl", "use_vllm=true", "vllm_mode=colocate",
-          "vllm_enable_sleep_mode=false", "vllm_importance_sampling_correction=false"]
+SHARED = [
+    "dataset_name=benchmarks/compute_study/train.jsonl",
+    "use_vllm=true",
+    "vllm_mode=colocate",
+    "vllm_enable_sleep_mode=false",
+    "vllm_importance_sampling_correction=false",
+]
 ARMS = {  # name: overrides of the recipe (4 prompts a step throughout: per_device_train_batch_size = 4 x n)
     "grpo_n4": [],
     "budget4": ["multiround_adaptive_downsampling=true", "sampling_budget=4", "prompt_memory=true"],
@@ -89,36 +94,63 @@ def comparison(results, arm, baseline, key, window, registered=None):
 
     seeds = sorted(set(results[arm]) & set(results[baseline]))
     missing = sorted(set(registered or seeds) - set(seeds))  # registered, with no record in one arm or both
-    scores = {(name, s): endpoints.window_items(results[name][s]["curve"], "tokens", low, high, points, key)
-              for name in (arm, baseline) for s in seeds}  # each run's window, read once
+    scores = {
+        (name, s): endpoints.window_items(results[name][s]["curve"], "tokens", low, high, points, key)
+        for name in (arm, baseline)
+        for s in seeds
+    }  # each run's window, read once
     short = [s for s in seeds if scores[arm, s] is None or scores[baseline, s] is None]  # unfinished or cut
     unpaired = sorted(set(results[arm]) ^ set(results[baseline]))
     done = [s for s in seeds if s not in short]
     if not done:
-        return {"arm": arm, "baseline": baseline, "not_run": True, "why": f"no seed through the window (short: {short})"}
-    out = endpoints.window_difference({s: results[arm][s] for s in done}, {s: results[baseline][s] for s in done},
-                                      "tokens", low, high, points, key=key)
+        return {
+            "arm": arm,
+            "baseline": baseline,
+            "not_run": True,
+            "why": f"no seed through the window (short: {short})",
+        }
+    out = endpoints.window_difference(
+        {s: results[arm][s] for s in done},
+        {s: results[baseline][s] for s in done},
+        "tokens",
+        low,
+        high,
+        points,
+        key=key,
+    )
     per_seed = [float(np.mean(scores[arm, s] - scores[baseline, s])) for s in done]
-    compared = compare({arm: {s: results[arm][s] for s in done}, baseline: {s: results[baseline][s] for s in done}},
-                       [baseline, arm])["arms"][arm]
+    compared = compare(
+        {arm: {s: results[arm][s] for s in done}, baseline: {s: results[baseline][s] for s in done}}, [baseline, arm]
+    )["arms"][arm]
     by_step = [row for row in compared["equal_steps"] if row["seeds"] == len(done)]  # the last step every pair reached
     # Descriptive, on the hard set (trl-ada-compare's report reads "items"): each pair at equal optimizer steps,
     # generated completions, trained tokens and modelled GPU cost.
     descriptive = {axis: compared.get(axis) for axis in DESCRIPTIVE} if key == "items" else None
-    return {"arm": arm, "baseline": baseline, "held_out": key, **out, "short": short, "unpaired": unpaired,
-            "missing": missing, "descriptive": descriptive,
-            "per_seed": per_seed, "equal_steps": by_step[-1] if by_step and key == "items" else None,
-            "seed_sd": float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else None,
-            "resumed": sorted({f"{name}-seed{s}" for name in (arm, baseline) for s in done
-                               if results[name][s].get("resumed_at")})}
+    return {
+        "arm": arm,
+        "baseline": baseline,
+        "held_out": key,
+        **out,
+        "short": short,
+        "unpaired": unpaired,
+        "missing": missing,
+        "descriptive": descriptive,
+        "per_seed": per_seed,
+        "equal_steps": by_step[-1] if by_step and key == "items" else None,
+        "seed_sd": float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else None,
+        "resumed": sorted(
+            {f"{name}-seed{s}" for name in (arm, baseline) for s in done if results[name][s].get("resumed_at")}
+        ),
+    }
 
 
 def analyse(results: dict[str, dict[int, dict]], seeds: list[int] | None = None) -> dict:
     """The registered endpoints from a stage's records (arm -> seed -> record). With `seeds` (the stage's registered
     ones), a record of any other seed is set aside and named (`not_registered`), and each comparison names the
     registered seeds it lacks (`missing`)."""
-    not_registered = sorted(f"{arm}-seed{s}" for arm, by_seed in results.items() for s in by_seed
-                            if seeds is not None and s not in seeds)
+    not_registered = sorted(
+        f"{arm}-seed{s}" for arm, by_seed in results.items() for s in by_seed if seeds is not None and s not in seeds
+    )
     if seeds is not None:
         results = {arm: {s: r for s, r in by_seed.items() if s in seeds} for arm, by_seed in results.items()}
     primary = comparison(results, *PRIMARY, registered=seeds)
@@ -136,22 +168,44 @@ def analyse(results: dict[str, dict[int, dict]], seeds: list[int] | None = None)
     plateaus = {}
     for arm in BASELINES:
         reached = {s: r for s, r in results.get(arm, {}).items() if r["curve"][-1]["tokens"] >= BUDGET}
-        named = {"short": sorted(set(results.get(arm, {})) - set(reached)),
-                 "missing": sorted(set(seeds or []) - set(results.get(arm, {})))}  # registered, no record
+        named = {
+            "short": sorted(set(results.get(arm, {})) - set(reached)),
+            "missing": sorted(set(seeds or []) - set(results.get(arm, {}))),
+        }  # registered, no record
         if reached:  # a seed whose line cannot be fitted is named in the rule's `unreadable`
             plateaus[arm] = {**endpoints.plateau(reached, BUDGET, HELD_OUT_TOLERANCE, REWARD_TOLERANCE), **named}
         else:
             plateaus[arm] = {"plateaued": None, "not_run": True, **named}
-    runs = {arm: {s: {"steps": r["steps"], "tokens": r["generated_tokens"], "resumed_at": r.get("resumed_at"),
-                      "cut": bool(r.get("cut")), "train_hours": r["train_seconds"] / 3600,
-                      "eval_hours": r.get("eval_seconds", 0) / 3600}
-                  for s, r in sorted(by_seed.items())} for arm, by_seed in sorted(results.items())}
-    return {"plan": {"budget": BUDGET, "window": WINDOW, "points": POINTS, "held_out_tolerance": HELD_OUT_TOLERANCE,
-                     "reward_tolerance": REWARD_TOLERANCE},
-            "not_registered": not_registered,
-            "primary": primary, "secondary": secondary, "exploratory": exploratory, "plateau": plateaus,
-            "runs": runs, "cpu_hours": sum(r["train_hours"] + r["eval_hours"] for a in runs.values()
-                                           for r in a.values())}
+    runs = {
+        arm: {
+            s: {
+                "steps": r["steps"],
+                "tokens": r["generated_tokens"],
+                "resumed_at": r.get("resumed_at"),
+                "cut": bool(r.get("cut")),
+                "train_hours": r["train_seconds"] / 3600,
+                "eval_hours": r.get("eval_seconds", 0) / 3600,
+            }
+            for s, r in sorted(by_seed.items())
+        }
+        for arm, by_seed in sorted(results.items())
+    }
+    return {
+        "plan": {
+            "budget": BUDGET,
+            "window": WINDOW,
+            "points": POINTS,
+            "held_out_tolerance": HELD_OUT_TOLERANCE,
+            "reward_tolerance": REWARD_TOLERANCE,
+        },
+        "not_registered": not_registered,
+        "primary": primary,
+        "secondary": secondary,
+        "exploratory": exploratory,
+        "plateau": plateaus,
+        "runs": runs,
+        "cpu_hours": sum(r["train_hours"] + r["eval_hours"] for a in runs.values() for r in a.values()),
+    }
 
 
 def line(name: str, c: dict) -> str:
@@ -162,53 +216,78 @@ def line(name: str, c: dict) -> str:
     notes = f"; resumed: {', '.join(c['resumed'])}" if c["resumed"] else ""
     notes += f"; short of the window, left out: seeds {c['short']}" if c["short"] else ""
     notes += f"; missing: seeds {c['missing']}" if c.get("missing") else ""
-    steps = "-" if c["equal_steps"] is None else f"{paired.describe(c['equal_steps'])} at step {c['equal_steps']['step']}"
+    steps = (
+        "-" if c["equal_steps"] is None else f"{paired.describe(c['equal_steps'])} at step {c['equal_steps']['step']}"
+    )
     return f"| {name} | {len(c['seeds'])} | {paired.describe(c)} (p {c['p']:.3f}{holm}{sd}{notes}) | {steps} |"
 
 
 def plateau_line(arm: str, p: dict) -> str:
-    named = ((f" (short of the budget, left out: seeds {p['short']})" if p["short"] else "")
-             + (f" (missing: seeds {p['missing']})" if p["missing"] else ""))
+    named = (f" (short of the budget, left out: seeds {p['short']})" if p["short"] else "") + (
+        f" (missing: seeds {p['missing']})" if p["missing"] else ""
+    )
     if p.get("not_run"):
         return f"Plateau of {arm}: no run reached the budget{named}"
 
     def rise(value, points):
         return "-" if value is None else f"{100 * value:+.1f} pt" if points else f"{value:+.3f}"
 
-    seeds = ", ".join(f"{s}: {rise(r['held_out'], True)} / {rise(r['reward'], False)}"
-                      for s, r in p["per_seed"].items())
-    bounds = " / ".join("unreadable" if q is None else rise(q["upper"], name == "held_out")
-                        for name, q in p["over_seeds"].items())
+    seeds = ", ".join(
+        f"{s}: {rise(r['held_out'], True)} / {rise(r['reward'], False)}" for s, r in p["per_seed"].items()
+    )
+    bounds = " / ".join(
+        "unreadable" if q is None else rise(q["upper"], name == "held_out") for name, q in p["over_seeds"].items()
+    )
     verdict = {True: "plateaued", False: "NOT plateaued", None: "unreadable"}[p["plateaued"]]
-    unreadable = "; ".join(f"{name} line unreadable (fewer than 3 points in the quarter), left out: seeds {seeds_}"
-                           for name, seeds_ in p["unreadable"].items() if seeds_)
-    return (f"Plateau of {arm} at {BUDGET:,} tokens (fitted rise across the last quarter, held-out / reward; "
-            f"tolerances +{100 * HELD_OUT_TOLERANCE:.0f} pt / +{REWARD_TOLERANCE}): per seed {seeds}; "
-            f"{p['seeds_plateaued']} of {len(p['per_seed'])} seeds within; over resampled seeds, upper 95% "
-            f"{bounds}: {verdict}" + (f" ({unreadable})" if unreadable else "") + named)
+    unreadable = "; ".join(
+        f"{name} line unreadable (fewer than 3 points in the quarter), left out: seeds {seeds_}"
+        for name, seeds_ in p["unreadable"].items()
+        if seeds_
+    )
+    return (
+        f"Plateau of {arm} at {BUDGET:,} tokens (fitted rise across the last quarter, held-out / reward; "
+        f"tolerances +{100 * HELD_OUT_TOLERANCE:.0f} pt / +{REWARD_TOLERANCE}): per seed {seeds}; "
+        f"{p['seeds_plateaued']} of {len(p['per_seed'])} seeds within; over resampled seeds, upper 95% "
+        f"{bounds}: {verdict}" + (f" ({unreadable})" if unreadable else "") + named
+    )
 
 
 def print_tables(report: dict) -> None:
     before = report["plateau"].get("grpo_n4", {}).get("plateaued") is False
-    print(f"\nPoints of held-out greedy accuracy, arm minus baseline, mean over generated tokens "
-          f"{WINDOW[0]:,}-{WINDOW[1]:,} ({POINTS} positions); 95% bootstrap over seeds and questions (with eight "
-          "seeds a percentile bootstrap is about 7% narrower than a t interval over seeds).\n")
-    print("| comparison | seeds | at equal generated tokens (the window) | at equal optimizer steps (descriptive) |\n"
-          "|---|---:|---|---|")
-    print(line("PRIMARY budget4 vs grpo_n4, hard, window" + (", BEFORE grpo_n4's plateau" if before else ""),
-               report["primary"]))
+    print(
+        f"\nPoints of held-out greedy accuracy, arm minus baseline, mean over generated tokens "
+        f"{WINDOW[0]:,}-{WINDOW[1]:,} ({POINTS} positions); 95% bootstrap over seeds and questions (with eight "
+        "seeds a percentile bootstrap is about 7% narrower than a t interval over seeds).\n"
+    )
+    print(
+        "| comparison | seeds | at equal generated tokens (the window) | at equal optimizer steps (descriptive) |\n"
+        "|---|---:|---|---|"
+    )
+    print(
+        line(
+            "PRIMARY budget4 vs grpo_n4, hard, window" + (", BEFORE grpo_n4's plateau" if before else ""),
+            report["primary"],
+        )
+    )
     for name, c in report["secondary"].items():
         print(line(name, c))
     for arm, c in report["exploratory"].items():
         print(line(f"(exploratory) {arm} vs grpo_n4, hard, window", c))
-    print("\nDescriptive, hard set, at the last point each pair shares:\n\n"
-          "| pair | equal completions | equal trained tokens | equal modelled GPU cost |\n|---|---|---|---|")
+    print(
+        "\nDescriptive, hard set, at the last point each pair shares:\n\n"
+        "| pair | equal completions | equal trained tokens | equal modelled GPU cost |\n|---|---|---|---|"
+    )
     pairs = [report["primary"], report["secondary"]["est_n8 vs grpo_n8, hard, window"]]
     for c in pairs:
         if not c.get("not_run"):
-            print(f"| {c['arm']} vs {c['baseline']} | "
-                  + " | ".join("-" if c["descriptive"][axis] is None else paired.describe(c["descriptive"][axis])
-                               for axis in DESCRIPTIVE) + " |")
+            print(
+                f"| {c['arm']} vs {c['baseline']} | "
+                + " | ".join(
+                    "-" if c["descriptive"][axis] is None else paired.describe(c["descriptive"][axis])
+                    for axis in DESCRIPTIVE
+                )
+                + " |"
+            )
     for arm, p in report["plateau"].items():
         print("\n" + plateau_line(arm, p))
     if report["not_registered"]:
@@ -228,27 +307,46 @@ def plot(results: dict[str, dict[int, dict]], path: str) -> None:
             for record in by_seed.values():
                 xs = [p["tokens"] for p in record["curve"] if key in p]
                 ys = [p[key] for p in record["curve"] if key in p]
-                ax.plot(xs, ys, color=f"C{i}", alpha=0.25, linewidth=0.8,
-                        linestyle="--" if record.get("resumed_at") else "-")  # a resumed run is drawn dashed
+                ax.plot(
+                    xs,
+                    ys,
+                    color=f"C{i}",
+                    alpha=0.25,
+                    linewidth=0.8,
+                    linestyle="--" if record.get("resumed_at") else "-",
+                )  # a resumed run is drawn dashed
                 curves.append(np.interp(grid, xs, ys, right=np.nan))
             if curves:
-                ax.plot(grid, np.nanmean(curves, axis=0), color=f"C{i}", linewidth=2,
-                        label=f"{arm} ({len(curves)} seed{'s' * (len(curves) > 1)})")
+                ax.plot(
+                    grid,
+                    np.nanmean(curves, axis=0),
+                    color=f"C{i}",
+                    linewidth=2,
+                    label=f"{arm} ({len(curves)} seed{'s' * (len(curves) > 1)})",
+                )
     for ax, title in zip(axes, ("held-out hard (test_hard), greedy", "held-out easy (test_easy), greedy")):
         ax.axvspan(*WINDOW, color="0.9", zorder=0)
         ax.set_xlabel("generated tokens")
         ax.set_title(title)
     axes[0].set_ylabel("accuracy")
     axes[0].legend(fontsize=8)
-    fig.suptitle("Compute study: accuracy against generated tokens (thin: a seed, dashed if resumed; thick: the mean; "
-                 "grey: the window)")
+    fig.suptitle(
+        "Compute study: accuracy against generated tokens (thin: a seed, dashed if resumed; thick: the mean; "
+        "grey: the window)"
+    )
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
 
 
-def command(stage: str, arms: list[str] | None = None, seeds: list[int] | None = None, jobs: int = 1,
-            deadline_s: float | None = None, output_dir: str | None = None) -> list[str]:
+def command(
+    stage: str,
+    arms: list[str] | None = None,
+    seeds: list[int] | None = None,
+    jobs: int = 1,
+    deadline_s: float | None = None,
+    output_dir: str | None = None,
+) -> list[str]:
     """The trl-ada-compare arguments of a stage (or of some of its arms and seeds)."""
     stage_arms, stage_seeds, stage_dir = STAGES[stage]
     unknown = sorted(set(arms or []) - set(stage_arms)) + sorted(set(seeds or []) - set(stage_seeds))
@@ -257,10 +355,30 @@ def command(stage: str, arms: list[str] | None = None, seeds: list[int] | None =
     argv = ["--config", RECIPE, "--set", *SHARED]
     for name in arms or stage_arms:
         argv += ["--arm", name, *ARMS[name]]
-    argv += ["--seeds", *map(str, seeds or stage_seeds), "--max_steps", "1000", "--max_tokens", str(BUDGET),
-             "--eval_every", "16", "--eval_dataset", "benchmarks/compute_study/test_hard.jsonl",
-             "--eval_extra_dataset", "benchmarks/compute_study/test_easy.jsonl", "--eval_examples", "256",
-             "--eval_k", "0", "--threads", "1", "--jobs", str(jobs), "--output_dir", output_dir or stage_dir]
+    argv += [
+        "--seeds",
+        *map(str, seeds or stage_seeds),
+        "--max_steps",
+        "1000",
+        "--max_tokens",
+        str(BUDGET),
+        "--eval_every",
+        "16",
+        "--eval_dataset",
+        "benchmarks/compute_study/test_hard.jsonl",
+        "--eval_extra_dataset",
+        "benchmarks/compute_study/test_easy.jsonl",
+        "--eval_examples",
+        "256",
+        "--eval_k",
+        "0",
+        "--threads",
+        "1",
+        "--jobs",
+        str(jobs),
+        "--output_dir",
+        output_dir or stage_dir,
+    ]
     return argv + (["--deadline_s", str(deadline_s)] if deadline_s is not None else [])
 
 
@@ -286,14 +404,22 @@ def status(stage: str, output_dir: str | None = None) -> dict[str, dict[int, str
                 table[arm][seed] = f"cut ({where}; a rerun continues it)"
             else:
                 table[arm][seed] = f"cut ({where}; its checkpoint is gone: a rerun trains it anew)"
-    counts = {state: sum(v.startswith(state) for row in table.values() for v in row.values())
-              for state in ("done", "cut", "to run")}
+    counts = {
+        state: sum(v.startswith(state) for row in table.values() for v in row.values())
+        for state in ("done", "cut", "to run")
+    }
     for arm, row in table.items():
         waiting = [seed for seed, state in row.items() if state == "to run"]
-        print(f"{arm}:" + "".join(f"\n  seed {seed}: {state}" for seed, state in row.items() if state != "to run")
-              + (f"\n  to run: seeds {', '.join(map(str, waiting))}" if waiting else ""))
-    print(f"{stage} in {output_dir}: " + ", ".join(f"{n} {state}" for state, n in counts.items())
-          + f"; {hours:.1f} CPU-hours in its records")
+        print(
+            f"{arm}:"
+            + "".join(f"\n  seed {seed}: {state}" for seed, state in row.items() if state != "to run")
+            + (f"\n  to run: seeds {', '.join(map(str, waiting))}" if waiting else "")
+        )
+    print(
+        f"{stage} in {output_dir}: "
+        + ", ".join(f"{n} {state}" for state, n in counts.items())
+        + f"; {hours:.1f} CPU-hours in its records"
+    )
     return table
 
 
@@ -314,8 +440,12 @@ def main(argv=None) -> dict | list[str]:
     p = sub.add_parser("analyse", help="the registered endpoints from a stage's results")
     p.add_argument("output_dir", help="a trl-ada-compare --output_dir (its results/ folder is read)")
     p.add_argument("--out", required=True, help="writes <out>.json and <out>.png")
-    p.add_argument("--stage", default="confirm", choices=sorted(STAGES),
-                   help="whose registered seeds are analysed (default: confirm); records of others are set aside")
+    p.add_argument(
+        "--stage",
+        default="confirm",
+        choices=sorted(STAGES),
+        help="whose registered seeds are analysed (default: confirm); records of others are set aside",
+    )
     args = parser.parse_args(argv)
     if args.action in ("run", "command"):
         compare_argv = command(args.stage, args.arms, args.seeds, args.jobs, args.deadline_s, args.output_dir)
@@ -326,13 +456,19 @@ def main(argv=None) -> dict | list[str]:
         from trl_ada.cli.compare import main as compare_main
 
         if os.path.realpath(os.getcwd()) != os.path.realpath(REPO) or not trl_ada.__file__.startswith(REPO):
-            raise SystemExit(f"run the study from the root of the clone that holds it ({REPO}), so that its runs "
-                             f"use that clone's package and paths (now: cwd {os.getcwd()}, trl_ada {trl_ada.__file__})")
+            raise SystemExit(
+                f"run the study from the root of the clone that holds it ({REPO}), so that its runs "
+                f"use that clone's package and paths (now: cwd {os.getcwd()}, trl_ada {trl_ada.__file__})"
+            )
         commit = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True).stdout.strip()
-        print(f"[study] {args.stage}: trl_ada from {os.path.dirname(trl_ada.__file__)}, commit {commit.strip()}"
-              f"{' with uncommitted changes' if dirty else ''}", flush=True)
+        dirty = subprocess.run(
+            ["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ).stdout.strip()
+        print(
+            f"[study] {args.stage}: trl_ada from {os.path.dirname(trl_ada.__file__)}, commit {commit.strip()}"
+            f"{' with uncommitted changes' if dirty else ''}",
+            flush=True,
+        )
         return compare_main(compare_argv)
     if args.action == "status":
         return status(args.stage, args.output_dir)

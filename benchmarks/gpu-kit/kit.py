@@ -81,18 +81,36 @@ CARRY_OVER_IMAGE = {"transformers": ["fsspec==2026.9.0"], "vllm": ["typing-exten
 # MLA kernels, video codecs, numba) and their own tails (about 560 MiB): carried after the core, and only if the core
 # alone fails to import or to generate (run.sh says so). numpy is among them: vllm's tail caps it below 2.4 (numba,
 # mistral-common) while the image has 2.5.2, which the core keeps.
-EXTRAS_ROOTS = ["tokenspeed-mla", "humming-kernels", "nvidia-cutlass-dsl", "quack-kernels", "tilelang",
-                "pynvvideocodec", "torchcodec", "fastsafetensors", "numba", "nvidia-cudnn-frontend", "nvtx", "numpy"]
+EXTRAS_ROOTS = [
+    "tokenspeed-mla",
+    "humming-kernels",
+    "nvidia-cutlass-dsl",
+    "quack-kernels",
+    "tilelang",
+    "pynvvideocodec",
+    "torchcodec",
+    "fastsafetensors",
+    "numba",
+    "nvidia-cudnn-frontend",
+    "nvtx",
+    "numpy",
+]
 # The vllm wheel travels slimmed (issue 44): without what vLLM's CUDA path never loads for a dense model on a Hopper
 # GPU, measured on the stand-in image with the platform forced to CUDA sm_90 (benchmarks/gpu-kit/vllm-core-notes.md):
 # FlashAttention 2 (FA3 is Hopper's default; FA2 serves older GPUs and ALiBi), the MoE kernels (MoE models), the Rust
 # frontend (`vllm serve` only), DeepGEMM (FP8 block-quantized models) and the SM100 attention kernels (Blackwell).
 # The core tar: 355.5 MiB in 6 pieces with the whole wheel, 167.9 MiB in 3 slimmed.
-SLIM_VLLM_DROP = ["vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so", "vllm/_moe_C_stable_libtorch.abi3.so", "vllm/vllm-rs",
-                  "vllm/third_party/deep_gemm/", "vllm/third_party/fmha_sm100/"]
+SLIM_VLLM_DROP = [
+    "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so",
+    "vllm/_moe_C_stable_libtorch.abi3.so",
+    "vllm/vllm-rs",
+    "vllm/third_party/deep_gemm/",
+    "vllm/third_party/fmha_sm100/",
+]
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(17, 36)] + ["manylinux2014_x86_64", "manylinux1_x86_64"]
 TARGET = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312"] + [
-    a for p in PLATFORMS for a in ("--platform", p)]
+    a for p in PLATFORMS for a in ("--platform", p)
+]
 
 
 def canonical(name: str) -> str:
@@ -120,11 +138,18 @@ def python312() -> str:
     candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")), reverse=True)
     candidates += [shutil.which("python3.12") or ""]
     for c in candidates:
-        if c and subprocess.run([c, "-c", "import sys; assert sys.version_info[:2] == (3, 12)"],
-                                capture_output=True).returncode == 0:
+        if (
+            c
+            and subprocess.run(
+                [c, "-c", "import sys; assert sys.version_info[:2] == (3, 12)"], capture_output=True
+            ).returncode
+            == 0
+        ):
             return c
-    sys.exit("kit: no Python 3.12 interpreter here (set PY312=/path/to/python3.12): markers must be evaluated as on "
-             "the device's Python 3.12")
+    sys.exit(
+        "kit: no Python 3.12 interpreter here (set PY312=/path/to/python3.12): markers must be evaluated as on "
+        "the device's Python 3.12"
+    )
 
 
 def project_requirements() -> list[str]:
@@ -182,8 +207,14 @@ def stub_env(path: str) -> str:
     return python
 
 
-def dry_run(python: str, requirements: list[str], report: str, offline_dirs: list[str] | None = None,
-            constraints: list[str] | None = None, no_deps: bool = False) -> dict:
+def dry_run(
+    python: str,
+    requirements: list[str],
+    report: str,
+    offline_dirs: list[str] | None = None,
+    constraints: list[str] | None = None,
+    no_deps: bool = False,
+) -> dict:
     cmd = [python, "-m", "pip", "install", "--dry-run", "--quiet", "--report", report] + TARGET
     cmd += ["--no-deps"] if no_deps else []
     if offline_dirs is not None:
@@ -193,8 +224,14 @@ def dry_run(python: str, requirements: list[str], report: str, offline_dirs: lis
         open(cfile, "w").write("\n".join(constraints) + "\n")
         cmd += ["-c", cfile]
     cmd += requirements
-    print("$ " + " ".join(c if " " not in c else repr(c) for c in cmd[:1] + ["-m pip install --dry-run ..."]
-                          + cmd[len(cmd) - len(requirements):]), flush=True)
+    print(
+        "$ "
+        + " ".join(
+            c if " " not in c else repr(c)
+            for c in cmd[:1] + ["-m pip install --dry-run ..."] + cmd[len(cmd) - len(requirements) :]
+        ),
+        flush=True,
+    )
     done = subprocess.run(cmd, env=pip_env(), capture_output=True, text=True)
     if done.returncode != 0:
         print(done.stdout[-4000:], done.stderr[-6000:], sep="\n")
@@ -208,9 +245,16 @@ def installs(report: dict) -> list[dict]:
         meta, info = item["metadata"], item["download_info"]
         url = info["url"]
         hashes = info.get("archive_info", {}).get("hashes", {})
-        rows.append({"name": canonical(meta["name"]), "version": meta["version"], "file": url.rsplit("/", 1)[-1],
-                     "url": url, "sha256": hashes.get("sha256") or info.get("archive_info", {}).get("hash", "=")
-                     .split("=", 1)[-1], "requires_dist": meta.get("requires_dist", [])})
+        rows.append(
+            {
+                "name": canonical(meta["name"]),
+                "version": meta["version"],
+                "file": url.rsplit("/", 1)[-1],
+                "url": url,
+                "sha256": hashes.get("sha256") or info.get("archive_info", {}).get("hash", "=").split("=", 1)[-1],
+                "requires_dist": meta.get("requires_dist", []),
+            }
+        )
     return sorted(rows, key=lambda r: r["name"])
 
 
@@ -233,9 +277,15 @@ def cmd_lock(args) -> None:
         if r["name"] in image:  # the image has it, at a version some carried wheel does not accept: carried too
             r["shadows_image"] = "%s (%s)" % image[r["name"]]
         wheels.append(r)
-    lock = {"python": "3.12", "platforms": PLATFORMS, "roots": STAGES, "project_requirements": project_requirements(),
-            "carried_over_image": CARRY_OVER_IMAGE,
-            "image": "benchmarks/gpu-kit/image.txt", "wheels": wheels}
+    lock = {
+        "python": "3.12",
+        "platforms": PLATFORMS,
+        "roots": STAGES,
+        "project_requirements": project_requirements(),
+        "carried_over_image": CARRY_OVER_IMAGE,
+        "image": "benchmarks/gpu-kit/image.txt",
+        "wheels": wheels,
+    }
     json.dump(lock, open(LOCK, "w"), indent=1)
     for stage in STAGES:
         print(f"{stage}: {sum(w['stage'] == stage for w in wheels)} wheels")
@@ -254,9 +304,17 @@ def cmd_lock_compare(args) -> None:
     print(f"compare: {len(rows)} wheels locked ({', '.join(r['file'] for r in rows)})")
 
 
-MARKER_ENV = {"python_version": "3.12", "python_full_version": "3.12.3", "platform_machine": "x86_64",
-              "platform_system": "Linux", "sys_platform": "linux", "os_name": "posix", "implementation_name": "cpython",
-              "platform_python_implementation": "CPython", "extra": ""}
+MARKER_ENV = {
+    "python_version": "3.12",
+    "python_full_version": "3.12.3",
+    "platform_machine": "x86_64",
+    "platform_system": "Linux",
+    "sys_platform": "linux",
+    "os_name": "posix",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "extra": "",
+}
 
 
 def closure(wheels: dict[str, dict], roots: list[str]) -> set[str]:
@@ -272,7 +330,9 @@ def closure(wheels: dict[str, dict], roots: list[str]) -> set[str]:
         seen.add((name, extras))
         for req in wheels[name]["requires_dist"]:
             parsed = Requirement(req)
-            if parsed.marker is None or any(parsed.marker.evaluate({**MARKER_ENV, "extra": e}) for e in ("",) + extras):
+            if parsed.marker is None or any(
+                parsed.marker.evaluate({**MARKER_ENV, "extra": e}) for e in ("",) + extras
+            ):
                 stack.append((canonical(parsed.name), tuple(sorted(parsed.extras))))
     return {name for name, _ in seen}
 
@@ -282,8 +342,11 @@ def split_vllm(lock: dict) -> tuple[list[dict], list[dict]]:
     from packaging.requirements import Requirement
 
     wheels = {w["name"]: w for w in lock["wheels"]}
-    vllm_direct = [r for r in wheels["vllm"]["requires_dist"]
-                   if Requirement(r).marker is None or Requirement(r).marker.evaluate(MARKER_ENV)]
+    vllm_direct = [
+        r
+        for r in wheels["vllm"]["requires_dist"]
+        if Requirement(r).marker is None or Requirement(r).marker.evaluate(MARKER_ENV)
+    ]
     core_roots = [r for r in vllm_direct if canonical(Requirement(r).name) not in EXTRAS_ROOTS]
     extras_roots = [r for r in vllm_direct if canonical(Requirement(r).name) in EXTRAS_ROOTS] + ["numpy"]
     # the core's own closure, without walking into the extras' roots
@@ -304,16 +367,38 @@ def cmd_download(args) -> None:
         folder = os.path.join(WHEELS, stage)
         os.makedirs(folder, exist_ok=True)
         wanted = [w for w in lock["wheels"] if w["stage"] == stage]
-        todo = [w for w in wanted if not (os.path.exists(os.path.join(folder, w["file"]))
-                                          and sha256(os.path.join(folder, w["file"])) == w["sha256"])]
+        todo = [
+            w
+            for w in wanted
+            if not (
+                os.path.exists(os.path.join(folder, w["file"]))
+                and sha256(os.path.join(folder, w["file"])) == w["sha256"]
+            )
+        ]
         if todo:
             reqs = os.path.join(DEVICE, f"requirements-{stage}.txt")
             with open(reqs, "w") as f:
                 for w in todo:
                     f.write(f"{w['name']}=={w['version']} --hash=sha256:{w['sha256']}\n")
             print(f"downloading {len(todo)} of {len(wanted)} {stage} wheels", flush=True)
-            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes",
-                            "-d", folder, "-r", reqs] + TARGET, env=pip_env(), check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--no-deps",
+                    "--require-hashes",
+                    "-d",
+                    folder,
+                    "-r",
+                    reqs,
+                ]
+                + TARGET,
+                env=pip_env(),
+                check=True,
+            )
         names = {w["file"] for w in wanted}
         for extra in set(os.listdir(folder)) - names:  # a stale file would enter a piece: never
             os.remove(os.path.join(folder, extra))
@@ -331,18 +416,32 @@ def cmd_check(args) -> None:
     python = stub_env(os.path.join(DEVICE, "image-env"))
     out = {}
     for stage, dirs in (("transformers", ["transformers"]), ("vllm", ["transformers", "vllm"])):
-        report = dry_run(python, roots(stage), os.path.join(DEVICE, f"check-{stage}.json"),
-                         offline_dirs=[os.path.join(WHEELS, d) for d in dirs])
+        report = dry_run(
+            python,
+            roots(stage),
+            os.path.join(DEVICE, f"check-{stage}.json"),
+            offline_dirs=[os.path.join(WHEELS, d) for d in dirs],
+        )
         got = {(r["name"], r["version"], r["file"]) for r in installs(report)}
-        want = {(w["name"], w["version"], w["file"]) for w in lock["wheels"]
-                if w["stage"] in (("transformers", "vllm") if stage == "vllm" else ("transformers",))}
+        want = {
+            (w["name"], w["version"], w["file"])
+            for w in lock["wheels"]
+            if w["stage"] in (("transformers", "vllm") if stage == "vllm" else ("transformers",))
+        }
         if got != want:
-            raise SystemExit(f"kit: offline resolution of the {stage} stage differs from the lock: "
-                             f"extra {sorted(got - want)}, missing {sorted(want - got)}")
+            raise SystemExit(
+                f"kit: offline resolution of the {stage} stage differs from the lock: "
+                f"extra {sorted(got - want)}, missing {sorted(want - got)}"
+            )
         out[stage] = len(got)
         print(f"check {stage}: resolved offline, {len(got)} wheels to install beyond the image, exactly the lock's")
-    report = dry_run(python, COMPARE_STAGE, os.path.join(DEVICE, "check-compare.json"),
-                     offline_dirs=[os.path.join(WHEELS, "compare")], no_deps=True)
+    report = dry_run(
+        python,
+        COMPARE_STAGE,
+        os.path.join(DEVICE, "check-compare.json"),
+        offline_dirs=[os.path.join(WHEELS, "compare")],
+        no_deps=True,
+    )
     got = {(r["name"], r["version"], r["file"]) for r in installs(report)}
     want = {(w["name"], w["version"], w["file"]) for w in lock["wheels"] if w["stage"] == "compare"}
     if got != want:
@@ -357,13 +456,22 @@ def cmd_check(args) -> None:
                 continue
             name = canonical(re.split(r"[ ;<>=!~\[(]", req, 1)[0])
             carried = {x["name"] for x in lock["wheels"]}
-            if name in image and image[name][1] == "assumed" and name not in carried and re.search(
-                    r"[<>=!~]", req.split(";")[0]):
+            if (
+                name in image
+                and image[name][1] == "assumed"
+                and name not in carried
+                and re.search(r"[<>=!~]", req.split(";")[0])
+            ):
                 assumed.setdefault(name, set()).add(f"{w['name']}: {req}")
-    json.dump({"resolved": out, "assumed_image_requirements": {k: sorted(v) for k, v in sorted(assumed.items())}},
-              open(os.path.join(DEVICE, "check.json"), "w"), indent=1)
-    print(f"{len(assumed)} image packages of unread version carry a version requirement (checked on the device by "
-          f"run.sh): {', '.join(sorted(assumed))}")
+    json.dump(
+        {"resolved": out, "assumed_image_requirements": {k: sorted(v) for k, v in sorted(assumed.items())}},
+        open(os.path.join(DEVICE, "check.json"), "w"),
+        indent=1,
+    )
+    print(
+        f"{len(assumed)} image packages of unread version carry a version requirement (checked on the device by "
+        f"run.sh): {', '.join(sorted(assumed))}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -375,8 +483,11 @@ def tree_bytes(untracked: bool = True) -> int:
     every file in whole 4 KiB blocks and a block for each folder (the files' own bytes were not enough: see
     TREE_ALLOWANCE)."""
     listing = ["git", "ls-files", "-z", "--cached"] + (["--others", "--exclude-standard"] if untracked else [])
-    files = [f.decode() for f in subprocess.run(listing, cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
-             if f and os.path.isfile(os.path.join(ROOT, f.decode()))]
+    files = [
+        f.decode()
+        for f in subprocess.run(listing, cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+        if f and os.path.isfile(os.path.join(ROOT, f.decode()))
+    ]
     folders = {os.path.dirname(f) for f in files}
     for folder in list(folders):
         while folder:
@@ -405,12 +516,18 @@ def slimmed_vllm(wheel: dict) -> dict:
     out = os.path.join(WHEELS, "slim", wheel["file"])
     marker = out + ".json"
     want = {"from_sha256": wheel["sha256"], "dropped": SLIM_VLLM_DROP}
-    if not (os.path.exists(out) and os.path.exists(marker) and {k: v for k, v in json.load(open(marker)).items()
-                                                                if k in want} == want):
+    if not (
+        os.path.exists(out)
+        and os.path.exists(marker)
+        and {k: v for k, v in json.load(open(marker)).items() if k in want} == want
+    ):
         os.makedirs(os.path.dirname(out), exist_ok=True)
         done = slim_vllm_wheel(source, SLIM_VLLM_DROP, out)
-        print(f"slim: {wheel['file']} {done['bytes_before'] / MiB:.1f} -> {done['bytes_after'] / MiB:.1f} MiB "
-              f"({len(done['dropped'])} files dropped)", flush=True)
+        print(
+            f"slim: {wheel['file']} {done['bytes_before'] / MiB:.1f} -> {done['bytes_after'] / MiB:.1f} MiB "
+            f"({len(done['dropped'])} files dropped)",
+            flush=True,
+        )
         json.dump({**want, "sha256": sha256(out)}, open(marker, "w"))
     return {"file": wheel["file"], "path": out, **json.load(open(marker))}
 
@@ -433,9 +550,16 @@ def cmd_pack(args) -> None:
     os.makedirs(folder)
     for w in first_wheels:
         shutil.copy(path(w), folder)
-    calls.append({"call": 1, "stage": "transformers", "carry": [".device/calls/c01"],
-                  "payload_bytes": sum(os.path.getsize(path(w)) for w in first_wheels),
-                  "files": sorted(w["file"] for w in first_wheels), "arms": TRANSFORMERS_CALL_ARMS})
+    calls.append(
+        {
+            "call": 1,
+            "stage": "transformers",
+            "carry": [".device/calls/c01"],
+            "payload_bytes": sum(os.path.getsize(path(w)) for w in first_wheels),
+            "files": sorted(w["file"] for w in first_wheels),
+            "arms": TRANSFORMERS_CALL_ARMS,
+        }
+    )
     # Then three tars, each split into pieces of PIECE bytes, one piece per call, back to back: the real-model
     # comparison's (the transformers stage again and the model's wheels), vLLM's core (the transformers stage again,
     # so that no call depends on call 1's /tmp, plus vLLM's core), then the extras, carried only if the core alone
@@ -445,11 +569,15 @@ def cmd_pack(args) -> None:
     for part, wheels in (("compare", first_wheels + compare), ("core", first_wheels + core), ("extras", extras)):
         files = [slim["path"] if w["name"] == "vllm" else path(w) for w in wheels]
         blob = deterministic_tar(files)
-        tars[part] = {"name": f"{'real-model' if part == 'compare' else 'vllm'}-{part}.tar", "bytes": len(blob),
-                      "sha256": hashlib.sha256(blob).hexdigest(), "members": sorted(w["file"] for w in wheels)}
+        tars[part] = {
+            "name": f"{'real-model' if part == 'compare' else 'vllm'}-{part}.tar",
+            "bytes": len(blob),
+            "sha256": hashlib.sha256(blob).hexdigest(),
+            "members": sorted(w["file"] for w in wheels),
+        }
         if part == "core":
             tars[part]["slimmed"] = {slim["file"]: {k: slim[k] for k in ("sha256", "from_sha256", "dropped")}}
-        pieces = [blob[i: i + PIECE] for i in range(0, len(blob), PIECE)]
+        pieces = [blob[i : i + PIECE] for i in range(0, len(blob), PIECE)]
         for k, piece in enumerate(pieces):
             number = len(calls) + 1
             folder = os.path.join(calls_dir, f"c{number:02d}")
@@ -457,18 +585,36 @@ def cmd_pack(args) -> None:
             name = f"{tars[part]['name']}.part{k:02d}"
             with open(os.path.join(folder, name), "wb") as f:
                 f.write(piece)
-            calls.append({"call": number, "stage": f"{part}-{'last' if k == len(pieces) - 1 else 'piece'}",
-                          "carry": [f".device/calls/c{number:02d}"], "payload_bytes": len(piece), "tar": part,
-                          "piece": name, "piece_index": k, "pieces": len(pieces),
-                          "piece_sha256": hashlib.sha256(piece).hexdigest()})
+            calls.append(
+                {
+                    "call": number,
+                    "stage": f"{part}-{'last' if k == len(pieces) - 1 else 'piece'}",
+                    "carry": [f".device/calls/c{number:02d}"],
+                    "payload_bytes": len(piece),
+                    "tar": part,
+                    "piece": name,
+                    "piece_index": k,
+                    "pieces": len(pieces),
+                    "piece_sha256": hashlib.sha256(piece).hexdigest(),
+                }
+            )
     for call in calls:
         call["command"] = f"bash benchmarks/gpu-kit/run.sh {call['call']}"
         call.update(CALL_TIME[call["stage"]])
         assert call["payload_bytes"] + TREE_ALLOWANCE <= CARRY_LIMIT, call
-    plan = {"carry_limit_bytes": CARRY_LIMIT, "tree_allowance_bytes": TREE_ALLOWANCE, "piece_bytes": PIECE,
-            "start_min": START_MIN, "budget_min": BUDGET_MIN, "plan_limit_min": PLAN_LIMIT_MIN,
-            "tars": tars, "calls": calls, "measure_calls": MEASURE_CALLS, "comparison": COMPARISON,
-            "sessions": sessions(calls)}
+    plan = {
+        "carry_limit_bytes": CARRY_LIMIT,
+        "tree_allowance_bytes": TREE_ALLOWANCE,
+        "piece_bytes": PIECE,
+        "start_min": START_MIN,
+        "budget_min": BUDGET_MIN,
+        "plan_limit_min": PLAN_LIMIT_MIN,
+        "tars": tars,
+        "calls": calls,
+        "measure_calls": MEASURE_CALLS,
+        "comparison": COMPARISON,
+        "sessions": sessions(calls),
+    }
     json.dump(plan, open(PLAN, "w"), indent=1)
     print_plan(plan)
 
@@ -505,11 +651,17 @@ TRANSFORMERS_CALL_ARMS = ["trl_grpo_n4", "ada_grpo_path_n4", "ada_balanced", "ad
 # process): group vllm-a runs in the call that installs (core-last or extras-last), the others in calls that carry
 # nothing, right after it while the machine is warm (/tmp/gpukit/site is still there).
 MEASURE_CALLS = [
-    {"name": "vllm-a", "arms": ["decode_curve", "ada_grpo_path_n4", "ada_balanced", "ada_positive_focused"],
-     "in": "core-last / extras-last"},
+    {
+        "name": "vllm-a",
+        "arms": ["decode_curve", "ada_grpo_path_n4", "ada_balanced", "ada_positive_focused"],
+        "in": "core-last / extras-last",
+    },
     {"name": "vllm-b", "arms": ["ada_balanced_pipelined", "ada_positive_focused_pipelined"], **MEASURE_TIME},
-    {"name": "vllm-c", "arms": ["ada_balanced_speculative", "ada_positive_focused_speculative", "trl_grpo_n4"],
-     **MEASURE_TIME},
+    {
+        "name": "vllm-c",
+        "arms": ["ada_balanced_speculative", "ada_positive_focused_speculative", "trl_grpo_n4"],
+        **MEASURE_TIME,
+    },
 ]
 
 # The real-model comparison (issues 44, 50): SmolLM2-135M-Instruct on the HARD chat-arithmetic set (questions the
@@ -523,16 +675,23 @@ RECIPES = "recipes/SmolLM2-135M-Instruct"
 ADA = "multiround_adaptive_downsampling=true"
 COMPARISON = {
     "config": f"{RECIPES}/hard_grpo.yaml",
-    "arms": [["grpo_n4", "multiround_adaptive_downsampling=false"],
-             ["grpo_n8", "multiround_adaptive_downsampling=false", "num_generations=8",
-              "per_device_train_batch_size=32"],
-             ["grpo_n16", "multiround_adaptive_downsampling=false", "num_generations=16",
-              "per_device_train_batch_size=64"],
-             ["ada_pos", ADA, "reinforce_ada_choice=positive_focused"],
-             ["ada_balanced", ADA, "reinforce_ada_choice=balanced"]],
+    "arms": [
+        ["grpo_n4", "multiround_adaptive_downsampling=false"],
+        ["grpo_n8", "multiround_adaptive_downsampling=false", "num_generations=8", "per_device_train_batch_size=32"],
+        ["grpo_n16", "multiround_adaptive_downsampling=false", "num_generations=16", "per_device_train_batch_size=64"],
+        ["ada_pos", ADA, "reinforce_ada_choice=positive_focused"],
+        ["ada_balanced", ADA, "reinforce_ada_choice=balanced"],
+    ],
     "set": ["use_cpu=false"],
-    "seeds": list(range(20)), "max_steps": 60, "eval_every": 10, "eval_split": "test_hard",
-    "eval_extra_split": "test_easy", "eval_examples": 256, "eval_k": 4, "jobs": 10, "threads": 1,
+    "seeds": list(range(20)),
+    "max_steps": 60,
+    "eval_every": 10,
+    "eval_split": "test_hard",
+    "eval_extra_split": "test_easy",
+    "eval_examples": 256,
+    "eval_k": 4,
+    "jobs": 10,
+    "threads": 1,
     "results": "benchmarks/gpu-kit/results/compare",
 }
 
@@ -540,29 +699,38 @@ COMPARISON = {
 # most PLAN_LIMIT_MIN. The first: the transformers path, then the real-model comparison. The second (a later session
 # with a GPU; the first leaves no room for it): vLLM's core and group vllm-a. vllm-b and vllm-c, and the extras
 # (17 pieces with the core: more than a session holds), only with the time a session has left.
-SESSION_STAGES = {"transformers path and the real-model comparison": ("transformers", "compare"),
-                  "vLLM colocate": ("core",)}
+SESSION_STAGES = {
+    "transformers path and the real-model comparison": ("transformers", "compare"),
+    "vLLM colocate": ("core",),
+}
 
 
 def sessions(calls: list[dict]) -> list[dict]:
     out = []
     for name, parts in SESSION_STAGES.items():
-        mine = [c for c in calls if c["stage"] == "transformers" and "transformers" in parts
-                or c.get("tar") in parts]
+        mine = [c for c in calls if c["stage"] == "transformers" and "transformers" in parts or c.get("tar") in parts]
         steps = [{"step": "start", "expected_min": START_MIN}] + [
-            {"step": c["command"], "call": c["call"], "carry": c["carry"], "timeout_s": c["timeout_s"],
-             "expected_min": c["expected_min"]} for c in mine]
+            {
+                "step": c["command"],
+                "call": c["call"],
+                "carry": c["carry"],
+                "timeout_s": c["timeout_s"],
+                "expected_min": c["expected_min"],
+            }
+            for c in mine
+        ]
         out.append({"name": name, "steps": steps, "expected_min": sum(s["expected_min"] for s in steps)})
     return out
+
 
 DOING = {
     "transformers": "install the transformers stage, `import trl_ada`, measure the transformers path",
     "compare-piece": "store the piece under /tmp (sha256 checked)",
     "compare-last": "store the last piece, reassemble, install, write SmolLM2's model folder, run the real-model "
-                    "comparison (trl-ada-compare) until its deadline",
+    "comparison (trl-ada-compare) until its deadline",
     "core-piece": "store the piece under /tmp (sha256 checked)",
     "core-last": "store the last core piece, reassemble, check sha256, install, `from vllm import LLM`, measure "
-                 "the vLLM path; exit 3 if vLLM needs the extras",
+    "the vLLM path; exit 3 if vLLM needs the extras",
     "extras-piece": "(only after an exit 3) store the piece under /tmp",
     "extras-last": "(only after an exit 3) reassemble, install the extras too, import, measure the vLLM path",
 }
@@ -570,34 +738,46 @@ DOING = {
 
 def print_plan(plan: dict) -> None:
     calls, tree = plan["calls"], tree_bytes()
-    print(f"\n{len(calls)} carrying device calls at most (limit {plan['carry_limit_bytes'] / MiB:.0f} MiB a call with "
-          f"the working tree; {plan['tree_allowance_bytes'] / MiB:.0f} MiB kept for the tree, {tree / MiB:.1f} MiB "
-          f"now):\n")
+    print(
+        f"\n{len(calls)} carrying device calls at most (limit {plan['carry_limit_bytes'] / MiB:.0f} MiB a call with "
+        f"the working tree; {plan['tree_allowance_bytes'] / MiB:.0f} MiB kept for the tree, {tree / MiB:.1f} MiB "
+        f"now):\n"
+    )
     print("| call | carry | payload MiB | with tree MiB | what run.sh does |")
     print("|---:|---|---:|---:|---|")
     for c in calls:
-        print(f"| {c['call']} | `{','.join(c['carry'])}` | {c['payload_bytes'] / MiB:.1f} | "
-              f"{(c['payload_bytes'] + tree) / MiB:.1f} | {DOING[c['stage']]} |")
-    print(f"\nThe sessions, in order of value (a session lent a GPU has {plan['budget_min']:.0f} minutes of device "
-          f"time in all; each plan sums to at most {plan['plan_limit_min']:.0f}, leaving room to rerun one call). "
-          "Issue a session's calls back to back (the machine stays warm 30 s after a call, and /tmp with it), check "
-          "`status` before each, and `give_back` at the end:")
+        print(
+            f"| {c['call']} | `{','.join(c['carry'])}` | {c['payload_bytes'] / MiB:.1f} | "
+            f"{(c['payload_bytes'] + tree) / MiB:.1f} | {DOING[c['stage']]} |"
+        )
+    print(
+        f"\nThe sessions, in order of value (a session lent a GPU has {plan['budget_min']:.0f} minutes of device "
+        f"time in all; each plan sums to at most {plan['plan_limit_min']:.0f}, leaving room to rerun one call). "
+        "Issue a session's calls back to back (the machine stays warm 30 s after a call, and /tmp with it), check "
+        "`status` before each, and `give_back` at the end:"
+    )
     for session in plan["sessions"]:
         print(f"\n# {session['name']}: about {session['expected_min']:.1f} device minutes (estimated)")
         for step in session["steps"]:
             if step["step"] == "start":
                 print(f"#   the machine's start: about {step['expected_min']:.1f} min")
                 continue
-            print(f'  run(command="{step["step"]}", carry={json.dumps(step["carry"])}, timeout_s={step["timeout_s"]})'
-                  f'   # about {step["expected_min"]:.1f} min')
+            print(
+                f'  run(command="{step["step"]}", carry={json.dumps(step["carry"])}, timeout_s={step["timeout_s"]})'
+                f"   # about {step['expected_min']:.1f} min"
+            )
     print("\n# only with time left after vLLM's core (status's budget_left_s above timeout_s + 60):")
     for m in plan["measure_calls"][1:]:
-        print(f'  run(command="bash benchmarks/gpu-kit/run.sh {m["name"]}", carry=[], timeout_s={m["timeout_s"]})'
-              f'   # {", ".join(m["arms"])}')
+        print(
+            f'  run(command="bash benchmarks/gpu-kit/run.sh {m["name"]}", carry=[], timeout_s={m["timeout_s"]})'
+            f"   # {', '.join(m['arms'])}"
+        )
     core_last = next(c["call"] for c in calls if c["stage"] == "core-last")
     extras = [c["call"] for c in calls if c.get("tar") == "extras"]
-    print(f"# only if call {core_last} exited 3 (vLLM's core needs the extras): calls {extras[0]}-{extras[-1]}, back "
-          "to back, in a session of their own (with the core again they exceed one session: a finding to fix here)")
+    print(
+        f"# only if call {core_last} exited 3 (vLLM's core needs the extras): calls {extras[0]}-{extras[-1]}, back "
+        "to back, in a session of their own (with the core again they exceed one session: a finding to fix here)"
+    )
 
 
 def cmd_verify(args) -> None:
@@ -632,11 +812,13 @@ def cmd_verify(args) -> None:
     tree = tree_bytes()
     worst = max(c["payload_bytes"] for c in plan["calls"]) + tree
     sizes = ", ".join(f"{part} {t['bytes'] / MiB:.1f} MiB" for part, t in plan["tars"].items())
-    print(f"verify: {len(plan['calls']) - 1} pieces reassemble to their tars' sha256 "
-          f"({sizes}); "
-          f"the {members} wheels in them and call 1's {len(plan['calls'][0]['files'])} match the lock's sha256; the "
-          f"largest call carries {worst / MiB:.1f} MiB with today's tree ({tree / MiB:.1f} MiB), limit "
-          f"{CARRY_LIMIT / MiB:.0f} MiB")
+    print(
+        f"verify: {len(plan['calls']) - 1} pieces reassemble to their tars' sha256 "
+        f"({sizes}); "
+        f"the {members} wheels in them and call 1's {len(plan['calls'][0]['files'])} match the lock's sha256; the "
+        f"largest call carries {worst / MiB:.1f} MiB with today's tree ({tree / MiB:.1f} MiB), limit "
+        f"{CARRY_LIMIT / MiB:.0f} MiB"
+    )
     if worst > CARRY_LIMIT:
         raise SystemExit("kit: a call would exceed the carry limit: the working tree grew; move files out of it")
 
@@ -648,8 +830,20 @@ KIT = os.environ.get("GPUKIT_DIR", "/tmp/gpukit")  # survives between calls only
 
 
 def pip_install(wheels: list[str]) -> None:
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
-           "--no-cache-dir", "--upgrade", "--target", os.path.join(KIT, "site")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-index",
+        "--no-deps",
+        "--no-compile",
+        "--no-cache-dir",
+        "--upgrade",
+        "--target",
+        os.path.join(KIT, "site"),
+    ]
     if os.environ.get("GPUKIT_LOCAL") == "1":  # the dry run here: cp312 wheels into a target this Python only reads
         cmd += TARGET
     done = subprocess.run(cmd + wheels, capture_output=True, text=True)
@@ -672,8 +866,10 @@ def cmd_device(args) -> None:
             if sha256(os.path.join(folder, f)) != by_file[f]["sha256"]:
                 raise SystemExit(f"kit: {f} arrived with another sha256 than the lock's")
         pip_install([os.path.join(folder, f) for f in call["files"]])
-        print(f"kit: call 1: {len(call['files'])} wheels sha256-checked and installed into {KIT}/site "
-              f"({time.time() - started:.0f} s)")
+        print(
+            f"kit: call 1: {len(call['files'])} wheels sha256-checked and installed into {KIT}/site "
+            f"({time.time() - started:.0f} s)"
+        )
         return
     source = os.path.join(folder, call["piece"])
     if sha256(source) != call["piece_sha256"]:
@@ -687,8 +883,10 @@ def cmd_device(args) -> None:
         return
     missing = [c["call"] for c in mine if c not in have]
     if missing:
-        print(f"kit: {part} pieces of calls {missing} are not under {pieces}: the machine went cold between calls "
-              f"(its /tmp went with it). Issue calls {mine[0]['call']}..{call['call']} again, back to back.")
+        print(
+            f"kit: {part} pieces of calls {missing} are not under {pieces}: the machine went cold between calls "
+            f"(its /tmp went with it). Issue calls {mine[0]['call']}..{call['call']} again, back to back."
+        )
         raise SystemExit(4)
     if part == "extras" and not os.path.exists(os.path.join(KIT, "installed-core")):
         print("kit: the core is not installed on this machine (it went cold): issue the core calls again first")
@@ -718,8 +916,10 @@ def cmd_device(args) -> None:
     shutil.rmtree(pieces, ignore_errors=True) if part == "extras" else None
     pip_install([os.path.join(wheels_dir, f) for f in files])
     open(os.path.join(KIT, f"installed-{part}"), "w").write("\n".join(files) + "\n")
-    print(f"kit: {part}: {len(mine)} pieces reassembled (sha256 as planned), {len(files)} wheels sha256-checked and "
-          f"installed into {KIT}/site ({time.time() - started:.0f} s)")
+    print(
+        f"kit: {part}: {len(mine)} pieces reassembled (sha256 as planned), {len(files)} wheels sha256-checked and "
+        f"installed into {KIT}/site ({time.time() - started:.0f} s)"
+    )
 
 
 def cmd_device_stage(args) -> None:
@@ -738,17 +938,32 @@ def cmd_device_compare(args) -> None:
     c = json.load(open(PLAN))["comparison"]
     model = [f"model_name_or_path={args.model}"] if args.model else []
     argv = ["--config", c["config"]] + [a for arm in c["arms"] for a in ("--arm", *arm)] + ["--set", *c["set"], *model]
-    argv += ["--seeds", *map(str, c["seeds"])] + [a for key in ("max_steps", "eval_every", "eval_split",
-                                                                  "eval_extra_split", "eval_examples", "eval_k",
-                                                                  "jobs", "threads") for a in (f"--{key}", str(c[key]))]
+    argv += ["--seeds", *map(str, c["seeds"])] + [
+        a
+        for key in (
+            "max_steps",
+            "eval_every",
+            "eval_split",
+            "eval_extra_split",
+            "eval_examples",
+            "eval_k",
+            "jobs",
+            "threads",
+        )
+        for a in (f"--{key}", str(c[key]))
+    ]
     argv += ["--keep_cut"]  # a later session adds seeds; it would cut the same runs at the same step again
     print("\n".join(argv))
 
 
 def measured_transformers_arms(results_dir: str = os.path.join(HERE, "results")) -> set[str]:
     """Call 1's arms a committed session measured ("ok" in results/transformers*.json)."""
-    return {r["arm"] for path in glob.glob(os.path.join(results_dir, "transformers*.json"))
-            for r in json.load(open(path))["results"] if r.get("status") == "ok"}
+    return {
+        r["arm"]
+        for path in glob.glob(os.path.join(results_dir, "transformers*.json"))
+        for r in json.load(open(path))["results"]
+        if r.get("status") == "ok"
+    }
 
 
 def cmd_device_arms(args) -> None:
@@ -797,8 +1012,10 @@ def cmd_device_check(args) -> None:
     report = {"checked_requirements": checked, "unmet": problems, "extras_not_carried": waiting}
     if args.json:
         json.dump(report, open(args.json, "w"), indent=1)
-    print(f"kit: {checked} requirements of the carried wheels checked here: {len(problems)} unmet, {len(waiting)} on "
-          f"the extras (not carried)" + "".join(f"\n  {p}" for p in problems[:40]))
+    print(
+        f"kit: {checked} requirements of the carried wheels checked here: {len(problems)} unmet, {len(waiting)} on "
+        f"the extras (not carried)" + "".join(f"\n  {p}" for p in problems[:40])
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -809,14 +1026,31 @@ def cmd_device_check(args) -> None:
 UNDECLARED_IMAGE_IMPORTS = ["uvloop", "pyyaml", "jinja2", "nvidia-ml-py", "tabulate", "xxhash", "psutil"]
 # What the CUDA path imports (module level) when the colocated engine starts on a GPU.
 CUDA_PATH_MODULES = [
-    "vllm.entrypoints.llm", "vllm.v1.engine.llm_engine", "vllm.v1.engine.core", "vllm.v1.executor.uniproc_executor",
-    "vllm.v1.worker.gpu_worker", "vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu_input_batch",
-    "vllm.model_executor.models.qwen2", "vllm.model_executor.model_loader", "vllm.model_executor.layers.linear",
-    "vllm.model_executor.layers.rotary_embedding", "vllm.model_executor.layers.layernorm",
-    "vllm.v1.attention.backends.flash_attn", "vllm.v1.attention.backends.flashinfer", "vllm.v1.sample.sampler",
-    "vllm.v1.spec_decode.ngram_proposer", "vllm.distributed.parallel_state", "vllm.compilation.backends",
-    "vllm.platforms.cuda", "vllm.device_allocator.cumem", "trl.generation.vllm_generation", "trl_ada.integration.vllm_backend",
-    "trl_ada.integration.vllm_stream", "trl_ada"]
+    "vllm.entrypoints.llm",
+    "vllm.v1.engine.llm_engine",
+    "vllm.v1.engine.core",
+    "vllm.v1.executor.uniproc_executor",
+    "vllm.v1.worker.gpu_worker",
+    "vllm.v1.worker.gpu_model_runner",
+    "vllm.v1.worker.gpu_input_batch",
+    "vllm.model_executor.models.qwen2",
+    "vllm.model_executor.model_loader",
+    "vllm.model_executor.layers.linear",
+    "vllm.model_executor.layers.rotary_embedding",
+    "vllm.model_executor.layers.layernorm",
+    "vllm.v1.attention.backends.flash_attn",
+    "vllm.v1.attention.backends.flashinfer",
+    "vllm.v1.sample.sampler",
+    "vllm.v1.spec_decode.ngram_proposer",
+    "vllm.distributed.parallel_state",
+    "vllm.compilation.backends",
+    "vllm.platforms.cuda",
+    "vllm.device_allocator.cumem",
+    "trl.generation.vllm_generation",
+    "trl_ada.integration.vllm_backend",
+    "trl_ada.integration.vllm_stream",
+    "trl_ada",
+]
 
 
 def cmd_simulate(args) -> None:
@@ -830,8 +1064,18 @@ def cmd_simulate(args) -> None:
     lock, image = load_lock(), image_packages()
     env = os.path.join(DEVICE, "sim312")
     python = os.path.join(env, "bin", "python")
-    need = set(UNDECLARED_IMAGE_IMPORTS) | {"torch", "torchvision", "torchaudio", "transformers", "accelerate",
-                                            "huggingface-hub", "numpy", "tokenizers", "safetensors", "triton"}
+    need = set(UNDECLARED_IMAGE_IMPORTS) | {
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "transformers",
+        "accelerate",
+        "huggingface-hub",
+        "numpy",
+        "tokenizers",
+        "safetensors",
+        "triton",
+    }
     for w in lock["wheels"]:
         for req in w["requires_dist"]:
             parsed = Requirement(req)
@@ -844,7 +1088,9 @@ def cmd_simulate(args) -> None:
         subprocess.run([python, "-m", "pip", "install", "--quiet", f"pip=={PIP}"], env=pip_env(), check=True)
     reqs = [f"{n}=={image[n][0]}" if image[n][1] == "known" else n for n in need]
     print(f"simulate: the image's {len(reqs)} packages the set needs into {env}", flush=True)
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--only-binary=:all:"] + reqs, env=pip_env(), check=True)
+    subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--only-binary=:all:"] + reqs, env=pip_env(), check=True
+    )
     scratch = os.path.join(DEVICE, "sim-kit")
     shutil.rmtree(scratch, ignore_errors=True)
     environment = {**os.environ, "GPUKIT_DIR": scratch}
@@ -853,16 +1099,21 @@ def cmd_simulate(args) -> None:
         subprocess.run([python, __file__, "device", str(n)], env=environment, check=True)
     environment["PYTHONPATH"] = os.path.join(scratch, "site") + os.pathsep + ROOT
     subprocess.run([python, __file__, "device-check"], env=environment, check=True)
-    probe = ("import importlib, sys\nfor m in sys.argv[1:]:\n    try:\n        importlib.import_module(m); "
-             "print('ok  ', m)\n    except BaseException as e:\n"
-             "        print('FAIL', m, type(e).__name__, str(e)[:160])")
-    done = subprocess.run([python, "-c", probe] + CUDA_PATH_MODULES, env=environment, capture_output=True, text=True,
-                          cwd=DEVICE)
+    probe = (
+        "import importlib, sys\nfor m in sys.argv[1:]:\n    try:\n        importlib.import_module(m); "
+        "print('ok  ', m)\n    except BaseException as e:\n"
+        "        print('FAIL', m, type(e).__name__, str(e)[:160])"
+    )
+    done = subprocess.run(
+        [python, "-c", probe] + CUDA_PATH_MODULES, env=environment, capture_output=True, text=True, cwd=DEVICE
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith(("ok", "FAIL"))]
     print("\n".join(lines))
     missing = [line for line in lines if line.startswith("FAIL") and "libcuda.so" not in line]
-    print(f"simulate: {sum(line.startswith('ok') for line in lines)} of {len(CUDA_PATH_MODULES)} modules import with "
-          f"vLLM's core alone; {len(missing)} fail for another reason than the missing driver")
+    print(
+        f"simulate: {sum(line.startswith('ok') for line in lines)} of {len(CUDA_PATH_MODULES)} modules import with "
+        f"vLLM's core alone; {len(missing)} fail for another reason than the missing driver"
+    )
     if missing:
         raise SystemExit(1)
 
@@ -897,28 +1148,52 @@ def slim_vllm_wheel(path: str, drop: list[str], out: str) -> dict:
                 csv.writer(buffer, lineterminator="\n").writerows(r for r in rows if r and not dropped(r[0]))
                 data = buffer.getvalue().encode()
             copy = zipfile.ZipInfo(info.filename, date_time=info.date_time)
-            copy.external_attr, copy.create_system, copy.compress_type = (info.external_attr, info.create_system,
-                                                                          zipfile.ZIP_DEFLATED)
+            copy.external_attr, copy.create_system, copy.compress_type = (
+                info.external_attr,
+                info.create_system,
+                zipfile.ZIP_DEFLATED,
+            )
             target.writestr(copy, data)
     unmatched = sorted(set(drop) - matched)
     if unmatched:
         os.remove(out)
         raise SystemExit(f"kit: {path} has no member {unmatched}")
-    return {"wheel": out, "dropped": removed, "bytes_before": os.path.getsize(path),
-            "bytes_after": os.path.getsize(out)}
+    return {
+        "wheel": out,
+        "dropped": removed,
+        "bytes_before": os.path.getsize(path),
+        "bytes_after": os.path.getsize(out),
+    }
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["lock", "lock-compare", "download", "check", "pack", "verify", "plan",
-                                            "simulate", "device", "device-stage", "device-check", "device-timeout",
-                                            "device-compare", "device-arms"])
+    parser.add_argument(
+        "command",
+        choices=[
+            "lock",
+            "lock-compare",
+            "download",
+            "check",
+            "pack",
+            "verify",
+            "plan",
+            "simulate",
+            "device",
+            "device-stage",
+            "device-check",
+            "device-timeout",
+            "device-compare",
+            "device-arms",
+        ],
+    )
     parser.add_argument("call", type=int, nargs="?", help="device, device-stage: the call's number in plan.json")
     parser.add_argument("--json", help="device-check: write the report here")
     parser.add_argument("--name", help="device-timeout: a call's number or a measure call's name")
     parser.add_argument("--model", help="device-compare: the model folder every arm trains")
-    parser.add_argument("--results", default=os.path.join(HERE, "results"),
-                        help="device-arms: the committed sessions' results")
+    parser.add_argument(
+        "--results", default=os.path.join(HERE, "results"), help="device-arms: the committed sessions' results"
+    )
     args = parser.parse_args(argv)
     if args.command == "plan":
         print_plan(json.load(open(PLAN)))

@@ -57,10 +57,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 RATES = [0.0, 0.1, 0.5, 0.9, 1.0, 0.3, 0.7, 0.05]
 SIZES = {  # Qwen2 bodies (Qwen2.5-0.5B / -1.5B shapes) with the offline 512-token tokenizer
-    "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                 num_key_value_heads=2),
-    "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                 num_key_value_heads=2),
+    "0.5b": dict(
+        hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2
+    ),
+    "1.5b": dict(
+        hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2
+    ),
 }
 ADA = dict(num_generations=4, round_repeat=8, max_rounds=4)
 TRANSFORMERS_ARMS = {
@@ -69,8 +71,10 @@ TRANSFORMERS_ARMS = {
     "ada_balanced": ("ada", dict(reinforce_ada_choice="balanced")),
     "ada_positive_focused": ("ada", dict(reinforce_ada_choice="positive_focused")),
     "trl_grpo_n4_continuous_batching": ("trl", dict(use_transformers_continuous_batching=True)),
-    "ada_balanced_continuous_batching": ("ada", dict(reinforce_ada_choice="balanced",
-                                                      use_transformers_continuous_batching=True)),
+    "ada_balanced_continuous_batching": (
+        "ada",
+        dict(reinforce_ada_choice="balanced", use_transformers_continuous_batching=True),
+    ),
 }
 VLLM_ARMS = {
     # The base of the vLLM ratios: AdaGRPOTrainer's GRPO path (one engine call of n=4 per prompt per step, TRL's
@@ -83,10 +87,14 @@ VLLM_ARMS = {
     "ada_positive_focused": ("ada", dict(reinforce_ada_choice="positive_focused")),
     "ada_balanced_pipelined": ("ada", dict(reinforce_ada_choice="balanced", pipelined_rounds=True)),
     "ada_positive_focused_pipelined": ("ada", dict(reinforce_ada_choice="positive_focused", pipelined_rounds=True)),
-    "ada_balanced_speculative": ("ada", dict(reinforce_ada_choice="balanced", pipelined_rounds=True,
-                                             pipelined_speculation=True)),
-    "ada_positive_focused_speculative": ("ada", dict(reinforce_ada_choice="positive_focused", pipelined_rounds=True,
-                                                     pipelined_speculation=True)),
+    "ada_balanced_speculative": (
+        "ada",
+        dict(reinforce_ada_choice="balanced", pipelined_rounds=True, pipelined_speculation=True),
+    ),
+    "ada_positive_focused_speculative": (
+        "ada",
+        dict(reinforce_ada_choice="positive_focused", pipelined_rounds=True, pipelined_speculation=True),
+    ),
 }
 
 
@@ -110,9 +118,15 @@ def build_model(size: str, path: str, vllm: bool) -> str:
     from trl_ada.examples.tiny import build_tokenizer
 
     tokenizer = build_tokenizer()
-    config = Qwen2Config(vocab_size=len(tokenizer), max_position_embeddings=4096, tie_word_embeddings=True,
-                         bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                         **SIZES[size])
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **SIZES[size],
+    )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -120,8 +134,10 @@ def build_model(size: str, path: str, vllm: bool) -> str:
     os.makedirs(path, exist_ok=True)
     tokenizer.save_pretrained(path)
     model.save_pretrained(path)
-    print(f"[measure] built {size} model in {path}: {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B params",
-          flush=True)
+    print(
+        f"[measure] built {size} model in {path}: {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B params",
+        flush=True,
+    )
     return path
 
 
@@ -130,8 +146,12 @@ def dataset(prompts: int, steps: int):
 
     from trl_ada.data import make_prompt
 
-    return Dataset.from_list([{"prompt": make_prompt(f"Problem {i}."), "pass_rate": RATES[i % len(RATES)]}
-                              for i in range(prompts * (steps + 1))])
+    return Dataset.from_list(
+        [
+            {"prompt": make_prompt(f"Problem {i}."), "pass_rate": RATES[i % len(RATES)]}
+            for i in range(prompts * (steps + 1))
+        ]
+    )
 
 
 def peak_memory_mib() -> float:
@@ -184,6 +204,7 @@ class Counters:
                 counters.add(counters.gen_seconds, time.perf_counter() - start)
                 counters.add(counters.tokens, sum(len(c) for c in result[0]))
                 return result
+
             return timed
 
         self.patch(GRPOTrainer, "_generate_single_turn", generation)
@@ -195,6 +216,7 @@ class Counters:
                     completion_ids, logprobs = original(self, finished)
                     counters.add(counters.tokens, sum(len(c) for c in completion_ids))
                     return completion_ids, logprobs
+
                 return counted
 
             self.patch(VLLMStream, "take", taken)
@@ -240,18 +262,35 @@ def run_arm(name: str, kind: str, extra: dict, settings: dict) -> dict:
     # On a GPU: micro-batches of 16 rows with gradient checkpointing (the recipes' setting; 4 x 32 rows of 500+ tokens
     # through a 1.5B model at once would not fit), accumulated to the step's 4p rows; on CPU one micro-batch.
     micro = min(4 * p, settings["micro_batch"] or (16 if on_gpu else 4 * p))
-    kwargs = dict(num_generations=4, per_device_train_batch_size=micro, gradient_accumulation_steps=4 * p // micro,
-                  gradient_checkpointing=settings["gradient_checkpointing"] in ("yes",) + (("auto",) if on_gpu else ()),
-                  max_steps=steps + 1, learning_rate=1e-6,
-                  beta=0.0, temperature=1.0, max_completion_length=settings["max_tokens"], report_to="none",
-                  save_strategy="no", logging_steps=1, seed=0, disable_tqdm=True, shuffle_dataset=False,
-                  use_cpu=not on_gpu, bf16=on_gpu)
+    kwargs = dict(
+        num_generations=4,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=4 * p // micro,
+        gradient_checkpointing=settings["gradient_checkpointing"] in ("yes",) + (("auto",) if on_gpu else ()),
+        max_steps=steps + 1,
+        learning_rate=1e-6,
+        beta=0.0,
+        temperature=1.0,
+        max_completion_length=settings["max_tokens"],
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+        disable_tqdm=True,
+        shuffle_dataset=False,
+        use_cpu=not on_gpu,
+        bf16=on_gpu,
+    )
     if kind == "ada":
         kwargs.update(ADA)
     if vllm:
-        kwargs.update(use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=on_gpu,
-                      model_init_kwargs={"dtype": "bfloat16"},
-                      vllm_max_model_length=settings["max_tokens"] + 256)  # prompts are about 50 tokens
+        kwargs.update(
+            use_vllm=True,
+            vllm_mode="colocate",
+            vllm_enable_sleep_mode=on_gpu,
+            model_init_kwargs={"dtype": "bfloat16"},
+            vllm_max_model_length=settings["max_tokens"] + 256,
+        )  # prompts are about 50 tokens
         if on_gpu:
             kwargs.update(vllm_gpu_memory_utilization=settings["gpu_memory_utilization"])
     kwargs.update(extra)
@@ -261,12 +300,14 @@ def run_arm(name: str, kind: str, extra: dict, settings: dict) -> dict:
         with tempfile.TemporaryDirectory() as out:
             try:
                 args = config_class(output_dir=out, **kwargs)
-                trainer = trainer_class(model=settings["model"], reward_funcs=hash_reward, args=args,
-                                        train_dataset=dataset(p, steps))
+                trainer = trainer_class(
+                    model=settings["model"], reward_funcs=hash_reward, args=args, train_dataset=dataset(p, steps)
+                )
             except Exception as error:  # a refusal is a result (continuous batching)
                 word = "refused" if "use_transformers_continuous_batching" in extra else "failed"
-                result.update(status=f"{word}: {type(error).__name__}: {error}",
-                              traceback=traceback.format_exc()[-3000:])
+                result.update(
+                    status=f"{word}: {type(error).__name__}: {error}", traceback=traceback.format_exc()[-3000:]
+                )
                 print(f"[measure] {name}: {result['status']}", flush=True)
                 return result
             if on_gpu:
@@ -333,8 +374,9 @@ def summarise(trainer, logs, counters, phase, vllm) -> dict:
         "completion_tokens_per_step": statistics.mean(tokens),
         "tokens_per_second": sum(tokens) / sum(gen) if sum(gen) > 0 else None,
         "seconds_per_round": {k: statistics.mean(v) for k, v in sorted(round_seconds.items())},
-        "per_step_logs": [{k: v for k, v in h.items() if k.startswith(("sampling/", "step_time", "completions/"))}
-                          for h in timed],
+        "per_step_logs": [
+            {k: v for k, v in h.items() if k.startswith(("sampling/", "step_time", "completions/"))} for h in timed
+        ],
     }
     if vllm:
         per_step = {}
@@ -345,8 +387,9 @@ def summarise(trainer, logs, counters, phase, vllm) -> dict:
         out["sleeps_per_step"] = [per_step.get(s, []).count("sleep") for s in range(len(logs))]
         # "sleep after the last round only": nothing generates after a step's sleep
         out["generated_after_sleep"] = any(
-            "sleep" in ev and any(e in ("generate", "engine_step") for e in ev[ev.index("sleep") + 1:])
-            for ev in per_step.values())
+            "sleep" in ev and any(e in ("generate", "engine_step") for e in ev[ev.index("sleep") + 1 :])
+            for ev in per_step.values()
+        )
     return out
 
 
@@ -359,8 +402,13 @@ def decode_curve(settings: dict) -> dict:
     rows = dataset(max(settings["curve_points"]), 0).to_list()
     tokenizer = AutoTokenizer.from_pretrained(settings["model"])
     prompt_ids = chat_prompt_ids(tokenizer, rows)
-    kwargs = dict(model=settings["model"], dtype="bfloat16", max_num_seqs=max(settings["curve_points"]),
-                  max_model_len=settings["curve_tokens"] + 128, seed=0)
+    kwargs = dict(
+        model=settings["model"],
+        dtype="bfloat16",
+        max_num_seqs=max(settings["curve_points"]),
+        max_model_len=settings["curve_tokens"] + 128,
+        seed=0,
+    )
     if settings["cuda"]:
         kwargs["gpu_memory_utilization"] = settings["gpu_memory_utilization"]
     start = time.perf_counter()
@@ -369,8 +417,14 @@ def decode_curve(settings: dict) -> dict:
     curve = measure_curve(llm, prompt_ids, settings["curve_points"], settings["curve_tokens"])
     del llm
     gc.collect()
-    return {"arm": "decode_curve", "status": "ok", "engine_start_seconds": started, "curve": curve,
-            "tokens_per_second": [[r, r / s] for r, s in curve], "peak_memory_mib": peak_memory_mib()}
+    return {
+        "arm": "decode_curve",
+        "status": "ok",
+        "engine_start_seconds": started,
+        "curve": curve,
+        "tokens_per_second": [[r, r / s] for r, s in curve],
+        "peak_memory_mib": peak_memory_mib(),
+    }
 
 
 def run_one(name: str, settings: dict) -> dict:
@@ -378,8 +432,11 @@ def run_one(name: str, settings: dict) -> dict:
         try:
             return decode_curve(settings)
         except Exception as error:  # noqa: BLE001
-            return {"arm": name, "status": f"failed: {type(error).__name__}: {error}",
-                    "traceback": traceback.format_exc()[-3000:]}
+            return {
+                "arm": name,
+                "status": f"failed: {type(error).__name__}: {error}",
+                "traceback": traceback.format_exc()[-3000:],
+            }
     arms = VLLM_ARMS if settings["stage"] == "vllm" else TRANSFORMERS_ARMS
     kind, extra = arms[name]
     return run_arm(name, kind, extra, settings)
@@ -391,8 +448,10 @@ def run_in_subprocess(name: str, settings: dict, timeout: float) -> dict:
         spec, out = os.path.join(tmp, "settings.json"), os.path.join(tmp, "result.json")
         json.dump(settings, open(spec, "w"))
         try:
-            done = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name, "--settings", spec,
-                                   "--json", out], timeout=timeout)
+            done = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--one", name, "--settings", spec, "--json", out],
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             return {"arm": name, "status": f"failed: timed out after {timeout:.0f} s"}
         if os.path.exists(out):
@@ -411,10 +470,13 @@ def base_of(results: list[dict], stage: str) -> dict | None:
 
 def table(results: list[dict], stage: str, base: dict | None = None) -> str:
     base = base_of(results, stage) or base
-    lines = [f"ratios to {base['arm'] if base else '(no GRPO arm measured)'}", "",
-             "| arm | status | step s | gen+score s | / GRPO | / GRPO per sample | samples/step | rounds | tokens/s "
-             "| pushes/step | sleeps/step | peak MiB | device MiB |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"ratios to {base['arm'] if base else '(no GRPO arm measured)'}",
+        "",
+        "| arm | status | step s | gen+score s | / GRPO | / GRPO per sample | samples/step | rounds | tokens/s "
+        "| pushes/step | sleeps/step | peak MiB | device MiB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in results:
         if r["arm"] == "decode_curve":
             continue
@@ -432,9 +494,11 @@ def table(results: list[dict], stage: str, base: dict | None = None) -> str:
             sleeps = "/".join(str(v) for v in r["sleeps_per_step"])
         tps = f"{r['tokens_per_second']:.0f}" if r.get("tokens_per_second") else ""
         device = f"{r['device_used_max_mib']:.0f}" if r.get("device_used_max_mib") else ""
-        lines.append(f"| {r['arm']} | ok | {r['step_seconds']:.2f} | {r['generate_and_score_seconds']:.2f} | {ratio} "
-                     f"| {per_sample} | {r['samples_per_step']:.0f} | {r['rounds_mean']:.2f} | {tps} | {pushes} | "
-                     f"{sleeps} | {r['peak_memory_mib']:.0f} | {device} |")
+        lines.append(
+            f"| {r['arm']} | ok | {r['step_seconds']:.2f} | {r['generate_and_score_seconds']:.2f} | {ratio} "
+            f"| {per_sample} | {r['samples_per_step']:.0f} | {r['rounds_mean']:.2f} | {tps} | {pushes} | "
+            f"{sleeps} | {r['peak_memory_mib']:.0f} | {device} |"
+        )
     curve = next((r for r in results if r["arm"] == "decode_curve"), None)
     if curve:
         if curve.get("status") == "ok":
@@ -447,16 +511,23 @@ def table(results: list[dict], stage: str, base: dict | None = None) -> str:
 
 def defaults(args) -> dict:
     toy = args.size == "toy"
-    gpu_defaults = {"transformers": dict(prompts=8, max_tokens=256, steps=1),
-                    "vllm": dict(prompts=32, max_tokens=512, steps=1)}[args.stage]
-    settings = dict(stage=args.stage, size=args.size, cuda=cuda(),
-                    prompts=args.prompts or (2 if toy else gpu_defaults["prompts"]),
-                    max_tokens=args.max_tokens or (8 if toy else gpu_defaults["max_tokens"]),
-                    steps=args.steps or (1 if toy else gpu_defaults["steps"]),
-                    curve_points=args.curve_points or ([1, 2, 4] if toy else [64, 128, 256, 512, 1024]),
-                    curve_tokens=args.curve_tokens or (6 if toy else 64),
-                    gpu_memory_utilization=args.gpu_memory_utilization, micro_batch=args.micro_batch,
-                    gradient_checkpointing=args.gradient_checkpointing)
+    gpu_defaults = {
+        "transformers": dict(prompts=8, max_tokens=256, steps=1),
+        "vllm": dict(prompts=32, max_tokens=512, steps=1),
+    }[args.stage]
+    settings = dict(
+        stage=args.stage,
+        size=args.size,
+        cuda=cuda(),
+        prompts=args.prompts or (2 if toy else gpu_defaults["prompts"]),
+        max_tokens=args.max_tokens or (8 if toy else gpu_defaults["max_tokens"]),
+        steps=args.steps or (1 if toy else gpu_defaults["steps"]),
+        curve_points=args.curve_points or ([1, 2, 4] if toy else [64, 128, 256, 512, 1024]),
+        curve_tokens=args.curve_tokens or (6 if toy else 64),
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        micro_batch=args.micro_batch,
+        gradient_checkpointing=args.gradient_checkpointing,
+    )
     if settings["micro_batch"] and settings["prompts"] * 4 % min(settings["prompts"] * 4, settings["micro_batch"]):
         raise SystemExit("measure: 4 x prompts must be a multiple of --micro_batch")
     return settings
@@ -474,14 +545,23 @@ def main(argv=None) -> int:
     parser.add_argument("--curve_tokens", type=int, help="decode steps per curve point (toy 6, GPU 64)")
     parser.add_argument("--gpu_memory_utilization", type=float, default=0.35, help="vLLM's share of the GPU")
     parser.add_argument("--micro_batch", type=int, help="rows per micro-batch, a multiple of 4 (GPU 16, CPU all)")
-    parser.add_argument("--gradient_checkpointing", choices=["auto", "yes", "no"], default="auto",
-                        help="auto: on a GPU")
+    parser.add_argument(
+        "--gradient_checkpointing", choices=["auto", "yes", "no"], default="auto", help="auto: on a GPU"
+    )
     parser.add_argument("--model_dir", default=os.path.join(tempfile.gettempdir(), "trl-ada-gpu-kit-models"))
-    parser.add_argument("--subprocess", choices=["auto", "yes", "no"], default="auto",
-                        help="each arm in its own process (auto: on a GPU)")
-    parser.add_argument("--deadline_s", type=float, default=1e9,
-                        help="seconds from the start: no arm starts with less than 45 s left, and an arm in its own "
-                             "process is stopped at the deadline (a device call has 600 s)")
+    parser.add_argument(
+        "--subprocess",
+        choices=["auto", "yes", "no"],
+        default="auto",
+        help="each arm in its own process (auto: on a GPU)",
+    )
+    parser.add_argument(
+        "--deadline_s",
+        type=float,
+        default=1e9,
+        help="seconds from the start: no arm starts with less than 45 s left, and an arm in its own "
+        "process is stopped at the deadline (a device call has 600 s)",
+    )
     parser.add_argument("--json", default=None)
     parser.add_argument("--base_json", nargs="*", default=[], help="earlier results holding the GRPO arm (ratios)")
     parser.add_argument("--report", nargs="+", help="print one table from these result files and stop")
@@ -493,8 +573,10 @@ def main(argv=None) -> int:
         loaded = [json.load(open(path)) for path in args.report]
         results = [r for d in loaded for r in d["results"]]
         stage = loaded[0]["settings"]["stage"]
-        print(f"### {stage} path, {loaded[0]['settings']['size']} model ({loaded[0]['versions'].get('device', 'CPU')})"
-              f"\n\n{table(results, stage)}")
+        print(
+            f"### {stage} path, {loaded[0]['settings']['size']} model ({loaded[0]['versions'].get('device', 'CPU')})"
+            f"\n\n{table(results, stage)}"
+        )
         return 0
     if args.one:  # a child process: one arm
         settings = json.load(open(args.settings))
@@ -507,11 +589,15 @@ def main(argv=None) -> int:
     if settings["stage"] == "vllm" and not settings["cuda"]:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-    settings["model"] = build_model(args.size, os.path.join(
-        args.model_dir, f"{args.size}{'-vllm' if args.stage == 'vllm' and args.size == 'toy' else ''}"),
-        vllm=args.stage == "vllm")
-    arms = args.arms or ((["decode_curve"] if args.stage == "vllm" else [])
-                         + list(VLLM_ARMS if args.stage == "vllm" else TRANSFORMERS_ARMS))
+    settings["model"] = build_model(
+        args.size,
+        os.path.join(args.model_dir, f"{args.size}{'-vllm' if args.stage == 'vllm' and args.size == 'toy' else ''}"),
+        vllm=args.stage == "vllm",
+    )
+    arms = args.arms or (
+        (["decode_curve"] if args.stage == "vllm" else [])
+        + list(VLLM_ARMS if args.stage == "vllm" else TRANSFORMERS_ARMS)
+    )
     isolate = args.subprocess == "yes" or (args.subprocess == "auto" and settings["cuda"])
     versions = {}
     for module in ("torch", "transformers", "trl", "datasets", "accelerate", "vllm"):
@@ -526,8 +612,9 @@ def main(argv=None) -> int:
     for name in arms:
         elapsed = time.perf_counter() - started
         if args.deadline_s - elapsed < 45:
-            results.append({"arm": name, "status": f"skipped: deadline ({elapsed:.0f} s of {args.deadline_s:.0f} s "
-                                                   f"gone)"})
+            results.append(
+                {"arm": name, "status": f"skipped: deadline ({elapsed:.0f} s of {args.deadline_s:.0f} s gone)"}
+            )
             continue
         print(f"[measure] arm {name} ...", flush=True)
         result = run_in_subprocess(name, settings, args.deadline_s - elapsed) if isolate else run_one(name, settings)
@@ -535,11 +622,12 @@ def main(argv=None) -> int:
         results.append(result)
         print(f"[measure] arm {name}: {result.get('status')} in {result['wall_seconds']:.0f} s", flush=True)
         if args.json:  # written after every arm: a call cut short still brings back what finished
-            json.dump({"settings": settings, "versions": versions, "results": results}, open(args.json, "w"),
-                      indent=1)
-    print(f"\n### {args.stage} path, {args.size} model, {settings['prompts']} prompts x n=4 per step, cap "
-          f"{settings['max_tokens']} tokens, median of {settings['steps']} timed steps "
-          f"({versions.get('device', 'CPU')})\n")
+            json.dump({"settings": settings, "versions": versions, "results": results}, open(args.json, "w"), indent=1)
+    print(
+        f"\n### {args.stage} path, {args.size} model, {settings['prompts']} prompts x n=4 per step, cap "
+        f"{settings['max_tokens']} tokens, median of {settings['steps']} timed steps "
+        f"({versions.get('device', 'CPU')})\n"
+    )
     earlier = [r for path in args.base_json if os.path.exists(path) for r in json.load(open(path))["results"]]
     print(table(results, args.stage, base_of(earlier, args.stage)))
     if args.json:

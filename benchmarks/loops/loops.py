@@ -50,8 +50,15 @@ def _commit() -> str:
 
 
 def record(kind: str, parts: dict, busy: bool, note: str = "") -> dict:
-    entry = {"kind": kind, "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "commit": _commit(),
-             "cores": os.cpu_count(), "busy": busy, "seconds": parts, "note": note}
+    entry = {
+        "kind": kind,
+        "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "commit": _commit(),
+        "cores": os.cpu_count(),
+        "busy": busy,
+        "seconds": parts,
+        "note": note,
+    }
     records = load()
     records.append(entry)
     with open(RECORDS, "w") as f:
@@ -108,8 +115,10 @@ def report(records: list[dict], plot_path: str) -> None:
         parts = ", ".join(f"{k} {v}" for k, v in r["seconds"].items() if k != "all")
         total = r["seconds"]["all"]
         verdict = "within" if total <= BUDGETS[r["kind"]] else "OVER"
-        print(f"| {r['kind']} | {r['date']} | {r['commit']} | {'yes' if r['busy'] else 'no'} | {parts} | "
-              f"{total / 60:.1f} | {verdict} ({BUDGETS[r['kind']] // 60} min) |")
+        print(
+            f"| {r['kind']} | {r['date']} | {r['commit']} | {'yes' if r['busy'] else 'no'} | {parts} | "
+            f"{total / 60:.1f} | {verdict} ({BUDGETS[r['kind']] // 60} min) |"
+        )
     if not records:
         return
     import matplotlib
@@ -120,8 +129,11 @@ def report(records: list[dict], plot_path: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
     for ax, kind in zip(axes, ("ci", "demo")):
         mine = [r for r in records if r["kind"] == kind]
-        ax.bar(range(len(mine)), [r["seconds"]["all"] / 60 for r in mine],
-               color=["#bbbbbb" if r["busy"] else "#2c7bb6" for r in mine])
+        ax.bar(
+            range(len(mine)),
+            [r["seconds"]["all"] / 60 for r in mine],
+            color=["#bbbbbb" if r["busy"] else "#2c7bb6" for r in mine],
+        )
         ax.axhline(BUDGETS[kind] / 60, color="#d7191c", linestyle="--", label="budget")
         ax.set_xticks(range(len(mine)), [f"{r['date'][5:10]}\n{r['commit']}" for r in mine], fontsize=7)
         ax.set_ylabel("minutes")

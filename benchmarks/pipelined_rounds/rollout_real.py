@@ -33,8 +33,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository
 
 
 def chat_prompt_ids(tokenizer, rows):
-    return [list(tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
-                                               return_dict=True)["input_ids"]) for row in rows]
+    return [
+        list(
+            tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True)[
+                "input_ids"
+            ]
+        )
+        for row in rows
+    ]
 
 
 def measure_curve(llm, prompt_ids, points, tokens):
@@ -105,21 +111,28 @@ def main(argv=None):
         return last_number_reward(texts, answer=[answers[p] for p in prompts])
 
     def grpo():
-        outputs = llm.generate([{"prompt_token_ids": prompt_ids[p]} for p in range(args.prompts) for _ in range(4)],
-                               params, use_tqdm=False)
+        outputs = llm.generate(
+            [{"prompt_token_ids": prompt_ids[p]} for p in range(args.prompts) for _ in range(4)],
+            params,
+            use_tqdm=False,
+        )
         return {"rounds": 1.0, "samples": len(outputs), "engine_steps": None}
 
     def synchronous(choice):
         def sample_round(active, k):
-            outputs = llm.generate([{"prompt_token_ids": prompt_ids[p]} for p in active for _ in range(k)], params,
-                                   use_tqdm=False)
+            outputs = llm.generate(
+                [{"prompt_token_ids": prompt_ids[p]} for p in active for _ in range(k)], params, use_tqdm=False
+            )
             texts = [o.outputs[0].text for o in outputs]
             rewards = rewards_of([p for p in active for _ in range(k)], texts)
             return [rewards[i * k : (i + 1) * k] for i in range(len(active))]
 
         results = run_adaptive_sampling(args.prompts, sample_round, choice=choice)
-        return {"rounds": statistics.mean(r.rounds for r in results),
-                "samples": sum(len(r.pool_rewards) for r in results), "engine_steps": None}
+        return {
+            "rounds": statistics.mean(r.rounds for r in results),
+            "samples": sum(len(r.pool_rewards) for r in results),
+            "engine_steps": None,
+        }
 
     def pipelined(choice):
         stream = VLLMStream(llm, prompt_ids, params, args.max_num_seqs)
@@ -132,9 +145,12 @@ def main(argv=None):
         with stream:
             out = run_pipelined_sampling(args.prompts, stream, score, choice=choice)
         assert not engine.has_unfinished_requests()
-        return {"rounds": statistics.mean(r.rounds for r in out.results),
-                "samples": sum(len(r.pool_rewards) for r in out.results), "engine_steps": out.stats.polls,
-                "early_samples": out.stats.early_samples}
+        return {
+            "rounds": statistics.mean(r.rounds for r in out.results),
+            "samples": sum(len(r.pool_rewards) for r in out.results),
+            "engine_steps": out.stats.polls,
+            "early_samples": out.stats.early_samples,
+        }
 
     schedules = {"grpo_n4": grpo}
     for choice in args.choices:
@@ -148,34 +164,55 @@ def main(argv=None):
             result = run()
             result["seconds"] = time.perf_counter() - start
             runs[name].append(result)
-            print(f"[rollout_real] repeat {repeat} {name:28s} {result['seconds']:6.2f} s  {result['samples']:4d} "
-                  f"samples  rounds {result['rounds']:.2f}", flush=True)
+            print(
+                f"[rollout_real] repeat {repeat} {name:28s} {result['seconds']:6.2f} s  {result['samples']:4d} "
+                f"samples  rounds {result['rounds']:.2f}",
+                flush=True,
+            )
 
     grpo_seconds = statistics.mean(r["seconds"] for r in runs["grpo_n4"])
     summary = {}
-    print(f"\n### Generation time of one step, {args.prompts} prompts, cap {args.max_tokens} tokens, vLLM "
-          f"max_num_seqs {args.max_num_seqs} (mean of {args.repeats})\n")
+    print(
+        f"\n### Generation time of one step, {args.prompts} prompts, cap {args.max_tokens} tokens, vLLM "
+        f"max_num_seqs {args.max_num_seqs} (mean of {args.repeats})\n"
+    )
     print("| schedule | seconds | / grpo_n4 | samples | seconds per 100 samples | mean rounds | engine steps |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, rs in runs.items():
         seconds = statistics.mean(r["seconds"] for r in rs)
         samples = statistics.mean(r["samples"] for r in rs)
         steps = [r["engine_steps"] for r in rs if r["engine_steps"] is not None]
-        summary[name] = {"seconds": seconds, "ratio_to_grpo": seconds / grpo_seconds, "samples": samples,
-                         "rounds": statistics.mean(r["rounds"] for r in rs),
-                         "engine_steps": statistics.mean(steps) if steps else None}
-        print(f"| {name} | {seconds:.2f} | {seconds / grpo_seconds:.2f} | {samples:.0f} | "
-              f"{100 * seconds / samples:.2f} | {summary[name]['rounds']:.2f} | "
-              f"{'' if not steps else f'{statistics.mean(steps):.0f}'} |")
+        summary[name] = {
+            "seconds": seconds,
+            "ratio_to_grpo": seconds / grpo_seconds,
+            "samples": samples,
+            "rounds": statistics.mean(r["rounds"] for r in rs),
+            "engine_steps": statistics.mean(steps) if steps else None,
+        }
+        print(
+            f"| {name} | {seconds:.2f} | {seconds / grpo_seconds:.2f} | {samples:.0f} | "
+            f"{100 * seconds / samples:.2f} | {summary[name]['rounds']:.2f} | "
+            f"{'' if not steps else f'{statistics.mean(steps):.0f}'} |"
+        )
     for choice in args.choices:
         sync, piped = summary[f"{choice} synchronous"], summary[f"{choice} pipelined"]
         per_sample = (piped["seconds"] / piped["samples"]) / (sync["seconds"] / sync["samples"])
-        print(f"\n{choice}: pipelined / synchronous generation time {piped['seconds'] / sync['seconds']:.2f}, "
-              f"per sample {per_sample:.2f}")
+        print(
+            f"\n{choice}: pipelined / synchronous generation time {piped['seconds'] / sync['seconds']:.2f}, "
+            f"per sample {per_sample:.2f}"
+        )
 
-    saved = {"model": os.path.basename(os.path.normpath(model_dir)), "prompts": args.prompts,
-             "max_tokens": args.max_tokens, "max_num_seqs": args.max_num_seqs, "threads": args.threads,
-             "repeats": args.repeats, "step_time_curve": curve, "runs": runs, "summary": summary}
+    saved = {
+        "model": os.path.basename(os.path.normpath(model_dir)),
+        "prompts": args.prompts,
+        "max_tokens": args.max_tokens,
+        "max_num_seqs": args.max_num_seqs,
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "step_time_curve": curve,
+        "runs": runs,
+        "summary": summary,
+    }
     with open(args.json, "w") as f:
         json.dump(saved, f, indent=1)
     plot(saved, args.plot)
@@ -192,8 +229,7 @@ def plot(saved, path):
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     xs, ys = zip(*saved["step_time_curve"])
     left.plot(xs, [1000 * y for y in ys], "o-")
-    left.set(xscale="log", xlabel="running sequences", ylabel="ms per engine step",
-             title="engine step time (decode)")
+    left.set(xscale="log", xlabel="running sequences", ylabel="ms per engine step", title="engine step time (decode)")
     names = list(saved["summary"])
     right.barh(names, [saved["summary"][n]["ratio_to_grpo"] for n in names], color="#1b63c6")
     right.set(xlabel="generation time / grpo_n4", title=f"one step, {saved['prompts']} prompts")

@@ -109,8 +109,11 @@ def one_step(args, seed, step_time):
     pass_rate = [rng.betavariate(0.3, 0.3) for _ in range(args.prompts)]
     sigma = math.log(args.p99_ratio) / 2.326  # p99 of a lognormal is median * exp(2.326 sigma)
     slots = args.round_repeat * args.max_rounds
-    lengths = {(p, s): max(1, min(args.max_tokens, round(rng.lognormvariate(math.log(args.median_tokens), sigma))))
-               for p in range(args.prompts) for s in range(slots)}
+    lengths = {
+        (p, s): max(1, min(args.max_tokens, round(rng.lognormvariate(math.log(args.median_tokens), sigma))))
+        for p in range(args.prompts)
+        for s in range(slots)
+    }
     rewards = {(p, s): float(rng.random() < pass_rate[p]) for p in range(args.prompts) for s in range(slots)}
 
     def engine():
@@ -118,8 +121,11 @@ def one_step(args, seed, step_time):
 
     def run_sync(**cfg):
         sim, drawn = engine(), [0] * args.prompts
-        results = run_adaptive_sampling(args.prompts, lambda active, k: synchronous_round(
-            sim, active, k, drawn, lambda p, s: rewards[(p, s)]), **cfg)
+        results = run_adaptive_sampling(
+            args.prompts,
+            lambda active, k: synchronous_round(sim, active, k, drawn, lambda p, s: rewards[(p, s)]),
+            **cfg,
+        )
         return results, sim
 
     grpo, grpo_engine = run_sync(num_generations=4, round_repeat=4, max_rounds=1)
@@ -130,12 +136,21 @@ def one_step(args, seed, step_time):
         row[f"{choice} synchronous"] = {"seconds": sim.clock, "tokens": sim.tokens}
         for name, certain, speculative in zip(SCHEDULES[1:], (False, True, True), (False, False, True)):
             sim = engine()
-            out = run_pipelined_sampling(args.prompts, sim, lambda done: [rewards[r] for r in done],
-                                         max_running=args.max_num_seqs, certain_continuation=certain,
-                                         speculative=speculative, **cfg)
+            out = run_pipelined_sampling(
+                args.prompts,
+                sim,
+                lambda done: [rewards[r] for r in done],
+                max_running=args.max_num_seqs,
+                certain_continuation=certain,
+                speculative=speculative,
+                **cfg,
+            )
             assert out.results == reference, "the pipelined driver must select exactly what the synchronous one does"
-            row[f"{choice} {name}"] = {"seconds": sim.clock, "tokens": sim.tokens,
-                                       "wasted_samples": out.stats.wasted_samples}
+            row[f"{choice} {name}"] = {
+                "seconds": sim.clock,
+                "tokens": sim.tokens,
+                "wasted_samples": out.stats.wasted_samples,
+            }
     return row
 
 
@@ -148,9 +163,12 @@ def main(argv=None):
     parser.add_argument("--p99_ratio", type=float, default=4.0, help="p99 completion length / median")
     parser.add_argument("--max_tokens", type=int, default=2048, help="completion cap")
     parser.add_argument("--max_num_seqs", type=int, default=256, help="engine capacity (vLLM max_num_seqs)")
-    parser.add_argument("--step_time_curve", default=None,
-                        help="JSON file [[running, seconds], ...] or a rollout_real.py result (its step_time_curve); "
-                        "default: 20 ms + 0.02 ms per running sequence")
+    parser.add_argument(
+        "--step_time_curve",
+        default=None,
+        help="JSON file [[running, seconds], ...] or a rollout_real.py result (its step_time_curve); "
+        "default: 20 ms + 0.02 ms per running sequence",
+    )
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--json", default=os.path.join(HERE, "rollout_schedule.json"))
     parser.add_argument("--plot", default=os.path.join(HERE, "rollout_schedule.png"))
@@ -172,25 +190,40 @@ def main(argv=None):
                 "time_ratio_to_grpo": statistics.mean(r[key]["seconds"] / r["grpo_n4"]["seconds"] for r in rows),
                 "token_ratio_to_grpo": statistics.mean(r[key]["tokens"] / r["grpo_n4"]["tokens"] for r in rows),
                 "vs_synchronous": statistics.mean(
-                    r[key]["seconds"] / r[f"{choice} synchronous"]["seconds"] - 1 for r in rows),
+                    r[key]["seconds"] / r[f"{choice} synchronous"]["seconds"] - 1 for r in rows
+                ),
             }
 
-    print(f"\n### Generation time of one step, ratio to GRPO n=4 ({args.prompts} prompts, M={args.round_repeat}, "
-          f"R={args.max_rounds}, lengths median {args.median_tokens:.0f}, p99 {args.p99_ratio:g}x, cap "
-          f"{args.max_tokens}, max_num_seqs {args.max_num_seqs}; mean of {args.seeds} seeds; simulation)\n")
+    print(
+        f"\n### Generation time of one step, ratio to GRPO n=4 ({args.prompts} prompts, M={args.round_repeat}, "
+        f"R={args.max_rounds}, lengths median {args.median_tokens:.0f}, p99 {args.p99_ratio:g}x, cap "
+        f"{args.max_tokens}, max_num_seqs {args.max_num_seqs}; mean of {args.seeds} seeds; simulation)\n"
+    )
     speculative = SCHEDULES[-1]
     print("| choice | " + " | ".join(SCHEDULES) + " | generated tokens vs GRPO | with speculation |")
     print("|---|" + "---:|" * (len(SCHEDULES) + 2))
     for choice in ("positive_focused", "balanced"):
-        cells = [f"{summary[f'{choice} {s}']['time_ratio_to_grpo']:.2f} ({100 * summary[f'{choice} {s}']['vs_synchronous']:+.0f}%)"
-                 for s in SCHEDULES]
+        cells = [
+            f"{summary[f'{choice} {s}']['time_ratio_to_grpo']:.2f} ({100 * summary[f'{choice} {s}']['vs_synchronous']:+.0f}%)"
+            for s in SCHEDULES
+        ]
         tokens = [summary[f"{choice} {s}"]["token_ratio_to_grpo"] for s in ("synchronous", speculative)]
-        print(f"| {choice} | " + " | ".join(cells) + f" | {tokens[0]:.2f}x | {tokens[1]:.2f}x "
-              f"({100 * (tokens[1] / tokens[0] - 1):+.0f}%) |")
+        print(
+            f"| {choice} | " + " | ".join(cells) + f" | {tokens[0]:.2f}x | {tokens[1]:.2f}x "
+            f"({100 * (tokens[1] / tokens[0] - 1):+.0f}%) |"
+        )
 
     with open(args.json, "w") as f:
-        json.dump({"settings": {k: v for k, v in vars(args).items() if k not in ("json", "plot")},
-                   "step_time_curve": curve, "summary": summary, "runs": rows}, f, indent=1)
+        json.dump(
+            {
+                "settings": {k: v for k, v in vars(args).items() if k not in ("json", "plot")},
+                "step_time_curve": curve,
+                "summary": summary,
+                "runs": rows,
+            },
+            f,
+            indent=1,
+        )
     import matplotlib
 
     matplotlib.use("Agg")

@@ -261,8 +261,10 @@ def fmt_unfinished(row: dict) -> str:
 
 def print_main_table(name: str, rows: dict[str, dict]) -> None:
     print(f"\n#### {name}: cost vs signal\n")
-    print("| method | samples / prompt | prompts with signal | never finished | signal / 1000 samples "
-          "| samples spent on no-signal groups |")
+    print(
+        "| method | samples / prompt | prompts with signal | never finished | signal / 1000 samples "
+        "| samples spent on no-signal groups |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for label, row in rows.items():
         cost, share, per_1000 = per_prompt(row)
@@ -270,14 +272,20 @@ def print_main_table(name: str, rows: dict[str, dict]) -> None:
         print(f"| {label} | {cost:.2f} | {share:.1%} | {fmt_unfinished(row)} | {per_1000:.1f} | {wasted:.1%} |")
 
 
-
 # ---------------------------------------------------------------------------------------------------------------
 # 4. Several epochs over a fixed prompt set: where memory across steps pays
 # ---------------------------------------------------------------------------------------------------------------
 
 SKIP_DECAY = 0.9  # AdaGRPOConfig.budget_skip_decay's default
-EPOCH_METHODS = ("GRPO n=4", "DAPO n=4", "Ada positive_focused", "Ada balanced", "budget 4, memory",
-                 "budget 4, no memory", "Est n=4")
+EPOCH_METHODS = (
+    "GRPO n=4",
+    "DAPO n=4",
+    "Ada positive_focused",
+    "Ada balanced",
+    "budget 4, memory",
+    "budget 4, no memory",
+    "Est n=4",
+)
 
 
 def multi_epoch(method: str, p0: np.ndarray, args, seed: int) -> list[dict]:
@@ -300,8 +308,13 @@ def multi_epoch(method: str, p0: np.ndarray, args, seed: int) -> list[dict]:
         return bernoulli(rng, p[prompts], k).tolist() if prompts else []
 
     def plain(prompts: list[int]):  # n i.i.d. samples each, kept whole (GRPO's group)
-        return run_adaptive_sampling(len(prompts), lambda active, k: sample_round([prompts[i] for i in active], k),
-                                     num_generations=N, round_repeat=N, max_rounds=1)
+        return run_adaptive_sampling(
+            len(prompts),
+            lambda active, k: sample_round([prompts[i] for i in active], k),
+            num_generations=N,
+            round_repeat=N,
+            max_rounds=1,
+        )
 
     epochs = []
     trained_after_first: set[int] = set()
@@ -320,14 +333,22 @@ def multi_epoch(method: str, p0: np.ndarray, args, seed: int) -> list[dict]:
                 counts = allocate([est_memory.pass_rate(h) for h in batch], N * g)
                 pools = [sample_round([h], c)[0] for h, c in zip(batch, counts)]
                 est_memory.update(batch, counts, [sum(x > THRESHOLD for x in pool) for pool in pools], step=epoch)
-                results = [PromptResult(pool_rewards=pool, selected=list(range(len(pool))), rounds=1, finished=True)
-                           for pool in pools]
+                results = [
+                    PromptResult(pool_rewards=pool, selected=list(range(len(pool))), rounds=1, finished=True)
+                    for pool in pools
+                ]
                 sampled = chosen = list(zip(batch, results))
             elif method.startswith("Ada"):
                 choice = method.split()[1]
                 results = run_adaptive_sampling(
-                    g, lambda active, k: sample_round([batch[i] for i in active], k), num_generations=N,
-                    round_repeat=ROUND_REPEAT, max_rounds=MAX_ROUNDS, choice=choice, positive_threshold=THRESHOLD)
+                    g,
+                    lambda active, k: sample_round([batch[i] for i in active], k),
+                    num_generations=N,
+                    round_repeat=ROUND_REPEAT,
+                    max_rounds=MAX_ROUNDS,
+                    choice=choice,
+                    positive_threshold=THRESHOLD,
+                )
                 sampled = chosen = list(zip(batch, results))
             else:
                 remembered = method.endswith(", memory")
@@ -338,10 +359,16 @@ def multi_epoch(method: str, p0: np.ndarray, args, seed: int) -> list[dict]:
                     return list(range(len(candidates) - k, len(candidates)))
 
                 budgeted = run_budgeted_sampling(
-                    list(range(g)), draw,
+                    list(range(g)),
+                    draw,
                     lambda h: memory.posterior(candidates[h]) if remembered else (1.0, 1.0, 0),
-                    lambda h: float(coin.random()), lambda hs, k: sample_round([candidates[h] for h in hs], k),
-                    target=g, budget=4 * g, num_generations=N, positive_threshold=THRESHOLD)
+                    lambda h: float(coin.random()),
+                    lambda hs, k: sample_round([candidates[h] for h in hs], k),
+                    target=g,
+                    budget=4 * g,
+                    num_generations=N,
+                    positive_threshold=THRESHOLD,
+                )
                 sampled = chosen = [(candidates[h], r) for h, r in budgeted.sampled]
                 memory.forget([candidates[h] for h in budgeted.skipped], SKIP_DECAY)  # as the trainer does
             for h, r in sampled:
@@ -349,19 +376,33 @@ def multi_epoch(method: str, p0: np.ndarray, args, seed: int) -> list[dict]:
                 extreme += len(r.pool_rewards) * bool(p[h] < 0.05 or p[h] > 0.95)
             for h, r in chosen:
                 trained += 1
-                advantages = (est_advantages(r.pool_rewards) if method.startswith("Est") else
-                              pooled_advantages(r.selected_rewards, r.pool_rewards, THRESHOLD))
+                advantages = (
+                    est_advantages(r.pool_rewards)
+                    if method.startswith("Est")
+                    else pooled_advantages(r.selected_rewards, r.pool_rewards, THRESHOLD)
+                )
                 if any(a != 0.0 for a in advantages):
                     signal += 1
                 if 0.2 <= p[h] <= 0.8:
                     trained_mid.add(h)
                 if epoch > 0:
                     trained_after_first.add(h)
-            memory.update([h for h, _ in sampled], [len(r.pool_rewards) for _, r in sampled],
-                          [sum(x > THRESHOLD for x in r.pool_rewards) for _, r in sampled], step=epoch)
+            memory.update(
+                [h for h, _ in sampled],
+                [len(r.pool_rewards) for _, r in sampled],
+                [sum(x > THRESHOLD for x in r.pool_rewards) for _, r in sampled],
+                step=epoch,
+            )
         mid = int(((p >= 0.2) & (p <= 0.8)).sum())
-        epochs.append(dict(samples=samples, signal=signal, trained=trained, extreme=extreme,
-                           mid_trained=len(trained_mid) / max(mid, 1)))
+        epochs.append(
+            dict(
+                samples=samples,
+                signal=signal,
+                trained=trained,
+                extreme=extreme,
+                mid_trained=len(trained_mid) / max(mid, 1),
+            )
+        )
         if epoch == args.epochs - 1:  # starvation: intermediate at the end, yet never trained after epoch 1
             final_mid = np.flatnonzero((p >= 0.2) & (p <= 0.8)).tolist()
             epochs[-1]["mid_never"] = sum(h not in trained_after_first for h in final_mid) / max(len(final_mid), 1)
@@ -374,9 +415,11 @@ def print_multi_epoch(runs: dict[str, list[dict]]) -> None:
     epochs = len(next(iter(runs.values())))
     grpo = runs["GRPO n=4"]
     print("\n#### Signal per 1000 generated samples, per epoch (fixed prompt set, pass rates drifting upward)\n")
-    print("| method | " + " | ".join(f"epoch {e + 1}" for e in range(epochs)) + " | epochs 2+ vs GRPO n=4 "
-          "| samples / trained prompt | samples on p<0.05 or >0.95 | intermediate prompts trained per epoch "
-          "| intermediate prompts never trained after epoch 1 |")
+    print(
+        "| method | " + " | ".join(f"epoch {e + 1}" for e in range(epochs)) + " | epochs 2+ vs GRPO n=4 "
+        "| samples / trained prompt | samples on p<0.05 or >0.95 | intermediate prompts trained per epoch "
+        "| intermediate prompts never trained after epoch 1 |"
+    )
     print("|---|" + "---:|" * (epochs + 5))
     for method, rows in runs.items():
         per_1000 = [1000 * r["signal"] / r["samples"] for r in rows]
@@ -385,9 +428,12 @@ def print_multi_epoch(runs: dict[str, list[dict]]) -> None:
         cost = sum(r["samples"] for r in rows) / sum(r["trained"] for r in rows)
         extreme = sum(r["extreme"] for r in rows[1:]) / sum(r["samples"] for r in rows[1:])
         mid = min(r["mid_trained"] for r in rows[1:])
-        print(f"| {method} | " + " | ".join(f"{x:.1f}" for x in per_1000)
-              + f" | {later / grpo_later:.2f}x | {cost:.2f} | {extreme:.1%} | {mid:.0%} (min) "
-              f"| {rows[-1]['mid_never']:.1%} |")
+        print(
+            f"| {method} | "
+            + " | ".join(f"{x:.1f}" for x in per_1000)
+            + f" | {later / grpo_later:.2f}x | {cost:.2f} | {extreme:.1%} | {mid:.0%} (min) "
+            f"| {rows[-1]['mid_never']:.1%} |"
+        )
 
 
 def plot_multi_epoch(runs: dict[str, list[dict]], path: Path) -> None:
@@ -466,8 +512,10 @@ def main(argv=None) -> None:
 
         # Sweep of the balanced rounds: M (samples per round) x R (rounds), with the oracle at the same cap.
         print(f"\n#### {dist_name}: balanced sweep (n={N}); oracle = sequential limit at the same cap R*M\n")
-        print("| M | R | cap R*M | samples / prompt | oracle samples / prompt | signal | oracle signal "
-              "| never finished | signal / 1000 samples |")
+        print(
+            "| M | R | cap R*M | samples / prompt | oracle samples / prompt | signal | oracle signal "
+            "| never finished | signal / 1000 samples |"
+        )
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         sweep = []
         for m in (4, 8, 16):
@@ -477,8 +525,10 @@ def main(argv=None) -> None:
                 cost, share, per_1000 = per_prompt(row)
                 o_cost, o_share, _ = per_prompt(oracle)
                 sweep.append((cost, share))
-                print(f"| {m} | {r} | {m * r} | {cost:.2f} | {o_cost:.2f} | {share:.1%} | {o_share:.1%} "
-                      f"| {fmt_unfinished(row)} | {per_1000:.1f} |")
+                print(
+                    f"| {m} | {r} | {m * r} | {cost:.2f} | {o_cost:.2f} | {share:.1%} | {o_share:.1%} "
+                    f"| {fmt_unfinished(row)} | {per_1000:.1f} |"
+                )
         plot_data[dist_name] = (rows, sweep)
 
     # Cost (x) against signal (y), one panel per distribution.
@@ -500,8 +550,15 @@ def main(argv=None) -> None:
             for prefix, (marker, color, filled) in styles.items():
                 if label.startswith(prefix):
                     face = color if filled else "none"
-                    ax.scatter(*per_prompt(row)[:2], marker=marker, s=60, facecolors=face, edgecolors=color,
-                               label=label, zorder=3)
+                    ax.scatter(
+                        *per_prompt(row)[:2],
+                        marker=marker,
+                        s=60,
+                        facecolors=face,
+                        edgecolors=color,
+                        label=label,
+                        zorder=3,
+                    )
         ax.set_xscale("log", base=2)
         ax.set_xlabel("generated samples per prompt (log2)")
         ax.set_title(f"{dist_name} pass rates")
@@ -513,8 +570,10 @@ def main(argv=None) -> None:
     fig.savefig(args.output, dpi=100)
     print(f"\nwrote {args.output} ({time.time() - start:.0f} s)")
 
-    print(f"\n### Several epochs over a fixed set of {args.epoch_prompts} prompts (calibrated Beta at the start, "
-          f"logit drift N({args.drift}, {args.drift}) per epoch, {args.step_prompts} trained prompts per step)")
+    print(
+        f"\n### Several epochs over a fixed set of {args.epoch_prompts} prompts (calibrated Beta at the start, "
+        f"logit drift N({args.drift}, {args.drift}) per epoch, {args.step_prompts} trained prompts per step)"
+    )
     p0 = rng_for(args.seed, "epochs", "p").beta(a, b, args.epoch_prompts)
     runs = {method: multi_epoch(method, p0, args, args.seed) for method in EPOCH_METHODS}
     print_multi_epoch(runs)

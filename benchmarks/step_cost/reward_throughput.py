@@ -114,14 +114,18 @@ def main(argv=None) -> None:
     t_mixed = time.perf_counter() - start
 
     n = args.num_completions
-    print(f"{os.cpu_count()} CPU cores, {workers} reward workers, deadline {timeout:g} s, "
-          f"{sum(pooled) / n:.0%} of the typical completions right.\n")
+    print(
+        f"{os.cpu_count()} CPU cores, {workers} reward workers, deadline {timeout:g} s, "
+        f"{sum(pooled) / n:.0%} of the typical completions right.\n"
+    )
     print("| measurement | in-process `verify_answer` loop | pool (`boxed_math_reward`) |")
     print("|---|---|---|")
     print(f"| {n} typical completions, completions/s | {n / t_in:.0f} | {n / t_pool:.0f} |")
     print(f"| {args.batch_size} typical, wall s | {t_in * args.batch_size / n:.2f} (scaled) | {t_batch:.2f} |")
-    print(f"| {args.batch_size} typical + {len(adversarial)} adversarial, wall s | hangs | {t_mixed:.2f} "
-          f"({metrics['rewards/boxed_math/timeouts']:.0f} timeouts) |")
+    print(
+        f"| {args.batch_size} typical + {len(adversarial)} adversarial, wall s | hangs | {t_mixed:.2f} "
+        f"({metrics['rewards/boxed_math/timeouts']:.0f} timeouts) |"
+    )
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
     left.bar(["in-process", f"pool ({workers} workers)"], [n / t_in, n / t_pool], color=["tab:gray", "tab:blue"])

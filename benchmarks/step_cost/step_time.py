@@ -41,9 +41,20 @@ def hash_reward(completions, pass_rate, **kwargs):
 
 def run(config_class, trainer_class, model, dataset, steps, **kwargs):
     with tempfile.TemporaryDirectory() as out:
-        args = config_class(output_dir=out, max_steps=steps + 1, learning_rate=1e-4, max_completion_length=24,
-                            use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, seed=0,
-                            disable_tqdm=True, shuffle_dataset=False, **kwargs)
+        args = config_class(
+            output_dir=out,
+            max_steps=steps + 1,
+            learning_rate=1e-4,
+            max_completion_length=24,
+            use_cpu=True,
+            report_to="none",
+            save_strategy="no",
+            logging_steps=1,
+            seed=0,
+            disable_tqdm=True,
+            shuffle_dataset=False,
+            **kwargs,
+        )
         trainer = trainer_class(model=model, reward_funcs=hash_reward, args=args, train_dataset=dataset)
         trainer.train()
     logs = [h for h in trainer.state.log_history if "step_time" in h][1:]  # the first step warms caches up
@@ -75,19 +86,64 @@ def main(argv=None):
 
     model = build_tiny_model(os.path.join(tempfile.gettempdir(), "trl-ada-bench-tiny"))
     rates = [0.0, 0.1, 0.5, 0.9, 1.0, 0.3, 0.7, 0.05]
-    dataset = Dataset.from_list([{"prompt": make_prompt(f"Problem {i}."), "pass_rate": rates[i % len(rates)]}
-                                 for i in range(args.prompts * (args.steps + 1))])
+    dataset = Dataset.from_list(
+        [
+            {"prompt": make_prompt(f"Problem {i}."), "pass_rate": rates[i % len(rates)]}
+            for i in range(args.prompts * (args.steps + 1))
+        ]
+    )
     p = args.prompts
     rows = [
-        ("GRPOTrainer n=4", run(GRPOConfig, GRPOTrainer, model, dataset, args.steps, num_generations=4,
-                                per_device_train_batch_size=4 * p)),
-        ("AdaGRPOTrainer, 1 round of M=n=4", run(AdaGRPOConfig, AdaGRPOTrainer, model, dataset, args.steps,
-                                                 num_generations=4, per_device_train_batch_size=4 * p,
-                                                 round_repeat=4, max_rounds=1)),
-        ("GRPOTrainer n=8", run(GRPOConfig, GRPOTrainer, model, dataset, args.steps, num_generations=8,
-                                per_device_train_batch_size=8 * p)),
-        ("AdaGRPOTrainer, reference (n=4, M=8, R=4)", run(AdaGRPOConfig, AdaGRPOTrainer, model, dataset, args.steps,
-                                                          num_generations=4, per_device_train_batch_size=4 * p)),
+        (
+            "GRPOTrainer n=4",
+            run(
+                GRPOConfig,
+                GRPOTrainer,
+                model,
+                dataset,
+                args.steps,
+                num_generations=4,
+                per_device_train_batch_size=4 * p,
+            ),
+        ),
+        (
+            "AdaGRPOTrainer, 1 round of M=n=4",
+            run(
+                AdaGRPOConfig,
+                AdaGRPOTrainer,
+                model,
+                dataset,
+                args.steps,
+                num_generations=4,
+                per_device_train_batch_size=4 * p,
+                round_repeat=4,
+                max_rounds=1,
+            ),
+        ),
+        (
+            "GRPOTrainer n=8",
+            run(
+                GRPOConfig,
+                GRPOTrainer,
+                model,
+                dataset,
+                args.steps,
+                num_generations=8,
+                per_device_train_batch_size=8 * p,
+            ),
+        ),
+        (
+            "AdaGRPOTrainer, reference (n=4, M=8, R=4)",
+            run(
+                AdaGRPOConfig,
+                AdaGRPOTrainer,
+                model,
+                dataset,
+                args.steps,
+                num_generations=4,
+                per_device_train_batch_size=4 * p,
+            ),
+        ),
     ]
     core = core_overhead()
 

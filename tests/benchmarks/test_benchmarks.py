@@ -16,9 +16,16 @@ BENCHMARKS = os.path.join(ROOT, "benchmarks")
 
 
 # each script lives in its question's folder
-FOLDER = {"step_time": "step_cost", "reward_throughput": "step_cost", "sampling_efficiency": "simulation",
-          "rollout_schedule": "pipelined_rounds", "rollout_real": "pipelined_rounds", "real_model_compare": "easy_regime",
-          "loops": "loops", "hard_set_compare": "hard_set"}
+FOLDER = {
+    "step_time": "step_cost",
+    "reward_throughput": "step_cost",
+    "sampling_efficiency": "simulation",
+    "rollout_schedule": "pipelined_rounds",
+    "rollout_real": "pipelined_rounds",
+    "real_model_compare": "easy_regime",
+    "loops": "loops",
+    "hard_set_compare": "hard_set",
+}
 
 
 def load(name):
@@ -40,21 +47,40 @@ def test_step_time_benchmark_runs(tmp_path, capsys):
 
 
 def test_sampling_efficiency_benchmark_runs(tmp_path, capsys):
-    load("sampling_efficiency").main(["--num-prompts", "300", "--batch-size", "32",
-                                      "--output", str(tmp_path / "e.png"), "--epoch-prompts", "256",
-                                      "--epochs", "3", "--step-prompts", "32", "--budget-output", str(tmp_path / "b.png")])
+    load("sampling_efficiency").main(
+        [
+            "--num-prompts",
+            "300",
+            "--batch-size",
+            "32",
+            "--output",
+            str(tmp_path / "e.png"),
+            "--epoch-prompts",
+            "256",
+            "--epochs",
+            "3",
+            "--step-prompts",
+            "32",
+            "--budget-output",
+            str(tmp_path / "b.png"),
+        ]
+    )
     printed = capsys.readouterr().out
     assert "GRPO n=4" in printed and "Ada balanced" in printed and (tmp_path / "e.png").exists()
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in tables(printed)]
-    epoch_rows = {row[0]: row for row in rows if row[0] in ("GRPO n=4", "budget 4, memory", "budget 4, no memory")
-                  and len(row) == 9}  # method, 3 epochs, ratio, cost, extremes, coverage, starvation
+    epoch_rows = {
+        row[0]: row
+        for row in rows
+        if row[0] in ("GRPO n=4", "budget 4, memory", "budget 4, no memory") and len(row) == 9
+    }  # method, 3 epochs, ratio, cost, extremes, coverage, starvation
     assert len(epoch_rows) == 3 and (tmp_path / "b.png").exists()
     assert float(epoch_rows["budget 4, memory"][5]) <= 4.0  # samples per trained prompt: the budget holds
 
 
 def test_reward_throughput_benchmark_runs(tmp_path, capsys):
-    load("reward_throughput").main(["--num-completions", "20", "--batch-size", "10", "--repeats", "1",
-                                    "--output", str(tmp_path / "r.png")])
+    load("reward_throughput").main(
+        ["--num-completions", "20", "--batch-size", "10", "--repeats", "1", "--output", str(tmp_path / "r.png")]
+    )
     rows = tables(capsys.readouterr().out)
     assert len(rows) == 5 and "adversarial" in rows[-1] and (tmp_path / "r.png").exists()
 
@@ -68,10 +94,21 @@ def test_grpo_and_ada_trainers_see_the_same_prompts_for_a_seed(tmp_path, tiny_mo
     dataset = synthetic_arithmetic(256, 1, 1)
     batches = []
     for config_class, trainer_class in ((GRPOConfig, GRPOTrainer), (AdaGRPOConfig, AdaGRPOTrainer)):
-        args = config_class(output_dir=str(tmp_path), per_device_train_batch_size=16, num_generations=4,
-                            max_completion_length=8, use_cpu=True, report_to="none", seed=3)
-        trainer = trainer_class(model=tiny_model, reward_funcs=lambda completions, **kw: [0.0] * len(completions),
-                                args=args, train_dataset=dataset)
+        args = config_class(
+            output_dir=str(tmp_path),
+            per_device_train_batch_size=16,
+            num_generations=4,
+            max_completion_length=8,
+            use_cpu=True,
+            report_to="none",
+            seed=3,
+        )
+        trainer = trainer_class(
+            model=tiny_model,
+            reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+            args=args,
+            train_dataset=dataset,
+        )
         loader = iter(trainer.get_train_dataloader())
         batches.append([[row["problem"] for row in next(loader)] for _ in range(4)])
     assert batches[0] == batches[1]
@@ -86,18 +123,32 @@ def test_rollout_schedule_simulation_orders_the_schedules(tmp_path):
     rollout = load("rollout_schedule")
     flat = tmp_path / "flat.json"
     flat.write_text("[[1, 0.01], [4096, 0.01]]")
-    common = ["--prompts", "12", "--median_tokens", "50", "--max_tokens", "200", "--seeds", "2",
-              "--max_num_seqs", "4096"]
-    summary = rollout.main(common + ["--step_time_curve", str(flat), "--json", str(tmp_path / "a.json"),
-                                     "--plot", str(tmp_path / "a.png")])
+    common = [
+        "--prompts",
+        "12",
+        "--median_tokens",
+        "50",
+        "--max_tokens",
+        "200",
+        "--seeds",
+        "2",
+        "--max_num_seqs",
+        "4096",
+    ]
+    summary = rollout.main(
+        common
+        + ["--step_time_curve", str(flat), "--json", str(tmp_path / "a.json"), "--plot", str(tmp_path / "a.png")]
+    )
     for choice in ("positive_focused", "balanced"):
         sync, pipe, certain, speculative = (summary[f"{choice} {s}"]["time_ratio_to_grpo"] for s in rollout.SCHEDULES)
         assert 0 < speculative < certain <= pipe <= sync  # an idle slot's speculative round costs no time here
     assert summary["balanced pipelined"]["time_ratio_to_grpo"] < summary["balanced synchronous"]["time_ratio_to_grpo"]
     steep = tmp_path / "steep.json"
     steep.write_text("[[1, 0.001], [4096, 4.096]]")
-    summary = rollout.main(common + ["--step_time_curve", str(steep), "--json", str(tmp_path / "b.json"),
-                                     "--plot", str(tmp_path / "b.png")])
+    summary = rollout.main(
+        common
+        + ["--step_time_curve", str(steep), "--json", str(tmp_path / "b.json"), "--plot", str(tmp_path / "b.png")]
+    )
     for key, value in summary.items():
         assert value["time_ratio_to_grpo"] == pytest.approx(value["token_ratio_to_grpo"], rel=1e-9), key
     saved = json.loads((tmp_path / "b.json").read_text())
@@ -113,10 +164,34 @@ def test_rollout_real_runs_on_the_real_engine(tmp_path):
 
     model = build_tiny_model(str(tmp_path / "model"), **VLLM_CPU_TINY)
     rollout = load("rollout_real")
-    assert rollout.main(["--model", model, "--prompts", "3", "--max_tokens", "6", "--repeats", "1",
-                         "--curve_points", "1", "2", "--curve_tokens", "6", "--max_num_seqs", "32",
-                         "--choices", "balanced", "--json", str(tmp_path / "r.json"),
-                         "--plot", str(tmp_path / "r.png")]) == 0
+    assert (
+        rollout.main(
+            [
+                "--model",
+                model,
+                "--prompts",
+                "3",
+                "--max_tokens",
+                "6",
+                "--repeats",
+                "1",
+                "--curve_points",
+                "1",
+                "2",
+                "--curve_tokens",
+                "6",
+                "--max_num_seqs",
+                "32",
+                "--choices",
+                "balanced",
+                "--json",
+                str(tmp_path / "r.json"),
+                "--plot",
+                str(tmp_path / "r.png"),
+            ]
+        )
+        == 0
+    )
     saved = json.loads((tmp_path / "r.json").read_text())
     assert [x for x, _ in saved["step_time_curve"]] == [1, 2] and all(t > 0 for _, t in saved["step_time_curve"])
     assert set(saved["summary"]) == {"grpo_n4", "balanced synchronous", "balanced pipelined"}
@@ -134,16 +209,43 @@ def test_real_model_compare_runs_both_regimes_through_trl_ada_compare_and_resume
     trl-ada-compare on the same generation budget, the summary table compares each with GRPO n=4, and the committed
     JSON alone resumes the benchmark in a fresh folder (nothing trained again)."""
     bench = load("real_model_compare")
-    common = ["--model", "tiny", "--budget", "32", "--pool_budget", "32", "--pool_size", "6", "--eval_every", "1",
-              "--eval_examples", "6", "--eval_k", "0", "--max_completion_length", "8", "--seeds", "0", "--jobs", "1",
-              "--set", "round_repeat=4", "max_rounds=2", "use_cpu=true", "bf16=false",
-              "--json", str(tmp_path / "bench.json")]
+    common = [
+        "--model",
+        "tiny",
+        "--budget",
+        "32",
+        "--pool_budget",
+        "32",
+        "--pool_size",
+        "6",
+        "--eval_every",
+        "1",
+        "--eval_examples",
+        "6",
+        "--eval_k",
+        "0",
+        "--max_completion_length",
+        "8",
+        "--seeds",
+        "0",
+        "--jobs",
+        "1",
+        "--set",
+        "round_repeat=4",
+        "max_rounds=2",
+        "use_cpu=true",
+        "bf16=false",
+        "--json",
+        str(tmp_path / "bench.json"),
+    ]
     assert bench.main([*common, "--output_dir", str(tmp_path / "one")]) == 0
     printed = capsys.readouterr().out
     saved = json.loads((tmp_path / "bench.json").read_text())
     arms = {regime: sorted(r["arm"] for r in runs) for regime, runs in saved["runs"].items()}
-    assert arms == {"independent draws": ["ada_balance", "ada_budget", "ada_pos", "dapo", "grpo_n4"],
-                    "prompts return": ["ada_budget_pool", "ada_pos_pool", "grpo_n4_pool"]}
+    assert arms == {
+        "independent draws": ["ada_balance", "ada_budget", "ada_pos", "dapo", "grpo_n4"],
+        "prompts return": ["ada_budget_pool", "ada_pos_pool", "grpo_n4_pool"],
+    }
     for runs in saved["runs"].values():
         for record in runs:  # every arm stopped at the first step past the same generation budget
             assert record["stopped"] == "max_completions" and 32 <= record["generated_completions"]
@@ -158,7 +260,8 @@ def test_real_model_compare_runs_both_regimes_through_trl_ada_compare_and_resume
     again = capsys.readouterr().out
     assert "8 finished runs restored" in again and "0 runs to train (5 already" in again
     assert [line for line in tables(again) if line.startswith("| `")] == [
-        line for line in tables(printed) if line.startswith("| `")]
+        line for line in tables(printed) if line.startswith("| `")
+    ]
 
 
 def test_loops_parses_ci_logs_and_reports_against_the_budgets(tmp_path, capsys):
@@ -167,10 +270,22 @@ def test_loops_parses_ci_logs_and_reports_against_the_budgets(tmp_path, capsys):
     assert loops.parse_ci_log(log) == {"lock": 900, "newest": 600, "oldest": 400, "all": 1900}
     with pytest.raises(ValueError, match="no complete"):
         loops.parse_ci_log("[ci] lock: 900 s\n")  # a cut run is not a measurement
-    records = [{"kind": "ci", "date": "2026-11-26 17:00", "commit": "abc", "busy": False,
-                "seconds": {"lock": 900, "newest": 600, "oldest": 400, "all": 1900}},
-               {"kind": "demo", "date": "2026-11-26 18:00", "commit": "abc", "busy": True,
-                "seconds": {"install": 120, "all": 700}}]
+    records = [
+        {
+            "kind": "ci",
+            "date": "2026-11-26 17:00",
+            "commit": "abc",
+            "busy": False,
+            "seconds": {"lock": 900, "newest": 600, "oldest": 400, "all": 1900},
+        },
+        {
+            "kind": "demo",
+            "date": "2026-11-26 18:00",
+            "commit": "abc",
+            "busy": True,
+            "seconds": {"install": 120, "all": 700},
+        },
+    ]
     loops.report(records, str(tmp_path / "loops.png"))
     out = capsys.readouterr().out
     assert "| ci | 2026-11-26 17:00 | abc | no | lock 900, newest 600, oldest 400 | 31.7 | within (35 min) |" in out
@@ -187,13 +302,15 @@ def test_hard_set_compare_sizes_the_design_from_the_pilot():
     assert bench.seeds_needed(16.0) == 42  # and 42 at equal steps, as the README says
     sd = 8.0
     n = bench.seeds_needed(sd)
-    assert bench.t975(n - 1) * sd / n ** 0.5 <= 5 < bench.t975(n - 2) * sd / (n - 1) ** 0.5
+    assert bench.t975(n - 1) * sd / n**0.5 <= 5 < bench.t975(n - 2) * sd / (n - 1) ** 0.5
 
     def run(scores):  # a curve evaluated at steps 0, 10, 20, ... with these greedy scores
         return {"curve": [{"step": 10 * i, "greedy": g} for i, g in enumerate(scores)]}
 
-    results = {"grpo_n4": {0: run([0.10, 0.20, 0.30, 0.31, 0.32]), 1: run([0.10, 0.22, 0.28, 0.33, 0.31])},
-               "ada_balance": {0: run([0.10, 0.25, 0.35, 0.40]), 1: run([0.10, 0.20, 0.30, 0.36, 0.45])}}
+    results = {
+        "grpo_n4": {0: run([0.10, 0.20, 0.30, 0.31, 0.32]), 1: run([0.10, 0.22, 0.28, 0.33, 0.31])},
+        "ada_balance": {0: run([0.10, 0.25, 0.35, 0.40]), 1: run([0.10, 0.20, 0.30, 0.36, 0.45])},
+    }
     assert bench.flattened_at(results) == 30  # mean 29 at step 20 rises to 32; from 32 at step 30, no 2-point rise
     step, diffs = bench.paired_differences(results, "ada_balance", "grpo_n4")
     assert step == 30 and diffs == pytest.approx([9.0, 3.0])  # seed 0's balanced run stopped at step 30
@@ -207,7 +324,10 @@ def test_hard_set_compare_sizes_the_design_from_the_pilot():
     assert bench.sizing(results) == lines
     assert "flattened at step 30" in lines[-1]
     cut = {"cut": True, "curve": run([0.10, 0.30, 0.30])["curve"]}  # cut after step 20: counts at 10 and 20
-    with_cut = {"grpo_n4": {**results["grpo_n4"], 3: cut}, "ada_balance": {**results["ada_balance"], 3: run([0.1] * 5)}}
+    with_cut = {
+        "grpo_n4": {**results["grpo_n4"], 3: cut},
+        "ada_balance": {**results["ada_balance"], 3: run([0.1] * 5)},
+    }
     rows = {line.split(" | ")[2]: line.split(" | ")[1] for line in bench.sizing(with_cut) if line.startswith("| ada")}
     assert rows == {"10": "3", "20": "3", "30": "2"}
     assert "flattened at step 30" in bench.sizing(with_cut)[-1]  # a cut run's curve waits out of the flattening
@@ -215,29 +335,88 @@ def test_hard_set_compare_sizes_the_design_from_the_pilot():
     assert bench.flattened_at(falling) == 0 and "does not learn" in bench.sizing(falling)[-1]
     for seed, (seconds, steps) in enumerate([(300, 4), (500, 5)]):  # 75 and 100 s/step: no whole run, the median
         results["grpo_n4"][seed].update(train_seconds=seconds, steps=steps, generated_completions=16 * steps)
-    results["grpo_n16"] = {0: {"train_seconds": 9000, "steps": 36, "generated_completions": 64 * 36,
-                               "eval_seconds": 1800},  # a whole run: its evaluations count, 10 x (9000 + 1800) s
-                           1: {"train_seconds": 1600, "steps": 4, "generated_completions": 64 * 4, "cut": True}}
-    results["grpo_n16"][2] = {"train_seconds": 3600, "steps": 36, "generated_completions": 64 * 36,
-                              "eval_seconds": 900, "threads": 2}  # two threads' seconds: not the design's
+    results["grpo_n16"] = {
+        0: {
+            "train_seconds": 9000,
+            "steps": 36,
+            "generated_completions": 64 * 36,
+            "eval_seconds": 1800,
+        },  # a whole run: its evaluations count, 10 x (9000 + 1800) s
+        1: {"train_seconds": 1600, "steps": 4, "generated_completions": 64 * 4, "cut": True},
+    }
+    results["grpo_n16"][2] = {
+        "train_seconds": 3600,
+        "steps": 36,
+        "generated_completions": 64 * 36,
+        "eval_seconds": 900,
+        "threads": 2,
+    }  # two threads' seconds: not the design's
     table = bench.cost_table(results, max_steps=36)  # the cut run's slow early steps (400 s) rate nothing
     assert "| grpo_n4 | 2 | 88 | 16 | - | 8.8 |" in table and "| grpo_n16 | 2 | 250 | 64 | 1800 | 30.0 |" in table
     assert table[-1] == "| all measured arms | | | | | 38.8 |"  # ada_balance holds no measured steps: left out
-    argv = bench.compare_argv(bench.main.__globals__["argparse"].Namespace(
-        pilot=True, model="m", set=[], seeds=[0], max_steps=5, eval_every=5, eval_examples=8, eval_k=0, jobs=1,
-        threads=1, output_dir="out", deadline_s=None, report_only=False, vllm=False, arms=None))
+    argv = bench.compare_argv(
+        bench.main.__globals__["argparse"].Namespace(
+            pilot=True,
+            model="m",
+            set=[],
+            seeds=[0],
+            max_steps=5,
+            eval_every=5,
+            eval_examples=8,
+            eval_k=0,
+            jobs=1,
+            threads=1,
+            output_dir="out",
+            deadline_s=None,
+            report_only=False,
+            vllm=False,
+            arms=None,
+        )
+    )
     arms = [argv[i + 1] for i, token in enumerate(argv) if token == "--arm"]
     assert arms == ["grpo_n4", "grpo_n16", "ada_balance"] and "test_hard" in argv and "test_easy" in argv
     assert "use_vllm=true" not in argv
-    with_vllm = bench.compare_argv(bench.main.__globals__["argparse"].Namespace(
-        pilot=False, model="m", set=["learning_rate=1e-4"], seeds=[0], max_steps=5, eval_every=5, eval_examples=8,
-        eval_k=0, jobs=1, threads=1, output_dir="out", deadline_s=None, report_only=False, vllm=True, arms=None))
-    shared = with_vllm[with_vllm.index("--set") + 1:with_vllm.index("--seeds")]  # every arm, before the user's own
+    with_vllm = bench.compare_argv(
+        bench.main.__globals__["argparse"].Namespace(
+            pilot=False,
+            model="m",
+            set=["learning_rate=1e-4"],
+            seeds=[0],
+            max_steps=5,
+            eval_every=5,
+            eval_examples=8,
+            eval_k=0,
+            jobs=1,
+            threads=1,
+            output_dir="out",
+            deadline_s=None,
+            report_only=False,
+            vllm=True,
+            arms=None,
+        )
+    )
+    shared = with_vllm[with_vllm.index("--set") + 1 : with_vllm.index("--seeds")]  # every arm, before the user's own
     assert shared == ["model_name_or_path=m", *bench.VLLM_SET, "learning_rate=1e-4"]
     assert len([t for t in with_vllm if t == "--arm"]) == len(bench.ARMS)
-    one = bench.compare_argv(bench.main.__globals__["argparse"].Namespace(  # a newcomer's rerun of one arm-seed
-        pilot=False, model="m", set=[], seeds=[0], max_steps=5, eval_every=5, eval_examples=8, eval_k=0, jobs=1,
-        threads=1, output_dir="out", deadline_s=None, report_only=False, vllm=True, arms=["ada_balance"]))
+    one = bench.compare_argv(
+        bench.main.__globals__["argparse"].Namespace(  # a newcomer's rerun of one arm-seed
+            pilot=False,
+            model="m",
+            set=[],
+            seeds=[0],
+            max_steps=5,
+            eval_every=5,
+            eval_examples=8,
+            eval_k=0,
+            jobs=1,
+            threads=1,
+            output_dir="out",
+            deadline_s=None,
+            report_only=False,
+            vllm=True,
+            arms=["ada_balance"],
+        )
+    )
     assert [one[i + 1] for i, token in enumerate(one) if token == "--arm"] == ["ada_balance"]
     assert bench.record_path(bench.OUTPUT_DIR) == os.path.join(bench.HERE, "hard_set_compare.json")
     assert bench.record_path("runs/mine") == os.path.join("runs/mine", "hard_set_compare.json")
@@ -249,14 +428,29 @@ def test_hard_set_compare_reports_the_end_of_training_beside_the_papers_rows():
     bench = load("hard_set_compare")
 
     def run(greedy_end, avg_items, steps=40, cut=False):
-        return {"steps": steps, "cut": cut, "curve": [
-            {"step": 0, "greedy": 0.2},
-            {"step": steps, "greedy": greedy_end, "avg_items": avg_items, "avg@k": sum(avg_items) / len(avg_items),
-             "extra_greedy": 0.5}]}
+        return {
+            "steps": steps,
+            "cut": cut,
+            "curve": [
+                {"step": 0, "greedy": 0.2},
+                {
+                    "step": steps,
+                    "greedy": greedy_end,
+                    "avg_items": avg_items,
+                    "avg@k": sum(avg_items) / len(avg_items),
+                    "extra_greedy": 0.5,
+                },
+            ],
+        }
 
-    results = {"grpo_n4": {0: run(0.30, [0.0, 0.5]), 1: run(0.40, [0.5, 0.5])},
-               "ada_balance": {0: run(0.50, [0.5, 1.0]), 1: run(0.60, [0.5, 0.5]),
-                               2: run(0.9, [1.0, 1.0], steps=17, cut=True)}}
+    results = {
+        "grpo_n4": {0: run(0.30, [0.0, 0.5]), 1: run(0.40, [0.5, 0.5])},
+        "ada_balance": {
+            0: run(0.50, [0.5, 1.0]),
+            1: run(0.60, [0.5, 0.5]),
+            2: run(0.9, [1.0, 1.0], steps=17, cut=True),
+        },
+    }
     lines = bench.final_table(results, max_steps=40)
     rows = {line.split(" | ")[0].strip("| "): line for line in lines[2:]}
     assert set(rows) == {"grpo_n4", "ada_balance"}

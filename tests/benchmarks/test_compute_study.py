@@ -49,8 +49,11 @@ def test_training_set_mixes_difficulties_from_the_screen_and_its_rows_are_what_g
     for row in train:
         record = screen[row["problem"]]
         assert record["split"] == "train"
-        assert (1 <= record["right"] <= 2 and record["drawn"] == 16) if row["difficulty"] == "hard" \
+        assert (
+            (1 <= record["right"] <= 2 and record["drawn"] == 16)
+            if row["difficulty"] == "hard"
             else record["right"] >= 3
+        )
         assert row["prompt"] == [{"role": "user", "content": row["problem"]}] and row["answer"] == record["answer"]
     # 4 prompts a step: every question comes back every 12 steps, at least 4 times in 48 steps
     assert len(train) / 4 == 12
@@ -67,14 +70,31 @@ def synthetic_record(arm, seed, level, per_step=200, reward_slope=0.0, tokens_en
     def point(s):
         on = per_step * s >= 16_000
         items = [level + d if on else 0.0 for d in spread]
-        return {"step": s, "tokens": per_step * s, "trained_tokens": per_step * s, "samples": 16 * s, "items": items,
-                "greedy": sum(items) / len(items), "extra_items": [level / 2] * 4, "extra_greedy": level / 2}
+        return {
+            "step": s,
+            "tokens": per_step * s,
+            "trained_tokens": per_step * s,
+            "samples": 16 * s,
+            "items": items,
+            "greedy": sum(items) / len(items),
+            "extra_items": [level / 2] * 4,
+            "extra_greedy": level / 2,
+        }
 
     reward = [0.5 + reward_slope * per_step * (s + 1) / 10_000 for s in range(steps)]
-    return {"arm": arm, "seed": seed, "steps": steps, "generated_tokens": per_step * steps, "train_seconds": 3600.0,
-            "generated_completions": 16 * steps, "trained_completions": 16 * steps, "eval_seconds": 360.0,
-            "curve": [point(s) for s in list(range(0, steps, 16)) + [steps]], "reward": reward,
-            "resumed_at": 40 if arm == "est_n8" else None}
+    return {
+        "arm": arm,
+        "seed": seed,
+        "steps": steps,
+        "generated_tokens": per_step * steps,
+        "train_seconds": 3600.0,
+        "generated_completions": 16 * steps,
+        "trained_completions": 16 * steps,
+        "eval_seconds": 360.0,
+        "curve": [point(s) for s in list(range(0, steps, 16)) + [steps]],
+        "reward": reward,
+        "resumed_at": 40 if arm == "est_n8" else None,
+    }
 
 
 def write_results(folder, records):
@@ -92,8 +112,9 @@ def test_the_analysis_reads_the_registered_endpoints(tmp_path):
     spread = [0.3, 0.3, -0.2, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -0.4]  # question luck, mean 0
     seeds = (200, 201, 202)  # registered seeds of the confirmatory stage
     records = [synthetic_record("grpo_n4", s, 0.4, per_step=210) for s in seeds]
-    records += [synthetic_record("budget4", s, 0.4 + 0.05 * (i + 1), per_step=190, spread=spread)
-                for i, s in enumerate(seeds)]
+    records += [
+        synthetic_record("budget4", s, 0.4 + 0.05 * (i + 1), per_step=190, spread=spread) for i, s in enumerate(seeds)
+    ]
     records += [synthetic_record("grpo_n8", s, 0.5, per_step=410, reward_slope=0.1) for s in seeds]
     records += [synthetic_record("est_n8", s, 0.5, per_step=430) for s in seeds]  # level with its baseline
     records += [synthetic_record("dapo", s, 0.6, per_step=230) for s in (200,)]
@@ -129,8 +150,14 @@ def test_the_analysis_reads_the_registered_endpoints(tmp_path):
 
     # a seed whose run stops short of the window (unfinished, cut) is left out and named, in the comparison and
     # in the plateau
-    write_results(tmp_path / "short", records[:6] + [synthetic_record("grpo_n4", 203, 0.4, tokens_end=40_000),
-                                                     synthetic_record("budget4", 203, 0.5, tokens_end=40_000)])
+    write_results(
+        tmp_path / "short",
+        records[:6]
+        + [
+            synthetic_record("grpo_n4", 203, 0.4, tokens_end=40_000),
+            synthetic_record("budget4", 203, 0.5, tokens_end=40_000),
+        ],
+    )
     report = study.main(["analyse", str(tmp_path / "short"), "--out", str(tmp_path / "short_out")])
     assert report["primary"]["seeds"] == [200, 201, 202] and report["primary"]["short"] == [203]
     assert report["plateau"]["grpo_n4"]["short"] == [203]
@@ -184,7 +211,9 @@ def test_status_tells_done_cut_and_missing_runs_without_reading_accuracy(tmp_pat
     assert table["grpo_n4"][200] == "done (step 320, 64,000 tokens)"
     assert table["budget4"][200] == "cut (step 200, 40,000 tokens; a rerun continues it)"
     assert table["grpo_n8"][200].startswith("cut (step 200") and "trains it anew" in table["grpo_n8"][200]
-    assert all(table[arm][s] == "to run" for arm in table for s in range(201, 208)) and table["est_n8"][200] == "to run"
+    assert (
+        all(table[arm][s] == "to run" for arm in table for s in range(201, 208)) and table["est_n8"][200] == "to run"
+    )
     printed = capsys.readouterr().out.replace(str(tmp_path), "<output_dir>")  # its path may hold any digits
     assert "1 done, 2 cut, 29 to run; 3.3 CPU-hours" in printed and "43" not in printed and "0.4" not in printed
 
@@ -208,14 +237,28 @@ def test_every_registered_arm_builds_its_config_as_trl_ada_compare_would(stage, 
     built = {}
     for tokens in args.arm:
         arm = Arm.parse(tokens)
-        _, config, _ = parse_recipe(["--config", args.config, *shared, *arm.argv(), *BASE_FIELDS,
-                                     "--output_dir", str(tmp_path / arm.name), "--max_steps", "1000"])
+        _, config, _ = parse_recipe(
+            [
+                "--config",
+                args.config,
+                *shared,
+                *arm.argv(),
+                *BASE_FIELDS,
+                "--output_dir",
+                str(tmp_path / arm.name),
+                "--max_steps",
+                "1000",
+            ]
+        )
         built[arm.name] = config
         assert config.use_vllm and config.vllm_mode == "colocate" and config.max_completion_length == 96
         assert config.per_device_train_batch_size == 4 * config.num_generations  # 4 prompts a step in every arm
     if stage == "confirm":
         assert built["budget4"].sampling_budget == 4 and built["budget4"].prompt_memory
-        assert built["est_n8"].reinforce_ada_est and built["est_n8"].num_generations == built["grpo_n8"].num_generations == 8
+        assert (
+            built["est_n8"].reinforce_ada_est
+            and built["est_n8"].num_generations == built["grpo_n8"].num_generations == 8
+        )
         assert not built["grpo_n4"].multiround_adaptive_downsampling and not built["grpo_n8"].reinforce_ada_est
     with pytest.raises(ValueError, match="not registered for stage"):
         study.command(stage, seeds=[999])
@@ -231,8 +274,11 @@ def test_the_readme_status_table_is_what_the_committed_records_hold():
     status = readme.split("## Status", 1)[1]
     study = load_script("benchmarks/compute_study/study.py", "compute_study")
     registered_arms, registered_seeds, _ = study.STAGES["confirm"]
-    records = {(arm, seed): record for arm, by_seed in load_results(os.path.join(STUDY, "confirm")).items()
-               for seed, record in by_seed.items()}
+    records = {
+        (arm, seed): record
+        for arm, by_seed in load_results(os.path.join(STUDY, "confirm")).items()
+        for seed, record in by_seed.items()
+    }
     header = re.search(r"^\| seed \|(.+)\|$", status, re.M).group(1)
     arms = [cell.strip().strip("`") for cell in header.split("|")]
     assert arms == registered_arms

@@ -47,9 +47,13 @@ def test_plan_carries_exactly_the_locked_wheels_within_the_limit(kit):
     assert len(wheels) == len(lock["wheels"]) == len({w["name"] for w in lock["wheels"]})  # one version of each
     assert all(re.fullmatch(r"[0-9a-f]{64}", w["sha256"]) for w in lock["wheels"])
     platforms = [f"manylinux_2_{n}_x86_64" for n in range(5, 36)] + [
-        "manylinux1_x86_64", "manylinux2010_x86_64", "manylinux2014_x86_64"]  # glibc 2.35 and every older one
+        "manylinux1_x86_64",
+        "manylinux2010_x86_64",
+        "manylinux2014_x86_64",
+    ]  # glibc 2.35 and every older one
     device = set(tags.cpython_tags((3, 12), ["cp312"], platforms)) | set(
-        tags.compatible_tags((3, 12), "cp312", platforms))
+        tags.compatible_tags((3, 12), "cp312", platforms)
+    )
     for f in wheels:  # each installs on the device's CPython 3.12, x86_64, glibc >= 2.35
         assert parse_wheel_filename(f)[3] & device, f
     versions = {w["name"]: w["version"] for w in lock["wheels"]}
@@ -141,8 +145,12 @@ def test_the_comparison_call_is_a_trl_ada_compare_command_of_the_papers_arms(kit
     from trl_ada.cli.compare import Arm, build_parser
     from trl_ada.cli.train import ScriptArguments
 
-    argv = subprocess.run([kit.sys.executable, kit.__file__, "device-compare", "--model", "/m"], capture_output=True,
-                          text=True, check=True).stdout.split("\n")
+    argv = subprocess.run(
+        [kit.sys.executable, kit.__file__, "device-compare", "--model", "/m"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
     args = build_parser().parse_args([a for a in argv if a] + ["--output_dir", "/o", "--deadline_s", "60"])
     arms = [Arm.parse(tokens) for tokens in args.arm]
     assert [a.name for a in arms] == ["grpo_n4", "grpo_n8", "grpo_n16", "ada_pos", "ada_balanced"]
@@ -154,16 +162,31 @@ def test_the_comparison_call_is_a_trl_ada_compare_command_of_the_papers_arms(kit
     assert len(hard_arithmetic(args.eval_split)) >= 128 and len(hard_arithmetic(args.eval_extra_split)) == 64
     seen = {}
     for arm in arms:
-        argv = ["--config", os.path.join(ROOT, arm.recipe or args.config), *Arm("set", None, args.set).argv(),
-                *arm.argv(), "--output_dir", "/o"]
+        argv = [
+            "--config",
+            os.path.join(ROOT, arm.recipe or args.config),
+            *Arm("set", None, args.set).argv(),
+            *arm.argv(),
+            "--output_dir",
+            "/o",
+        ]
         script, config, model = TrlParser((ScriptArguments, AdaGRPOConfig, ModelConfig)).parse_args_and_config(
-            args=argv)
+            args=argv
+        )
         assert config.per_device_train_batch_size // config.num_generations == 4, arm.name  # 4 prompts a step
         assert model.model_name_or_path == "/m" and not config.use_cpu and script.dataset_name == "hard_arithmetic"
-        seen[arm.name] = (config.num_generations, config.multiround_adaptive_downsampling,
-                          config.reinforce_ada_choice if config.multiround_adaptive_downsampling else None)
-    assert seen == {"grpo_n4": (4, False, None), "grpo_n8": (8, False, None), "grpo_n16": (16, False, None),
-                    "ada_pos": (4, True, "positive_focused"), "ada_balanced": (4, True, "balanced")}
+        seen[arm.name] = (
+            config.num_generations,
+            config.multiround_adaptive_downsampling,
+            config.reinforce_ada_choice if config.multiround_adaptive_downsampling else None,
+        )
+    assert seen == {
+        "grpo_n4": (4, False, None),
+        "grpo_n8": (8, False, None),
+        "grpo_n16": (16, False, None),
+        "ada_pos": (4, True, "positive_focused"),
+        "ada_balanced": (4, True, "balanced"),
+    }
 
 
 def test_working_tree_leaves_room_for_a_piece(kit):
@@ -194,14 +217,34 @@ def test_transformers_path_measures_at_toy_size(tmp_path, capsys):
     # refusal. Once it is accepted the arm is left out here: TRL's continuous batching took 12 GB on this CPU for the
     # toy model (its cache), too much beside the rest of the suite.
     try:
-        AdaGRPOConfig(output_dir=str(tmp_path / "probe"), use_cpu=True, num_generations=4,
-                      per_device_train_batch_size=8, use_transformers_continuous_batching=True)
+        AdaGRPOConfig(
+            output_dir=str(tmp_path / "probe"),
+            use_cpu=True,
+            num_generations=4,
+            per_device_train_batch_size=8,
+            use_transformers_continuous_batching=True,
+        )
         refused = False
     except ValueError:
         refused = True
     arms = ["trl_grpo_n4", "ada_balanced", "ada_positive_focused"] + (["ada_balanced_continuous_batching"] * refused)
-    assert measure.main(["--stage", "transformers", "--size", "toy", "--model_dir", str(tmp_path / "models"),
-                         "--arms", *arms, "--json", str(out)]) == 0
+    assert (
+        measure.main(
+            [
+                "--stage",
+                "transformers",
+                "--size",
+                "toy",
+                "--model_dir",
+                str(tmp_path / "models"),
+                "--arms",
+                *arms,
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     results = {r["arm"]: r for r in json.loads(out.read_text())["results"]}
     for arm in ("trl_grpo_n4", "ada_balanced", "ada_positive_focused"):
         r = results[arm]
@@ -224,10 +267,30 @@ def test_vllm_path_measures_at_toy_size(tmp_path, capfd):
     # capfd, not capsys: building the colocated engine asks sys.stdout for its fileno (capsys's stand-in has none)
     measure = load("measure")
     out = tmp_path / "vllm.json"
-    arms = ["decode_curve", "ada_grpo_path_n4", "ada_balanced", "ada_positive_focused_pipelined",
-            "ada_balanced_speculative"]
-    assert measure.main(["--stage", "vllm", "--size", "toy", "--model_dir", str(tmp_path / "models"),
-                         "--arms", *arms, "--json", str(out)]) == 0
+    arms = [
+        "decode_curve",
+        "ada_grpo_path_n4",
+        "ada_balanced",
+        "ada_positive_focused_pipelined",
+        "ada_balanced_speculative",
+    ]
+    assert (
+        measure.main(
+            [
+                "--stage",
+                "vllm",
+                "--size",
+                "toy",
+                "--model_dir",
+                str(tmp_path / "models"),
+                "--arms",
+                *arms,
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     results = {r["arm"]: r for r in json.loads(out.read_text())["results"]}
     curve = results["decode_curve"]
     assert curve["status"] == "ok" and [r for r, _ in curve["curve"]] == [1, 2, 4]
@@ -252,8 +315,13 @@ def test_slim_wheel_drops_members_and_their_record_lines_and_keeps_the_rest_byte
     import zipfile
 
     source, out = tmp_path / "pkg-1.0-py3-none-any.whl", tmp_path / "slim" / "pkg-1.0-py3-none-any.whl"
-    members = {"pkg/__init__.py": b"x = 1\n", "pkg/_big_C.so": b"\0" * 4096, "pkg/third/a.py": b"a\n",
-               "pkg/third/b.py": b"b\n", "pkg/tool": b"#!/bin/sh\n"}
+    members = {
+        "pkg/__init__.py": b"x = 1\n",
+        "pkg/_big_C.so": b"\0" * 4096,
+        "pkg/third/a.py": b"a\n",
+        "pkg/third/b.py": b"b\n",
+        "pkg/tool": b"#!/bin/sh\n",
+    }
     record = "".join(f"{name},sha256=x,{len(data)}\n" for name, data in members.items())
     record += "pkg-1.0.dist-info/RECORD,,\n"
     with zipfile.ZipFile(source, "w") as wheel:
@@ -267,16 +335,19 @@ def test_slim_wheel_drops_members_and_their_record_lines_and_keeps_the_rest_byte
         assert sorted(wheel.namelist()) == ["pkg-1.0.dist-info/RECORD", "pkg/__init__.py", "pkg/tool"]
         assert wheel.read("pkg/__init__.py") == members["pkg/__init__.py"] and wheel.read("pkg/tool") == b"#!/bin/sh\n"
         assert wheel.read("pkg-1.0.dist-info/RECORD").decode().splitlines() == [
-            "pkg/__init__.py,sha256=x,6", "pkg/tool,sha256=x,10", "pkg-1.0.dist-info/RECORD,,"]
+            "pkg/__init__.py,sha256=x,6",
+            "pkg/tool,sha256=x,10",
+            "pkg-1.0.dist-info/RECORD,,",
+        ]
     with pytest.raises(SystemExit, match="has no member"):  # a drop list that no longer matches the wheel fails loudly
         kit.slim_vllm_wheel(str(source), ["pkg/gone.so"], str(tmp_path / "slim" / "again.whl"))
-
 
 
 def test_call_one_measures_only_what_no_session_measured(kit, tmp_path, capsys):
     """The first GPU session measured GRPO n=4 on both paths and ran out of time in balanced: a later call 1 measures
     TRL's GRPO n=4 again (the ratios compare arms of one call) and the arms still missing, and all of them once every
     one is in."""
+
     def arms_after(*measured):
         results = [{"arm": a, "status": "ok"} for a in measured] + [{"arm": "ada_balanced", "status": "failed: x"}]
         (tmp_path / "transformers-1.json").write_text(json.dumps({"results": results}))

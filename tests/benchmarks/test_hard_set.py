@@ -61,7 +61,7 @@ def test_hard_candidates_are_seeded_distinct_weighted_and_split_by_the_hash():
     train = take(hard_arithmetic_candidates(0, "train"), 700)
     assert [r["problem"] for r in train] == [r["problem"] for r in take(hard_arithmetic_candidates(0, "train"), 700)]
     assert len({r["problem"] for r in train}) == 700
-    assert [r["kind"] for r in train[:len(HARD_ARITHMETIC_KINDS)]] == list(HARD_ARITHMETIC_KINDS)  # kinds take turns
+    assert [r["kind"] for r in train[: len(HARD_ARITHMETIC_KINDS)]] == list(HARD_ARITHMETIC_KINDS)  # kinds take turns
     test = take(hard_arithmetic_candidates(0, "test"), 300)
     assert all(arithmetic_split_of(r["problem"]) == "train" == r["split"] for r in train)
     assert all(arithmetic_split_of(r["problem"]) == "test" == r["split"] for r in test)
@@ -74,7 +74,7 @@ def test_hard_candidates_are_seeded_distinct_weighted_and_split_by_the_hash():
     assert not excluded & {r["problem"] for r in take(hard_arithmetic_candidates(0, "train", exclude=excluded), 700)}
     # a kind whose questions run out leaves the rotation; the stream ends when all have
     small = list(hard_arithmetic_candidates(0, "test", ["3-term 1-digit +"]))
-    assert 0 < len(small) < 9 ** 3 and len({r["problem"] for r in small}) == len(small)
+    assert 0 < len(small) < 9**3 and len({r["problem"] for r in small}) == len(small)
 
 
 def test_existing_kinds_are_unchanged():
@@ -85,6 +85,7 @@ def test_existing_kinds_are_unchanged():
 
 
 # --- The screen, with a stand-in model: question i is right with its own pass rate ----------------------------------
+
 
 def _stand_in(pass_rates: dict[str, float], seed: int = 0):
     rng = random.Random(seed)
@@ -99,8 +100,9 @@ def _stand_in(pass_rates: dict[str, float], seed: int = 0):
 
 
 def _candidates(n: int, pass_rate=lambda i: 0.0):
-    rows = [{"problem": f"q{i}", "answer": "1", "kind": "3-digit +", "split": "train", "set": "train"}
-            for i in range(n)]
+    rows = [
+        {"problem": f"q{i}", "answer": "1", "kind": "3-digit +", "split": "train", "set": "train"} for i in range(n)
+    ]
     return rows, {r["problem"]: pass_rate(i) for i, r in enumerate(rows)}
 
 
@@ -112,13 +114,14 @@ def _feeder(rows):
 def test_screen_stops_at_three_right_and_samples_the_rest_sixteen_times():
     rows, rates = _candidates(40, lambda i: [0.0, 1.0, 0.1, 0.5][i % 4])
     out = []
-    finished, completions, _ = hard_set.screen(_feeder(rows), _stand_in(rates), out.append, batch_size=16,
-                                               round_size=4)
+    finished, completions, _ = hard_set.screen(
+        _feeder(rows), _stand_in(rates), out.append, batch_size=16, round_size=4
+    )
     assert finished == len(out) == 40 and completions == sum(r["drawn"] for r in out)
     for r in out:
         assert len(r["rewards"]) == r["drawn"] and r["rewards"].count("1") == r["right"]
         if r["right"] >= 3:  # retired at the end of the round that brought the 3rd right answer
-            assert r["status"] == ">=3" and not r["kept"] and r["rewards"][:r["drawn"] - 4].count("1") < 3
+            assert r["status"] == ">=3" and not r["kept"] and r["rewards"][: r["drawn"] - 4].count("1") < 3
         else:
             assert r["drawn"] == 16 and r["status"] == ("kept" if r["right"] in (1, 2) else "zero")
             assert r["kept"] == (r["right"] in (1, 2))
@@ -143,15 +146,23 @@ def test_screen_stops_before_the_deadline_and_a_rerun_resumes(tmp_path):
     path = tmp_path / "screen.jsonl"
     with open(path, "a") as f:
         write = lambda r: f.write(json.dumps(r) + "\n")  # noqa: E731
-        finished, _, busy = hard_set.screen(_feeder(rows), generate, write, batch_size=8, round_size=4,
-                                            deadline=35.0, clock=clock)
+        finished, _, busy = hard_set.screen(
+            _feeder(rows), generate, write, batch_size=8, round_size=4, deadline=35.0, clock=clock
+        )
     assert busy == 30.0 and now[0] <= 35.0  # a 4th batch would have passed the deadline
     done = hard_set.read_results(str(path))
     assert finished == len(done) == 0  # zero-right questions need all 16 samples: 2 in flight, dropped
     now[0] = 0.0
     with open(path, "a") as f:
-        hard_set.screen(_feeder(rows[:4]), generate, lambda r: f.write(json.dumps(r) + "\n"), batch_size=8,
-                        round_size=4, deadline=1000.0, clock=clock)
+        hard_set.screen(
+            _feeder(rows[:4]),
+            generate,
+            lambda r: f.write(json.dumps(r) + "\n"),
+            batch_size=8,
+            round_size=4,
+            deadline=1000.0,
+            clock=clock,
+        )
     done = hard_set.read_results(str(path))
     assert [r["problem"] for r in done] == ["q0", "q1", "q2", "q3"] and all(r["drawn"] == 16 for r in done)
 
@@ -162,15 +173,22 @@ def test_candidate_source_balances_targets_and_skips_what_was_screened():
     handed = [first() for _ in range(6)]
     assert {r["set"] for r in handed} == {"train", "test_hard"}
     assert all(arithmetic_split_of(r["problem"]) == hard_set.SPLIT_OF_SET[r["set"]] for r in handed)
-    done = [{**r, "drawn": 16, "right": 1, "rewards": "1" + "0" * 15, "kept": True, "status": "kept"}
-            for r in handed if r["set"] == "train"][:4]
-    done += [{**r, "drawn": 16, "right": 0, "rewards": "0" * 16, "kept": False, "status": "zero"}
-             for r in handed if r["set"] == "test_hard"]
+    done = [
+        {**r, "drawn": 16, "right": 1, "rewards": "1" + "0" * 15, "kept": True, "status": "kept"}
+        for r in handed
+        if r["set"] == "train"
+    ][:4]
+    done += [
+        {**r, "drawn": 16, "right": 0, "rewards": "0" * 16, "kept": False, "status": "zero"}
+        for r in handed
+        if r["set"] == "test_hard"
+    ]
     again = hard_set.CandidateSource(done, {"train": 4, "test_hard": 2}, kinds, seed=0)
     assert again.kept["train"] == 4  # the training target is met: only held-out candidates now
     more = [again() for _ in range(5)]
     assert all(r["set"] == "test_hard" for r in more) and not {r["problem"] for r in more} & {
-        r["problem"] for r in done}
+        r["problem"] for r in done
+    }
     for r in more[:2]:
         again.finished({**r, "kept": True})
     assert again() is None  # every target met

@@ -36,10 +36,35 @@ def test_compare_pairs_seeds_counts_every_completion_and_resumes(tmp_path, capsy
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(RECIPE)
     out = tmp_path / "compare"
-    argv = ["--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false",
-            "--arm", "balanced", "reinforce_ada_choice=balanced", "--seeds", "0", "1", "--max_steps", "2",
-            "--eval_every", "1", "--eval_examples", "6", "--eval_min_examples", "6", "--eval_fraction", "0.2", "--eval_k", "2",
-            "--eval_extra_split", "train", "--output_dir", str(out)]
+    argv = [
+        "--config",
+        str(recipe),
+        "--arm",
+        "grpo",
+        "multiround_adaptive_downsampling=false",
+        "--arm",
+        "balanced",
+        "reinforce_ada_choice=balanced",
+        "--seeds",
+        "0",
+        "1",
+        "--max_steps",
+        "2",
+        "--eval_every",
+        "1",
+        "--eval_examples",
+        "6",
+        "--eval_min_examples",
+        "6",
+        "--eval_fraction",
+        "0.2",
+        "--eval_k",
+        "2",
+        "--eval_extra_split",
+        "train",
+        "--output_dir",
+        str(out),
+    ]
     report = compare_main(argv)
     results = {(r["arm"], r["seed"]): r for r in (json.load(open(p)) for p in (out / "results").glob("*.json"))}
     assert set(results) == {(arm, seed) for arm in ("grpo", "balanced") for seed in (0, 1)}
@@ -54,23 +79,32 @@ def test_compare_pairs_seeds_counts_every_completion_and_resumes(tmp_path, capsy
     assert all(results[("grpo", s)]["generated_completions"] == 16 for s in (0, 1))
     assert all(16 <= results[("balanced", s)]["generated_completions"] <= 2 * 2 * 2 * 4 * 2 for s in (0, 1))
     assert report["cost"]["grpo"]["signal_share"] == pytest.approx(
-        sum(x for s in (0, 1) for x in results[("grpo", s)]["signal"]) / 4)
+        sum(x for s in (0, 1) for x in results[("grpo", s)]["signal"]) / 4
+    )
     arm = report["arms"]["balanced"]
     assert arm["seeds"] == [0, 1] and [row["step"] for row in arm["equal_steps"]] == [0, 1, 2]
     assert arm["equal_steps"][0]["mean"] == 0.0  # step 0: the same model on both sides of every pair
     assert arm["equal_completions"]["completions"] == [16, 16]  # where both runs of a seed have generated as many
     # the trainer's own count, tokens too: the report's equal-tokens axis stops where the thriftier run of a seed did
-    assert arm["equal_tokens"]["tokens"] == [min(results[(a, s)]["generated_tokens"] for a in ("grpo", "balanced"))
-                                             for s in (0, 1)]
-    assert all(r["curve"][-1]["tokens"] == r["generated_tokens"] > r["generated_completions"] for r in results.values())
+    assert arm["equal_tokens"]["tokens"] == [
+        min(results[(a, s)]["generated_tokens"] for a in ("grpo", "balanced")) for s in (0, 1)
+    ]
+    assert all(
+        r["curve"][-1]["tokens"] == r["generated_tokens"] > r["generated_completions"] for r in results.values()
+    )
     # --eval_extra_split: a second held-out set scored at every evaluation, reported beside the comparison
     assert all(0 <= p["extra_greedy"] <= 1 for r in results.values() for p in r["curve"])
-    assert all(p["extra_greedy"] == sum(p["extra_items"]) / len(p["extra_items"])  # per question too, to pair them
-               for r in results.values() for p in r["curve"])
+    assert all(
+        p["extra_greedy"] == sum(p["extra_items"]) / len(p["extra_items"])  # per question too, to pair them
+        for r in results.values()
+        for p in r["curve"]
+    )
     assert {"extra_before", "extra_after"} <= set(report["cost"]["balanced"])
     printed = capsys.readouterr().out
     assert "The second held-out set" in printed
-    assert "| balanced | 2 |" in printed and "no difference measured" in printed and "equal generated tokens" in printed
+    assert (
+        "| balanced | 2 |" in printed and "no difference measured" in printed and "equal generated tokens" in printed
+    )
     assert (out / "compare.png").stat().st_size > 0 and (out / "report.json").exists()
 
     # Resumable: a rerun trains nothing and recomputes the same report from the results.
@@ -88,15 +122,32 @@ def test_the_report_compares_at_equal_generated_completions_and_tokens(capsys, t
     from trl_ada.cli.compare import compare, plot, print_report
 
     def run(arm, seed, tokens_per_completion, offset):
-        curve = [{"step": step, "samples": 8 * step, "tokens": 8 * step * tokens_per_completion,
-                  "items": [min(1.0, 0.1 * step + offset + 0.01 * q) for q in range(5)]} for step in range(6)]
+        curve = [
+            {
+                "step": step,
+                "samples": 8 * step,
+                "tokens": 8 * step * tokens_per_completion,
+                "items": [min(1.0, 0.1 * step + offset + 0.01 * q) for q in range(5)],
+            }
+            for step in range(6)
+        ]
         for point in curve:
             point["greedy"] = sum(point["items"]) / 5
-        return {"arm": arm, "seed": seed, "steps": 5, "curve": curve, "generated_completions": 40,
-                "generated_tokens": 40 * tokens_per_completion, "trained_completions": 40, "train_seconds": 1.0}
+        return {
+            "arm": arm,
+            "seed": seed,
+            "steps": 5,
+            "curve": curve,
+            "generated_completions": 40,
+            "generated_tokens": 40 * tokens_per_completion,
+            "trained_completions": 40,
+            "train_seconds": 1.0,
+        }
 
-    results = {"grpo": {s: run("grpo", s, 10, 0.0) for s in (0, 1)},
-               "long": {s: run("long", s, 40, 0.01 * (s + 1)) for s in (0, 1)}}
+    results = {
+        "grpo": {s: run("grpo", s, 10, 0.0) for s in (0, 1)},
+        "long": {s: run("long", s, 40, 0.01 * (s + 1)) for s in (0, 1)},
+    }
     report = compare(results, ["grpo", "long"])
     arm = report["arms"]["long"]
     assert arm["equal_completions"]["completions"] == [40, 40] and arm["equal_completions"]["verdict"] == "ahead"
@@ -239,10 +290,33 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, ca
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(RECIPE)
     out = tmp_path / "compare"
-    argv = ["--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false",
-            "--arm", "balanced", "reinforce_ada_choice=balanced", "--seeds", "0", "1", "--max_steps", "3",
-            "--eval_every", "2", "--eval_examples", "6", "--eval_min_examples", "6", "--eval_fraction", "0.2", "--eval_k", "0",
-            "--output_dir", str(out)]
+    argv = [
+        "--config",
+        str(recipe),
+        "--arm",
+        "grpo",
+        "multiround_adaptive_downsampling=false",
+        "--arm",
+        "balanced",
+        "reinforce_ada_choice=balanced",
+        "--seeds",
+        "0",
+        "1",
+        "--max_steps",
+        "3",
+        "--eval_every",
+        "2",
+        "--eval_examples",
+        "6",
+        "--eval_min_examples",
+        "6",
+        "--eval_fraction",
+        "0.2",
+        "--eval_k",
+        "0",
+        "--output_dir",
+        str(out),
+    ]
     compare_main(argv + ["--only", "grpo", "1", "--stop_at", repr(time.time())])  # the deadline has passed
     cut = json.loads((out / "results" / "grpo-seed1.json").read_text())
     assert cut["cut"] and cut["stopped"] == "deadline" and cut["steps"] == 1 and cut["max_steps"] == 3
@@ -250,8 +324,16 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, ca
     assert cut["threads"] == 1  # what its seconds are per (--threads, as a cost table must know)
     assert os.path.isdir(out / "runs" / "grpo-seed1" / "checkpoint-1")  # though the comparison saves nothing else
     with pytest.raises(ValueError, match="continue it with --max_steps 3"):  # not silently another run
-        compare_main([*argv[:argv.index("--max_steps") + 1], "4", *argv[argv.index("--max_steps") + 2:],
-                      "--only", "grpo", "1"])
+        compare_main(
+            [
+                *argv[: argv.index("--max_steps") + 1],
+                "4",
+                *argv[argv.index("--max_steps") + 2 :],
+                "--only",
+                "grpo",
+                "1",
+            ]
+        )
     for arm in ("grpo", "balanced"):
         compare_main(argv + ["--only", arm, "0"])
     compare_main(argv + ["--only", "balanced", "1"])
@@ -275,7 +357,8 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, ca
     compare_main(argv[:-1] + [str(tmp_path / "uncut"), "--only", "grpo", "1"])
     whole = json.loads((tmp_path / "uncut" / "results" / "grpo-seed1.json").read_text())
     assert [(p["step"], p["samples"], p["tokens"], p["items"]) for p in again["curve"]] == [
-        (p["step"], p["samples"], p["tokens"], p["items"]) for p in whole["curve"]]
+        (p["step"], p["samples"], p["tokens"], p["items"]) for p in whole["curve"]
+    ]
     assert again["reward"] == whole["reward"] and again["generated_tokens"] == whole["generated_tokens"]
     assert again["signal"] == whole["signal"] and len(again["signal"]) == 3
     assert whole["resumed_at"] == [] and again["train_seconds"] > cut["train_seconds"]
@@ -283,8 +366,12 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, ca
     assert [row["seeds"] for row in report["arms"]["balanced"]["equal_steps"]] == [2, 2, 2]
 
     final = tmp_path / "final"  # --keep_cut (a lent GPU's session): the cut is final, scored greedily, not saved
-    compare_main(argv[:argv.index("--eval_k") + 1] + ["1"] + argv[argv.index("--eval_k") + 2:-1]
-                 + [str(final), "--only", "grpo", "1", "--keep_cut", "--stop_at", repr(time.time())])
+    compare_main(
+        argv[: argv.index("--eval_k") + 1]
+        + ["1"]
+        + argv[argv.index("--eval_k") + 2 : -1]
+        + [str(final), "--only", "grpo", "1", "--keep_cut", "--stop_at", repr(time.time())]
+    )
     kept = json.loads((final / "results" / "grpo-seed1.json").read_text())
     assert kept["cut"] and kept["steps"] == 1 and [p["step"] for p in kept["curve"]] == [0, 1]
     assert "avg@k" in kept["curve"][0] and "avg@k" not in kept["curve"][1] and "greedy" in kept["curve"][1]
@@ -315,7 +402,9 @@ def test_a_final_cut_stops_early_enough_for_its_evaluation():
         return progress.stopped, control.should_training_stop, control.should_save
 
     def progress(stop_in, estimate, continue_cut):
-        p = Progress(score=None, every=10, eval_k=4, label="x", stop_at=time.time() + stop_in, continue_cut=continue_cut)
+        p = Progress(
+            score=None, every=10, eval_k=4, label="x", stop_at=time.time() + stop_in, continue_cut=continue_cut
+        )
         p.count, p.started, p.eval_estimate = None, time.time(), estimate
         p.training_seconds = lambda: 1.0
         return p
@@ -357,7 +446,9 @@ def test_runs_in_parallel_get_their_own_master_port(monkeypatch):
     monkeypatch.setattr(compare.time, "sleep", lambda seconds: None)
     arms = [compare.Arm("a"), compare.Arm("b")]
     args = argparse.Namespace(threads=1, jobs=2, stop_at=None)
-    failed = compare.run_parallel([], [(arm, seed) for seed in (0, 1) for arm in arms], args, compare.Deadline(None, 2))
+    failed = compare.run_parallel(
+        [], [(arm, seed) for seed in (0, 1) for arm in arms], args, compare.Deadline(None, 2)
+    )
     assert failed == [] and len(started) == 4
     assert started[0] != started[1] and started[2] != started[3]  # the runs that ran together
 
@@ -400,7 +491,9 @@ def test_every_arm_and_flag_is_checked_before_the_first_run(tmp_path):
     out = tmp_path / "compare"
     common = ["--config", str(recipe), "--seeds", "0", "--max_steps", "1", "--output_dir", str(out)]
     with pytest.raises(ValueError, match=r"--arm bad .*'max_roundz' in the command line \(did you mean 'max_rounds'"):
-        compare_main([*common, "--arm", "grpo", "multiround_adaptive_downsampling=false", "--arm", "bad", "max_roundz=3"])
+        compare_main(
+            [*common, "--arm", "grpo", "multiround_adaptive_downsampling=false", "--arm", "bad", "max_roundz=3"]
+        )
     with pytest.raises(ValueError, match="--arm other: its recipe .*missing.yaml' is not a file"):
         compare_main([*common, "--arm", "grpo", "--arm", "other", str(tmp_path / "missing.yaml")])
     with pytest.raises(ValueError, match="--eval_every 0: must be at least 1"):
@@ -418,10 +511,36 @@ def test_a_failed_run_in_parallel_still_leaves_the_report_of_the_others(tmp_path
     recipe.write_text(RECIPE)
     out = tmp_path / "compare"
     with pytest.raises(RuntimeError, match=r"failed \(rerun to retry them\): \['bad seed 0'\]"):
-        compare_main(["--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false",
-                      "--arm", "bad", "reward_funcs=tests.cli.test_compare.failing_reward", "--seeds", "0", "--max_steps", "1",
-                      "--eval_every", "1", "--eval_examples", "4", "--eval_min_examples", "4", "--eval_fraction", "0.2", "--eval_k", "0",
-                      "--jobs", "2", "--output_dir", str(out)])
+        compare_main(
+            [
+                "--config",
+                str(recipe),
+                "--arm",
+                "grpo",
+                "multiround_adaptive_downsampling=false",
+                "--arm",
+                "bad",
+                "reward_funcs=tests.cli.test_compare.failing_reward",
+                "--seeds",
+                "0",
+                "--max_steps",
+                "1",
+                "--eval_every",
+                "1",
+                "--eval_examples",
+                "4",
+                "--eval_min_examples",
+                "4",
+                "--eval_fraction",
+                "0.2",
+                "--eval_k",
+                "0",
+                "--jobs",
+                "2",
+                "--output_dir",
+                str(out),
+            ]
+        )
     assert (out / "results" / "grpo-seed0.json").exists() and not (out / "results" / "bad-seed0.json").exists()
     assert json.loads((out / "report.json").read_text())["cost"]["grpo"]["runs"] == 1
 

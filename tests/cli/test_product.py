@@ -78,8 +78,19 @@ def test_chat_arithmetic_task_has_kinds_a_disjoint_held_out_split_and_right_answ
 def test_recipe_parses(recipe):
     parser = TrlParser((ScriptArguments, AdaGRPOConfig, ModelConfig))
     script_args, training_args, model_args = parser.parse_args_and_config(
-        args=["--config", recipe, "--output_dir", "unused", "--use_cpu", "true", "--use_vllm", "false",
-              "--bf16", "false"])
+        args=[
+            "--config",
+            recipe,
+            "--output_dir",
+            "unused",
+            "--use_cpu",
+            "true",
+            "--use_vllm",
+            "false",
+            "--bf16",
+            "false",
+        ]
+    )
     assert training_args.num_generations == 4
     on_cpu = "tiny" in recipe or "SmolLM2" in recipe
     variant = os.path.basename(recipe)
@@ -95,22 +106,31 @@ def test_recipe_parses(recipe):
         rate = 1e-5 if variant.startswith("hard_") else 3e-5
         assert (training_args.learning_rate, training_args.lr_scheduler_type.value) == (rate, "constant")
         assert training_args.loss_type == "dapo" and training_args.per_device_train_batch_size == 16
-        assert (training_args.max_completion_length, training_args.temperature) == (96, 1.0)  # issue 32: 48 cut right prose
+        assert (training_args.max_completion_length, training_args.temperature) == (
+            96,
+            1.0,
+        )  # issue 32: 48 cut right prose
     elif "SmolLM2" in recipe:  # easy word problems with \boxed{} answers, LoRA over a bf16 base
         assert model_args.use_peft and script_args.dataset_name == "word_problems"
         assert training_args.max_completion_length == 192
     if not on_cpu:
         assert training_args.generation_batch_size == 8 * 32  # 64 prompts on one process; 512 on 8
         assert (training_args.learning_rate, training_args.epsilon, training_args.epsilon_high) in (
-            (1e-6, 0.2, 0.28), (1e-5, 0.2, 0.28))
+            (1e-6, 0.2, 0.28),
+            (1e-5, 0.2, 0.28),
+        )
         assert training_args.beta == 0.0 and training_args.loss_type == "dapo"
     if variant.startswith("tools_"):  # the offline tool-use recipe: an environment whose tool computes the product
         assert script_args.environment_factory == "trl_ada.examples.agents:CalculatorEnv"
         assert script_args.dataset_name == "products" and model_args.model_name_or_path == "tiny-tools-warm"
     variant = variant.removeprefix("arith_").removeprefix("tools_").removeprefix("hard_")
-    expected = {"grpo.yaml": (False, "grpo"), "ada_pos.yaml": (True, "positive_focused"),
-                "ada_balance.yaml": (True, "balanced"), "ada_budget.yaml": (True, "balanced"),
-                "ada_est.yaml": (True, "balanced")}[variant]
+    expected = {
+        "grpo.yaml": (False, "grpo"),
+        "ada_pos.yaml": (True, "positive_focused"),
+        "ada_balance.yaml": (True, "balanced"),
+        "ada_budget.yaml": (True, "balanced"),
+        "ada_est.yaml": (True, "balanced"),
+    }[variant]
     assert training_args.reinforce_ada_est == (variant == "ada_est.yaml")
     if variant == "ada_budget.yaml":  # GRPO parity, with the memory that makes the budget pay
         assert training_args.sampling_budget == 4.0 and training_args.prompt_memory
@@ -132,13 +152,44 @@ def test_recipe_runs_one_step_offline(recipe, tmp_path, tiny_model):
         if not ENVIRONMENTS:
             pytest.skip("the tools recipe's environment_factory needs transformers >= 5.2 (TRL's floor for it)")
         model, offline_task = "tiny-tools", "products"
-    train_main([
-        "--config", recipe, "--output_dir", str(out), "--model_name_or_path", model, "--dataset_name", offline_task,
-        "--synthetic_num_examples", "64", "--dtype", "float32", "--use_vllm", "false", "--use_cpu", "true",
-        "--bf16", "false", "--max_steps", "1", "--per_device_train_batch_size", "8", "--gradient_accumulation_steps",
-        "1", "--steps_per_generation", "1", "--max_completion_length", "8", "--report_to", "none",
-        "--save_strategy", "no", "--gradient_checkpointing", "false",
-    ])
+    train_main(
+        [
+            "--config",
+            recipe,
+            "--output_dir",
+            str(out),
+            "--model_name_or_path",
+            model,
+            "--dataset_name",
+            offline_task,
+            "--synthetic_num_examples",
+            "64",
+            "--dtype",
+            "float32",
+            "--use_vllm",
+            "false",
+            "--use_cpu",
+            "true",
+            "--bf16",
+            "false",
+            "--max_steps",
+            "1",
+            "--per_device_train_batch_size",
+            "8",
+            "--gradient_accumulation_steps",
+            "1",
+            "--steps_per_generation",
+            "1",
+            "--max_completion_length",
+            "8",
+            "--report_to",
+            "none",
+            "--save_strategy",
+            "no",
+            "--gradient_checkpointing",
+            "false",
+        ]
+    )
     assert (out / "config.json").exists() or (out / "adapter_config.json").exists()
     assert json.load(open(out / "trainer_state.json"))["global_step"] == 1  # beside the model, for trl-ada-eval
     if (out / "adapter_config.json").exists():  # a LoRA run names its base by an absolute path: it loads from anywhere
@@ -159,11 +210,44 @@ def test_tools_and_environments_load_by_import_path():
 @pytest.mark.slow
 def test_train_takes_tools_by_import_path(tmp_path):
     out = tmp_path / "out"
-    train_main(["--model_name_or_path", "tiny-tools", "--dataset_name", "products", "--synthetic_num_examples", "32",
-                "--reward_funcs", "last_number_reward", "--tools", "trl_ada.examples.agents:multiply", "--output_dir", str(out),
-                "--use_cpu", "true", "--bf16", "false", "--report_to", "none", "--max_steps", "1",
-                "--per_device_train_batch_size", "8", "--num_generations", "4", "--max_completion_length", "16",
-                "--save_strategy", "steps", "--save_steps", "1", "--max_rounds", "2", "--logging_steps", "1"])
+    train_main(
+        [
+            "--model_name_or_path",
+            "tiny-tools",
+            "--dataset_name",
+            "products",
+            "--synthetic_num_examples",
+            "32",
+            "--reward_funcs",
+            "last_number_reward",
+            "--tools",
+            "trl_ada.examples.agents:multiply",
+            "--output_dir",
+            str(out),
+            "--use_cpu",
+            "true",
+            "--bf16",
+            "false",
+            "--report_to",
+            "none",
+            "--max_steps",
+            "1",
+            "--per_device_train_batch_size",
+            "8",
+            "--num_generations",
+            "4",
+            "--max_completion_length",
+            "16",
+            "--save_strategy",
+            "steps",
+            "--save_steps",
+            "1",
+            "--max_rounds",
+            "2",
+            "--logging_steps",
+            "1",
+        ]
+    )
     state = json.load(open(out / "checkpoint-1" / "trainer_state.json"))
     assert state["global_step"] == 1 and "tools/call_frequency" in state["log_history"][0]
 
@@ -172,8 +256,20 @@ def test_train_takes_tools_by_import_path(tmp_path):
 def test_tiny_recipe_run_directly_starts_from_the_warm_start(tmp_path):
     # Run as its comment says (model line untouched): the untrained tiny model would score 0 on every sample.
     out = tmp_path / "out"
-    train_main(["--config", small_tiny_recipe(tmp_path, max_completion_length=8), "--output_dir", str(out),
-                "--max_steps", "1", "--warm_start_steps", "2", "--save_strategy", "no"])
+    train_main(
+        [
+            "--config",
+            small_tiny_recipe(tmp_path, max_completion_length=8),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "1",
+            "--warm_start_steps",
+            "2",
+            "--save_strategy",
+            "no",
+        ]
+    )
     assert (out / "warm-model" / "model.safetensors").exists() and (out / "tiny-model" / "config.json").exists()
     assert (out / "model.safetensors").exists()
 
@@ -213,8 +309,9 @@ def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch, own_task):
     assert len(switch) == 1
     if own_task:
         switch[0].source = switch[0].source.replace("OWN_TASK = False", "OWN_TASK = True", 1)
-    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-                   ).execute()
+    NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert (tmp_path / "runs" / "notebook" / "ada-lora" / "adapter_config.json").exists()
@@ -227,10 +324,24 @@ def test_demo_main_job_runs_and_reports(tmp_path, capsys):
     from trl_ada.cli.demo import main as demo_main
 
     out = tmp_path / "demo"
-    demo_main(["--model", "tiny", "--output_dir", str(out),
-               "--config", small_tiny_recipe(tmp_path, max_completion_length=8),
-               "--max_steps", "2",
-               "--warm_start_steps", "2", "--eval_examples", "8", "--eval_k", "2"])
+    demo_main(
+        [
+            "--model",
+            "tiny",
+            "--output_dir",
+            str(out),
+            "--config",
+            small_tiny_recipe(tmp_path, max_completion_length=8),
+            "--max_steps",
+            "2",
+            "--warm_start_steps",
+            "2",
+            "--eval_examples",
+            "8",
+            "--eval_k",
+            "2",
+        ]
+    )
     summary = json.loads((out / "demo_summary.json").read_text())
     assert summary["steps"] == 2 and summary["kept_samples"] == 2 * 8
     assert summary["generated_samples"] >= summary["kept_samples"]

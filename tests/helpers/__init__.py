@@ -17,8 +17,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def launch_env(**extra) -> dict:
     """The environment of a launched test process: one thread, offline, and the repository importable."""
     path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1",
-            "PYTHONPATH": path, **extra}
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "WANDB_MODE": "disabled",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": path,
+        **extra,
+    }
 
 
 def load_script(relative_path: str, name: str | None = None):

@@ -45,8 +45,10 @@ def make_recording_reward():
 
 def pass_rate_dataset(rates, repeat=8):
     """Prompt i has pass rate rates[i % len(rates)]; the prompt text names it so tests can find it again."""
-    rows = [{"prompt": make_prompt(f"q{i} r{rates[i % len(rates)]}"), "pass_rate": rates[i % len(rates)]}
-            for i in range(len(rates) * repeat)]
+    rows = [
+        {"prompt": make_prompt(f"q{i} r{rates[i % len(rates)]}"), "pass_rate": rates[i % len(rates)]}
+        for i in range(len(rates) * repeat)
+    ]
     return Dataset.from_list(rows)
 
 

@@ -74,14 +74,30 @@ class Recorder(AdaGRPOTrainer):
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:  # what this rank restored, before any new step changes it
-            self.restored = {"memory": self.prompt_memory.table(), "refill": self._refill.state_dict(),
-                             "prompts_drawn": self._prompts_drawn}
+            self.restored = {
+                "memory": self.prompt_memory.table(),
+                "refill": self._refill.state_dict(),
+                "prompts_drawn": self._prompts_drawn,
+            }
 
 
 def run(name, model_path, output_dir, lora=False, resume=None, **overrides):
-    args = dict(output_dir=os.path.join(output_dir, name), num_generations=4, max_completion_length=8, use_cpu=True,
-                bf16=False, report_to="none", save_strategy="no", shuffle_dataset=False, logging_steps=1, seed=0,
-                disable_tqdm=True, per_device_train_batch_size=8, learning_rate=1e-2, max_steps=2)
+    args = dict(
+        output_dir=os.path.join(output_dir, name),
+        num_generations=4,
+        max_completion_length=8,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        save_strategy="no",
+        shuffle_dataset=False,
+        logging_steps=1,
+        seed=0,
+        disable_tqdm=True,
+        per_device_train_batch_size=8,
+        learning_rate=1e-2,
+        max_steps=2,
+    )
     args.update(overrides)
     peft_config = None
     if lora:
@@ -91,8 +107,13 @@ def run(name, model_path, output_dir, lora=False, resume=None, **overrides):
     reward = make_recording_reward()
     # Mixed, hard and easy prompts: some finish in round 1, some run every round; the rewards give a non-zero loss.
     dataset = pass_rate_dataset([0.5, 0.02, 1.0, 0.3], repeat=4)
-    trainer = Recorder(model=model_path, reward_funcs=reward, args=AdaGRPOConfig(**args), train_dataset=dataset,
-                       peft_config=peft_config)
+    trainer = Recorder(
+        model=model_path,
+        reward_funcs=reward,
+        args=AdaGRPOConfig(**args),
+        train_dataset=dataset,
+        peft_config=peft_config,
+    )
     # Not sharded yet, except under ZeRO-3, whose parameters are placeholders from the start (zero.Init).
     before = sum(float(p.detach().double().abs().sum()) for p in trainer.model.parameters())
     trainer.train(resume_from_checkpoint=resume)
@@ -102,16 +123,18 @@ def run(name, model_path, output_dir, lora=False, resume=None, **overrides):
         "distributed_type": str(trainer.accelerator.distributed_type),
         "sharded": all(isinstance(p, DTensor) for p in params) or zero3,
         # What this rank holds of the parameters against their full size: about half of it under FSDP and ZeRO-3.
-        "local_numel": sum(p.ds_tensor.numel() if zero3 else (p.to_local() if isinstance(p, DTensor) else p).numel()
-                           for p in params),
+        "local_numel": sum(
+            p.ds_tensor.numel() if zero3 else (p.to_local() if isinstance(p, DTensor) else p).numel() for p in params
+        ),
         "full_numel": sum(p.ds_numel if zero3 else p.numel() for p in params),
         "reward_calls": len(reward.log),
         "logs": [h for h in trainer.state.log_history if "loss" in h],
         "global_step": trainer.state.global_step,
     }
     if not zero3:  # the L1 norm of the full weights after training relative to before: the updates moved them
-        after = sum(float((p.full_tensor() if isinstance(p, DTensor) else p).detach().double().abs().sum())
-                    for p in params)
+        after = sum(
+            float((p.full_tensor() if isinstance(p, DTensor) else p).detach().double().abs().sum()) for p in params
+        )
         record["weights_moved"] = abs(after - before) / before
     engine = getattr(trainer, "deepspeed", None)
     if engine is not None:  # what DeepSpeed runs, and what this rank holds of the fp32 optimizer state (ZeRO-1/2)
@@ -136,10 +159,21 @@ def pipelined_with_a_reward_model(model_path, output_dir, **overrides):
 
     reward_model = AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=1)
     reward_model.config.pad_token_id = AutoTokenizer.from_pretrained(model_path).pad_token_id
-    args = dict(output_dir=os.path.join(output_dir, "reward_model"), num_generations=4, use_cpu=True, bf16=False,
-                report_to="none", per_device_train_batch_size=8, max_steps=1)
-    trainer = AdaGRPOTrainer(model=model_path, reward_funcs=[make_recording_reward(), reward_model],
-                             args=AdaGRPOConfig(**{**args, **overrides}), train_dataset=pass_rate_dataset([0.5]))
+    args = dict(
+        output_dir=os.path.join(output_dir, "reward_model"),
+        num_generations=4,
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        per_device_train_batch_size=8,
+        max_steps=1,
+    )
+    trainer = AdaGRPOTrainer(
+        model=model_path,
+        reward_funcs=[make_recording_reward(), reward_model],
+        args=AdaGRPOConfig(**{**args, **overrides}),
+        train_dataset=pass_rate_dataset([0.5]),
+    )
     parameter = next(trainer.reward_funcs[1].parameters())
     record = {"sharded": isinstance(parameter, DTensor) or hasattr(parameter, "ds_tensor"), "message": None}
     trainer.args.pipelined_rounds = True
@@ -157,12 +191,23 @@ def main():
         records["dynamic"] = run("dynamic", model_path, output_dir, use_cpu=False, dynamic_sampling=True)
         budget = dict(sampling_budget=4.0, prompt_memory=True, use_cpu=False)
         records["budget"] = run("budget", model_path, output_dir, save_strategy="steps", save_steps=2, **budget)
-        records["resumed"] = run("budget", model_path, output_dir, max_steps=3,
-                                 resume=os.path.join(output_dir, "budget", "checkpoint-2"), **budget)
+        records["resumed"] = run(
+            "budget",
+            model_path,
+            output_dir,
+            max_steps=3,
+            resume=os.path.join(output_dir, "budget", "checkpoint-2"),
+            **budget,
+        )
         records["reward_model"] = pipelined_with_a_reward_model(model_path, output_dir, use_cpu=False)
     elif engine == "fsdp-vllm":  # a colocated vLLM engine per rank (TRL's external launcher), weights pushed from FSDP
-        colocated = dict(use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False,
-                         model_init_kwargs={"dtype": "bfloat16"}, max_completion_length=8)
+        colocated = dict(
+            use_vllm=True,
+            vllm_mode="colocate",
+            vllm_enable_sleep_mode=False,
+            model_init_kwargs={"dtype": "bfloat16"},
+            max_completion_length=8,
+        )
         pipelined = "--pipelined" in sys.argv  # barrier-free rounds: each rank pipelines its prompts on its engine
         records = {"vllm": run("vllm", model_path, output_dir, pipelined_rounds=pipelined, **colocated)}
     else:
@@ -174,8 +219,14 @@ def main():
         # Budgeted sampling with prompt memory, 4 prompts revisited: a checkpoint at step 2, resumed for step 3.
         budget = dict(sampling_budget=4.0, prompt_memory=True)
         records["budget"] = run("budget", model_path, output_dir, save_strategy="steps", save_steps=2, **budget)
-        records["resumed"] = run("budget", model_path, output_dir, max_steps=3,
-                                 resume=os.path.join(output_dir, "budget", "checkpoint-2"), **budget)
+        records["resumed"] = run(
+            "budget",
+            model_path,
+            output_dir,
+            max_steps=3,
+            resume=os.path.join(output_dir, "budget", "checkpoint-2"),
+            **budget,
+        )
     rank = int(os.environ["RANK"])
     with open(os.path.join(output_dir, f"{engine}-rank{rank}.json"), "w") as f:
         json.dump(records, f)

@@ -16,10 +16,14 @@ class Recorder(AdaGRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         tok = self.processing_class
-        self.groups = getattr(self, "groups", []) + [[
-            tok.decode(output["prompt_ids"][i][output["prompt_mask"][i].bool()]).split("<|im_start|>user\n")[1][:12]
-            for i in range(output["prompt_ids"].shape[0])
-        ]]
+        self.groups = getattr(self, "groups", []) + [
+            [
+                tok.decode(output["prompt_ids"][i][output["prompt_mask"][i].bool()]).split("<|im_start|>user\n")[1][
+                    :12
+                ]
+                for i in range(output["prompt_ids"].shape[0])
+            ]
+        ]
         self.inputs_seen = getattr(self, "inputs_seen", []) + [[row["prompt"][-1]["content"][:12] for row in inputs]]
         self.advantages = getattr(self, "advantages", []) + [output["advantages"].tolist()]
         return output
@@ -27,8 +31,18 @@ class Recorder(AdaGRPOTrainer):
 
 def main():
     model_path, output_dir, mode = sys.argv[1], sys.argv[2], sys.argv[3]
-    common = dict(output_dir=output_dir, num_generations=4, max_completion_length=10, use_cpu=True, report_to="none",
-                  save_strategy="no", shuffle_dataset=False, logging_steps=1, seed=0, disable_tqdm=True)
+    common = dict(
+        output_dir=output_dir,
+        num_generations=4,
+        max_completion_length=10,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        shuffle_dataset=False,
+        logging_steps=1,
+        seed=0,
+        disable_tqdm=True,
+    )
     if mode == "straddle":  # 2 rows per process with groups of 4: must be refused, naming the fix
         try:
             AdaGRPOConfig(per_device_train_batch_size=2, **common)
@@ -50,39 +64,65 @@ def main():
 
         class Pipelined(Recorder):
             def _update_prompt_memory(self, step):
-                self.results = getattr(self, "results", []) + [[
-                    (r.pool_rewards, r.selected, r.rounds, r.finished) for _, r in sorted(step.results.items())]]
+                self.results = getattr(self, "results", []) + [
+                    [(r.pool_rewards, r.selected, r.rounds, r.finished) for _, r in sorted(step.results.items())]
+                ]
                 return super()._update_prompt_memory(step)
 
         rank = int(os.environ["RANK"])
-        args = AdaGRPOConfig(per_device_train_batch_size=8, max_steps=3, learning_rate=1e-2, pool_selection="random",
-                             **common)
-        trainer = Pipelined(model=model_path, reward_funcs=reward, args=args,
-                            train_dataset=pass_rate_dataset([0.02, 0.0, 1.0, 0.5], repeat=4))
+        args = AdaGRPOConfig(
+            per_device_train_batch_size=8, max_steps=3, learning_rate=1e-2, pool_selection="random", **common
+        )
+        trainer = Pipelined(
+            model=model_path,
+            reward_funcs=reward,
+            args=args,
+            train_dataset=pass_rate_dataset([0.02, 0.0, 1.0, 0.5], repeat=4),
+        )
         speculative = mode == "pipelined_speculative"  # room for a speculative round beside the certain ones
         llm = install(trainer, seed=rank, pace=0.9 if rank == 0 else 0.1, capacity=32 if speculative else 12)
         trainer.args.pipelined_rounds = True  # after construction: use_vllm=True would start a real engine
         trainer.args.pipelined_speculation = speculative
         trainer.train()
         with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:
-            json.dump({"reward_calls": len(reward.log), "results": trainer.results, "advantages": trainer.advantages,
-                       "groups": trainer.groups, "polls": [s.polls for s in llm.streams],
-                       "left_running": sum(len(s.running) for s in llm.streams),
-                       "aborted": sum(len(s.aborted) for s in llm.streams),
-                       "logs": [h for h in trainer.state.log_history if "loss" in h]}, f)
+            json.dump(
+                {
+                    "reward_calls": len(reward.log),
+                    "results": trainer.results,
+                    "advantages": trainer.advantages,
+                    "groups": trainer.groups,
+                    "polls": [s.polls for s in llm.streams],
+                    "left_running": sum(len(s.running) for s in llm.streams),
+                    "aborted": sum(len(s.aborted) for s in llm.streams),
+                    "logs": [h for h in trainer.state.log_history if "loss" in h],
+                },
+                f,
+            )
         return
     if mode in ("est", "knapsack"):  # Est or Knapsack: each rank allocates its own generation batch over its prompts
         sampler = dict(reinforce_ada_est=True) if mode == "est" else dict(sampler="knapsack")
         args = AdaGRPOConfig(per_device_train_batch_size=8, max_steps=4, learning_rate=1e-2, **sampler, **common)
-        trainer = Recorder(model=model_path, reward_funcs=reward, args=args,
-                           train_dataset=pass_rate_dataset([0.0, 1.0, 1.0, 0.5], repeat=2))
+        trainer = Recorder(
+            model=model_path,
+            reward_funcs=reward,
+            args=args,
+            train_dataset=pass_rate_dataset([0.0, 1.0, 1.0, 0.5], repeat=2),
+        )
         trainer.train()
         rank = trainer.accelerator.process_index
         with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:
-            json.dump({"reward_calls": len(reward.log), "groups": trainer.groups, "inputs": trainer.inputs_seen,
-                       "memory": trainer.prompt_memory.table(), "advantages": trainer.advantages,
-                       "logs": [h for h in trainer.state.log_history if "loss" in h],
-                       "params": float(sum(p.detach().double().sum() for p in trainer.model.parameters()))}, f)
+            json.dump(
+                {
+                    "reward_calls": len(reward.log),
+                    "groups": trainer.groups,
+                    "inputs": trainer.inputs_seen,
+                    "memory": trainer.prompt_memory.table(),
+                    "advantages": trainer.advantages,
+                    "logs": [h for h in trainer.state.log_history if "loss" in h],
+                    "params": float(sum(p.detach().double().sum() for p in trainer.model.parameters())),
+                },
+                f,
+            )
         return
     if mode in ("dynamic", "budget"):  # refills (and, for the budget, screening): the same on both ranks
         if mode == "dynamic":  # DAPO: plain sampling, uniform groups dropped and refilled
@@ -92,14 +132,23 @@ def main():
             extra = dict(sampling_budget=5.0, budget_top_up=3, max_steps=4)  # odd top-ups: padded rounds
             rates, repeat = [1.0, 0.0, 0.5, 0.02], 1
         args = AdaGRPOConfig(per_device_train_batch_size=8, learning_rate=1e-2, prompt_memory=True, **extra, **common)
-        trainer = Recorder(model=model_path, reward_funcs=reward, args=args,
-                           train_dataset=pass_rate_dataset(rates, repeat=repeat))
+        trainer = Recorder(
+            model=model_path, reward_funcs=reward, args=args, train_dataset=pass_rate_dataset(rates, repeat=repeat)
+        )
         trainer.train()
         rank = trainer.accelerator.process_index
         with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:
-            json.dump({"reward_calls": len(reward.log), "groups": trainer.groups, "refill": trainer._refill.state_dict(),
-                       "memory": trainer.prompt_memory.table(), "advantages": trainer.advantages,
-                       "logs": [h for h in trainer.state.log_history if "loss" in h]}, f)
+            json.dump(
+                {
+                    "reward_calls": len(reward.log),
+                    "groups": trainer.groups,
+                    "refill": trainer._refill.state_dict(),
+                    "memory": trainer.prompt_memory.table(),
+                    "advantages": trainer.advantages,
+                    "logs": [h for h in trainer.state.log_history if "loss" in h],
+                },
+                f,
+            )
         return
     # Global batch of 4 prompts per step, 2 per process: the first process gets both hard prompts (pass rate 0.02
     # and 0.0: they run all 4 rounds), the second gets an easy and a mixed one (done in round 1).
@@ -116,11 +165,20 @@ def main():
     rank = trainer.accelerator.process_index
     logs = [h for h in trainer.state.log_history if "loss" in h]
     with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:
-        json.dump({"reward_calls": len(reward.log), "logs": logs, "groups": trainer.groups,
-                   "generated": [counter.rows, counter.tokens],
-                   "inputs": trainer.inputs_seen, "advantages": trainer.advantages,
-                   "table_rows": len(trainer._logs["completion"]), "extra_mismatches": extra_column_mismatches(trainer),
-                   "params": float(sum(p.detach().double().sum() for p in trainer.model.parameters()))}, f)
+        json.dump(
+            {
+                "reward_calls": len(reward.log),
+                "logs": logs,
+                "groups": trainer.groups,
+                "generated": [counter.rows, counter.tokens],
+                "inputs": trainer.inputs_seen,
+                "advantages": trainer.advantages,
+                "table_rows": len(trainer._logs["completion"]),
+                "extra_mismatches": extra_column_mismatches(trainer),
+                "params": float(sum(p.detach().double().sum() for p in trainer.model.parameters())),
+            },
+            f,
+        )
 
 
 def agents(model_paths, output_dir, common):
@@ -140,18 +198,25 @@ def agents(model_paths, output_dir, common):
         params = float(sum(p.detach().double().sum() for p in trainer.model.parameters()))
         report[name] = {"logs": logs, "params": params, **more}
 
-    trainer = t.Keeper(model=tool_model, reward_funcs=t.product_reward, tools=[t.multiply],
-                       args=AdaGRPOConfig(**common, output_dir=f"{output_dir}/tools"),
-                       train_dataset=t.calculator_dataset())
+    trainer = t.Keeper(
+        model=tool_model,
+        reward_funcs=t.product_reward,
+        tools=[t.multiply],
+        args=AdaGRPOConfig(**common, output_dir=f"{output_dir}/tools"),
+        train_dataset=t.calculator_dataset(),
+    )
     policy = t.CountingPolicy(trainer.processing_class)
     install(trainer, policy)
     trainer.train()
     masks = [[s.tool_mask for s in kept] for kept in trainer.kept]
-    same = all(torch.equal(out["tool_mask"][row, : len(s.completion_ids)], torch.tensor(s.tool_mask or
-               [1] * len(s.completion_ids))) for kept, out in zip(trainer.kept, trainer.outputs)
-               for row, s in enumerate(kept))
-    record("tools", trainer, tool_calls=policy.tool_calls, malformed=policy.malformed, masks_match=same,
-           masks=masks)
+    same = all(
+        torch.equal(
+            out["tool_mask"][row, : len(s.completion_ids)], torch.tensor(s.tool_mask or [1] * len(s.completion_ids))
+        )
+        for kept, out in zip(trainer.kept, trainer.outputs)
+        for row, s in enumerate(kept)
+    )
+    record("tools", trainer, tool_calls=policy.tool_calls, malformed=policy.malformed, masks_match=same, masks=masks)
 
     if t.ENVIRONMENTS:  # TRL's environment_factory needs transformers >= 5.2 (the oldest set has 5.0)
         environment(t, tool_model, output_dir, common, record)
@@ -165,16 +230,25 @@ def environment(t, tool_model, output_dir, common, record):
     from tests.helpers.tool_policy import install
 
     t.CalculatorEnv.resets = 0
-    trainer = t.Keeper(model=tool_model, reward_funcs=None, environment_factory=t.CalculatorEnv,
-                       args=AdaGRPOConfig(**common, output_dir=f"{output_dir}/env"), train_dataset=t.calculator_dataset())
+    trainer = t.Keeper(
+        model=tool_model,
+        reward_funcs=None,
+        environment_factory=t.CalculatorEnv,
+        args=AdaGRPOConfig(**common, output_dir=f"{output_dir}/env"),
+        train_dataset=t.calculator_dataset(),
+    )
     install(trainer, t.ScriptedPolicy(trainer.processing_class, malformed_rate=0.0))
     trainer.train()
     record("environment", trainer, resets=t.CalculatorEnv.resets, pool=len(trainer._environment_pool[None]))
 
     # A routing dataset without prompts: each rollout's environment supplies its prompt from reset()
-    trainer = t.Keeper(model=tool_model, reward_funcs=t.answer_format_reward, environment_factory=t.ROUTED,
-                       args=AdaGRPOConfig(**common, positive_threshold=1.5, output_dir=f"{output_dir}/routed"),
-                       train_dataset=t.routing_dataset())
+    trainer = t.Keeper(
+        model=tool_model,
+        reward_funcs=t.answer_format_reward,
+        environment_factory=t.ROUTED,
+        args=AdaGRPOConfig(**common, positive_threshold=1.5, output_dir=f"{output_dir}/routed"),
+        train_dataset=t.routing_dataset(),
+    )
     install(trainer, t.ScriptedPolicy(trainer.processing_class, malformed_rate=0.0))
     trainer.train()
     record("environment_routed", trainer, prompts=sorted({str(s.prompt) for kept in trainer.kept for s in kept}))
@@ -185,23 +259,39 @@ def rollout_func_and_images(t, plain_model, vlm, output_dir, common, record):
 
     calls = []
     tokenizer = AutoTokenizer.from_pretrained(plain_model)
-    trainer = t.Keeper(model=plain_model, reward_funcs=t.trace_reward,
-                       rollout_func=t.make_rollout_func(tokenizer, calls),
-                       args=AdaGRPOConfig(**common, output_dir=f"{output_dir}/rollout_func"),
-                       train_dataset=t.calculator_dataset())
+    trainer = t.Keeper(
+        model=plain_model,
+        reward_funcs=t.trace_reward,
+        rollout_func=t.make_rollout_func(tokenizer, calls),
+        args=AdaGRPOConfig(**common, output_dir=f"{output_dir}/rollout_func"),
+        train_dataset=t.calculator_dataset(),
+    )
     trainer.train()
     record("rollout_func", trainer, calls=calls)
 
-    trainer = t.Keeper(model=vlm, reward_funcs=t.color_reward, train_dataset=t.color_dataset(),
-                       args=AdaGRPOConfig(**dict(common, max_completion_length=8), prompt_memory=True,
-                                          output_dir=f"{output_dir}/images"))
+    trainer = t.Keeper(
+        model=vlm,
+        reward_funcs=t.color_reward,
+        train_dataset=t.color_dataset(),
+        args=AdaGRPOConfig(
+            **dict(common, max_completion_length=8), prompt_memory=True, output_dir=f"{output_dir}/images"
+        ),
+    )
     trainer.train()
     record("images", trainer, memory=sorted(trainer.prompt_memory.table()["prompt_hash"]))
 
     # TRL's VLM example form: the placeholder in the message, an `images` column; dynamic sampling refills
-    trainer = t.Keeper(model=vlm, reward_funcs=t.color_reward, train_dataset=t.placeholder_color_dataset(),
-                       args=AdaGRPOConfig(**dict(common, max_completion_length=8), prompt_memory=True,
-                                          dynamic_sampling=True, output_dir=f"{output_dir}/images_placeholder"))
+    trainer = t.Keeper(
+        model=vlm,
+        reward_funcs=t.color_reward,
+        train_dataset=t.placeholder_color_dataset(),
+        args=AdaGRPOConfig(
+            **dict(common, max_completion_length=8),
+            prompt_memory=True,
+            dynamic_sampling=True,
+            output_dir=f"{output_dir}/images_placeholder",
+        ),
+    )
     trainer.train()
     record("images_placeholder", trainer, memory=sorted(trainer.prompt_memory.table()["prompt_hash"]))
 

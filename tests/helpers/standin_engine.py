@@ -31,8 +31,9 @@ class DeterministicLLM:
         self.vocab_size, self.eos = vocab_size, eos_token_id
         self.version, self.issued, self.generate_calls = 0, {}, 0
         model = torch.nn.Module()
-        worker = SimpleNamespace(reload_weights=self.reload_weights,
-                                 model_runner=SimpleNamespace(get_model=lambda: model))
+        worker = SimpleNamespace(
+            reload_weights=self.reload_weights, model_runner=SimpleNamespace(get_model=lambda: model)
+        )
         self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=worker))
 
     def reload_weights(self, weights_iterator, is_checkpoint_format):
@@ -61,8 +62,11 @@ class DeterministicLLM:
             self.issued[ids] = slot + 1
             tokens = self.complete(ids, slot)
             logprobs = [{t: SimpleNamespace(rank=1, logprob=lp)} for t, lp in zip(tokens, logprobs_for(tokens))]
-            outputs.append(SimpleNamespace(prompt_token_ids=list(ids),
-                                           outputs=[SimpleNamespace(token_ids=tokens, logprobs=logprobs)]))
+            outputs.append(
+                SimpleNamespace(
+                    prompt_token_ids=list(ids), outputs=[SimpleNamespace(token_ids=tokens, logprobs=logprobs)]
+                )
+            )
         return outputs
 
 
@@ -123,10 +127,24 @@ def install(trainer, seed=0, pace=0.5, capacity=12):
     tokenizer = trainer.processing_class
     llm = DeterministicLLM(len(tokenizer), tokenizer.eos_token_id)
     generation.__dict__.update(
-        model=trainer.model, accelerator=trainer.accelerator, processing_class=tokenizer, mode="colocate",
-        tensor_parallel_size=1, enable_sleep_mode=False, _llm_weights_sleeping=False,
-        structured_outputs_regex=None, temperature=1.0, top_p=1.0, top_k=0, min_p=None, repetition_penalty=1.0,
-        max_completion_length=8, logprobs=0, generation_kwargs={}, _dist=trainer._dist, llm=llm,
+        model=trainer.model,
+        accelerator=trainer.accelerator,
+        processing_class=tokenizer,
+        mode="colocate",
+        tensor_parallel_size=1,
+        enable_sleep_mode=False,
+        _llm_weights_sleeping=False,
+        structured_outputs_regex=None,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        min_p=None,
+        repetition_penalty=1.0,
+        max_completion_length=8,
+        logprobs=0,
+        generation_kwargs={},
+        _dist=trainer._dist,
+        llm=llm,
     )
     trainer.use_vllm, trainer.vllm_generation, trainer._last_loaded_step = True, generation, -1
     llm.streams = []

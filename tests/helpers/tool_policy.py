@@ -32,8 +32,13 @@ def skill(a: int) -> float:
 
 
 def calculator_dataset(count: int = 16) -> Dataset:
-    rows = [{"prompt": [{"role": "user", "content": f"What is {10 + 3 * i} x {21 + i}?"}],
-             "answer": str((10 + 3 * i) * (21 + i))} for i in range(count)]
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": f"What is {10 + 3 * i} x {21 + i}?"}],
+            "answer": str((10 + 3 * i) * (21 + i)),
+        }
+        for i in range(count)
+    ]
     return Dataset.from_list(rows)
 
 

@@ -25,23 +25,56 @@ ZERO2_CONFIG = os.path.join(ROOT, "recipes", "accelerate_configs", "zero2_cpu.ya
 @pytest.fixture(scope="module")
 def ranks(tiny_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("zero3")
-    env = {**launch_env(),
-           "DS_ACCELERATOR": "cpu"}
+    env = {**launch_env(), "DS_ACCELERATOR": "cpu"}
     launches = {
-        "zero3": [sys.executable, "-m", "accelerate.commands.launch", "--config_file", ZERO3_CONFIG,
-                  "--main_process_port", "0", WORKER, tiny_model, str(out), "--zero3"],
-        "zero2": [sys.executable, "-m", "accelerate.commands.launch", "--config_file", ZERO2_CONFIG,
-                  "--main_process_port", "0", WORKER, tiny_model, str(out / "zero2"), "--zero2"],
-        "ddp": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                WORKER, tiny_model, str(out), "--ddp"],
+        "zero3": [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            ZERO3_CONFIG,
+            "--main_process_port",
+            "0",
+            WORKER,
+            tiny_model,
+            str(out),
+            "--zero3",
+        ],
+        "zero2": [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            ZERO2_CONFIG,
+            "--main_process_port",
+            "0",
+            WORKER,
+            tiny_model,
+            str(out / "zero2"),
+            "--zero2",
+        ],
+        "ddp": [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            WORKER,
+            tiny_model,
+            str(out),
+            "--ddp",
+        ],
     }
     (out / "zero2").mkdir()
     for command in launches.values():
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=out)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     folder = {"zero2": out / "zero2"}
-    return {engine: [json.load(open(folder.get(engine, out) / f"{engine}-rank{r}.json")) for r in range(2)]
-            for engine in launches}, out
+    return {
+        engine: [json.load(open(folder.get(engine, out) / f"{engine}-rank{r}.json")) for r in range(2)]
+        for engine in launches
+    }, out
 
 
 def sampling_keys(logs):

@@ -19,8 +19,12 @@ pytestmark = pytest.mark.slow
 
 def train(tiny_model, tmp_path, rates, repeat=8, **kwargs):
     reward = make_recording_reward()
-    trainer = Recorder(model=tiny_model, reward_funcs=reward, train_dataset=pass_rate_dataset(rates, repeat=repeat),
-                       args=tiny_args(tmp_path, **{"per_device_train_batch_size": 8, **kwargs}))
+    trainer = Recorder(
+        model=tiny_model,
+        reward_funcs=reward,
+        train_dataset=pass_rate_dataset(rates, repeat=repeat),
+        args=tiny_args(tmp_path, **{"per_device_train_batch_size": 8, **kwargs}),
+    )
     trainer.reward_log = reward.log
     trainer.train()
     return trainer, reward, [h for h in trainer.state.log_history if "loss" in h]
@@ -29,8 +33,14 @@ def train(tiny_model, tmp_path, rates, repeat=8, **kwargs):
 @pytest.mark.parametrize("adaptive", [False, True])
 def test_dynamic_sampling_trains_only_on_groups_with_signal(tiny_model, tmp_path, adaptive):
     # Two prompts per step; easy (1.0) and hard (0.0) prompts never have signal, the 0.5 and 0.3 ones usually do.
-    trainer, reward, logs = train(tiny_model, tmp_path, [1.0, 0.0, 0.5, 0.3], max_steps=3, dynamic_sampling=True,
-                                  multiround_adaptive_downsampling=adaptive)
+    trainer, reward, logs = train(
+        tiny_model,
+        tmp_path,
+        [1.0, 0.0, 0.5, 0.3],
+        max_steps=3,
+        dynamic_sampling=True,
+        multiround_adaptive_downsampling=adaptive,
+    )
     assert len(logs) == 3
     for end_output in trainer.recorded:
         for _, rate, texts, advantages in decode_groups(trainer, end_output[1]):
@@ -53,18 +63,35 @@ def test_dynamic_sampling_trains_only_on_groups_with_signal(tiny_model, tmp_path
 
 def test_steps_per_generation_above_one(tiny_model, tmp_path):
     # One generation batch of 2 prompts serves 2 optimizer steps of 1 group each.
-    trainer, reward, logs = train(tiny_model, tmp_path, [1.0, 0.0, 0.5, 0.3], max_steps=4, dynamic_sampling=True,
-                                  per_device_train_batch_size=4, steps_per_generation=2,
-                                  multiround_adaptive_downsampling=False)
+    trainer, reward, logs = train(
+        tiny_model,
+        tmp_path,
+        [1.0, 0.0, 0.5, 0.3],
+        max_steps=4,
+        dynamic_sampling=True,
+        per_device_train_batch_size=4,
+        steps_per_generation=2,
+        multiround_adaptive_downsampling=False,
+    )
     assert len(logs) == 4 and len(trainer.recorded) == 2
     for _, output in trainer.recorded:
         groups = decode_groups(trainer, output)
-        assert len(groups) == 2 and all(len({hash_reward_value(t, r) for t in texts}) == 2 for _, r, texts, _ in groups)
+        assert len(groups) == 2 and all(
+            len({hash_reward_value(t, r) for t in texts}) == 2 for _, r, texts, _ in groups
+        )
 
 
 def test_cap_is_honoured_and_training_goes_on(tiny_model, tmp_path):
-    trainer, reward, logs = train(tiny_model, tmp_path, [0.0], repeat=16, max_steps=2, dynamic_sampling=True,
-                                  max_refill_batches=2, multiround_adaptive_downsampling=False)
+    trainer, reward, logs = train(
+        tiny_model,
+        tmp_path,
+        [0.0],
+        repeat=16,
+        max_steps=2,
+        dynamic_sampling=True,
+        max_refill_batches=2,
+        multiround_adaptive_downsampling=False,
+    )
     assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
     for h in logs:  # nothing has signal: 2 refills of a whole batch each, then train on 2 uniform groups
         assert h["sampling/refill_batches"] == 2 and h["sampling/groups_without_signal"] == 2
@@ -74,8 +101,9 @@ def test_cap_is_honoured_and_training_goes_on(tiny_model, tmp_path):
 
 def test_adaptive_and_dynamic_drop_only_what_rounds_cannot_resolve(tiny_model, tmp_path):
     # positive_focused resolves a 0.3 prompt in the rounds; 1.0 exits with a uniform group and is dropped.
-    trainer, reward, logs = train(tiny_model, tmp_path, [1.0, 0.3], max_steps=2, dynamic_sampling=True,
-                                  reinforce_ada_choice="positive_focused")
+    trainer, reward, logs = train(
+        tiny_model, tmp_path, [1.0, 0.3], max_steps=2, dynamic_sampling=True, reinforce_ada_choice="positive_focused"
+    )
     for _, output in trainer.recorded:
         assert {rate for _, rate, _, _ in decode_groups(trainer, output)} == {0.3}
     assert all(h["sampling/prompts_dropped"] >= 1 for h in logs)
@@ -84,8 +112,9 @@ def test_adaptive_and_dynamic_drop_only_what_rounds_cannot_resolve(tiny_model, t
 def test_budget_caps_every_step_and_screens_out_remembered_extremes(tiny_model, tmp_path):
     # 4 distinct prompts, 2 per step, 8 steps: every prompt is seen in the first 2 steps, then the memory knows that
     # the 1.0 and 0.0 prompts come back uniform.
-    trainer, reward, logs = train(tiny_model, tmp_path, [1.0, 0.0, 0.5, 0.3], repeat=1, max_steps=8,
-                                  sampling_budget=6.0, prompt_memory=True)
+    trainer, reward, logs = train(
+        tiny_model, tmp_path, [1.0, 0.0, 0.5, 0.3], repeat=1, max_steps=8, sampling_budget=6.0, prompt_memory=True
+    )
     assert len(logs) == 8
     for h in logs:  # the hard cap: 6 per trained prompt, everything generated included
         assert h["sampling/total_samples"] + h["sampling/padding_samples"] <= 6 * 2
@@ -104,9 +133,17 @@ def test_budget_with_lora_and_steps_per_generation(tiny_model, tmp_path):
 
     reward = make_recording_reward()
     trainer = AdaGRPOTrainer(
-        model=tiny_model, reward_funcs=reward, train_dataset=pass_rate_dataset([1.0, 0.0, 0.5, 0.3], repeat=1),
-        args=tiny_args(tmp_path, per_device_train_batch_size=4, steps_per_generation=2, max_steps=4,
-                       sampling_budget=5.0, prompt_memory=True),
+        model=tiny_model,
+        reward_funcs=reward,
+        train_dataset=pass_rate_dataset([1.0, 0.0, 0.5, 0.3], repeat=1),
+        args=tiny_args(
+            tmp_path,
+            per_device_train_batch_size=4,
+            steps_per_generation=2,
+            max_steps=4,
+            sampling_budget=5.0,
+            prompt_memory=True,
+        ),
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
     )
     trainer.train()
@@ -116,19 +153,36 @@ def test_budget_with_lora_and_steps_per_generation(tiny_model, tmp_path):
 
 def memory_run(tiny_model, tmp_path, **kwargs):
     return AdaGRPOTrainer(
-        model=tiny_model, reward_funcs=make_recording_reward(),
+        model=tiny_model,
+        reward_funcs=make_recording_reward(),
         train_dataset=pass_rate_dataset([1.0, 0.0, 0.5, 0.2], repeat=1),  # 4 prompts, 2 per step: revisited
-        args=tiny_args(tmp_path, **{"per_device_train_batch_size": 8, "prompt_memory": True, "dynamic_sampling": True,
-                                    "shuffle_dataset": True, **kwargs}))
+        args=tiny_args(
+            tmp_path,
+            **{
+                "per_device_train_batch_size": 8,
+                "prompt_memory": True,
+                "dynamic_sampling": True,
+                "shuffle_dataset": True,
+                **kwargs,
+            },
+        ),
+    )
 
 
 def test_group_prior_screens_prompts_never_seen_before(tiny_model, tmp_path):
     """64 distinct prompts, 4 per step at GRPO parity: the per-prompt memory has nothing to go on, but after a few
     steps the group prior (column `pass_rate`) knows the 1.0 group comes back uniform and screens its new prompts.
     The per-prompt memory is off: only the group prior can screen."""
-    trainer, reward, logs = train(tiny_model, tmp_path, [1.0, 0.5], repeat=32, max_steps=8,
-                                  per_device_train_batch_size=16, sampling_budget=4.0,
-                                  prompt_memory_group_column="pass_rate")
+    trainer, reward, logs = train(
+        tiny_model,
+        tmp_path,
+        [1.0, 0.5],
+        repeat=32,
+        max_steps=8,
+        per_device_train_batch_size=16,
+        sampling_budget=4.0,
+        prompt_memory_group_column="pass_rate",
+    )
     assert len(logs) == 8 and len(reward.log) == sum(h["sampling/total_samples"] for h in logs)
     assert all(h["sampling/total_samples"] + h["sampling/padding_samples"] <= 16 for h in logs)  # parity holds
     assert logs[0]["sampling/prompts_skipped"] == 0  # no group known yet
@@ -141,14 +195,28 @@ def test_group_prior_screens_prompts_never_seen_before(tiny_model, tmp_path):
 
 def test_a_missing_group_column_is_named(tiny_model, tmp_path):
     with pytest.raises(ValueError, match="prompt_memory_group_column='kind' is not a column of train_dataset"):
-        AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=pass_rate_dataset([0.5]),
-                       args=tiny_args(tmp_path, per_device_train_batch_size=8, sampling_budget=4.0, max_steps=1,
-                                      prompt_memory_group_column="kind"))
+        AdaGRPOTrainer(
+            model=tiny_model,
+            reward_funcs=make_recording_reward(),
+            train_dataset=pass_rate_dataset([0.5]),
+            args=tiny_args(
+                tmp_path,
+                per_device_train_batch_size=8,
+                sampling_budget=4.0,
+                max_steps=1,
+                prompt_memory_group_column="kind",
+            ),
+        )
 
 
-@pytest.mark.parametrize("mode", [{"dynamic_sampling": True}, {"dynamic_sampling": False, "sampling_budget": 6.0},
-                                  {"dynamic_sampling": False, "sampling_budget": 6.0,
-                                   "prompt_memory_group_column": "pass_rate"}])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        {"dynamic_sampling": True},
+        {"dynamic_sampling": False, "sampling_budget": 6.0},
+        {"dynamic_sampling": False, "sampling_budget": 6.0, "prompt_memory_group_column": "pass_rate"},
+    ],
+)
 def test_memory_and_refill_survive_a_resume_exactly(tiny_model, tmp_path, mode):
     uninterrupted = memory_run(tiny_model, tmp_path / "a", max_steps=4, save_strategy="steps", save_steps=2, **mode)
     uninterrupted.train()
@@ -202,8 +270,12 @@ def test_memory_learns_the_pass_rates_and_is_exported(tiny_model, tmp_path):
 def test_dynamic_sampling_needs_an_indexable_dataset(tiny_model, tmp_path):
     stream = pass_rate_dataset([0.5]).to_iterable_dataset()
     with pytest.raises(ValueError, match="dynamic_sampling=True .* map-style"):
-        AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=stream,
-                       args=tiny_args(tmp_path, per_device_train_batch_size=8, dynamic_sampling=True, max_steps=1))
+        AdaGRPOTrainer(
+            model=tiny_model,
+            reward_funcs=make_recording_reward(),
+            train_dataset=stream,
+            args=tiny_args(tmp_path, per_device_train_batch_size=8, dynamic_sampling=True, max_steps=1),
+        )
 
 
 def test_a_missing_train_dataset_is_named_before_the_model_loads(tmp_path):

@@ -53,8 +53,13 @@ def closest_integer_allocation_distance(target, total, low, high):
 
 
 @settings(max_examples=150, deadline=None)
-@given(rates=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=4), n=st.integers(2, 5), low=st.integers(2, 3),
-       cap=st.sampled_from([None, 0, 2]), exponent=st.sampled_from([0.0, 0.5, 1.0]))
+@given(
+    rates=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=4),
+    n=st.integers(2, 5),
+    low=st.integers(2, 3),
+    cap=st.sampled_from([None, 0, 2]),
+    exponent=st.sampled_from([0.0, 0.5, 1.0]),
+)
 def test_allocation_is_the_closest_integer_vector_to_the_proportional_target(rates, n, low, cap, exponent):
     low = min(low, n)
     high = None if cap is None else n + cap
@@ -69,8 +74,12 @@ def test_allocation_is_the_closest_integer_vector_to_the_proportional_target(rat
 
 
 @settings(max_examples=200, deadline=None)
-@given(rates=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=40), n=st.integers(2, 16),
-       exponent=st.floats(0.0, 1.0), cap=st.sampled_from([None, 0, 3, 100]))
+@given(
+    rates=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=40),
+    n=st.integers(2, 16),
+    exponent=st.floats(0.0, 1.0),
+    cap=st.sampled_from([None, 0, 3, 100]),
+)
 def test_allocation_properties(rates, n, exponent, cap):
     high = None if cap is None else n + cap
     total = n * len(rates)
@@ -109,8 +118,9 @@ def test_advantage_formula():
     assert est_advantages([1.0, 0.0, 0.0, 0.0], residual_exponent=0.0) == pytest.approx([0.75, -0.25, -0.25, -0.25])
     assert est_advantages([1.0, 1.0, 1.0]) == [0.0, 0.0, 0.0] and est_advantages([0.0, 0.0]) == [0.0, 0.0]
     # An unscorable sample (NaN): out of the mean, advantage 0; all unscorable: 0.
-    assert est_advantages([1.0, math.nan, 0.0], eps=0.0) == pytest.approx([0.5 / math.sqrt(0.5), 0.0,
-                                                                           -0.5 / math.sqrt(0.5)])
+    assert est_advantages([1.0, math.nan, 0.0], eps=0.0) == pytest.approx(
+        [0.5 / math.sqrt(0.5), 0.0, -0.5 / math.sqrt(0.5)]
+    )
     assert est_advantages([math.nan, math.nan]) == [0.0, 0.0]
     assert est_advantages([1.0, math.nan, 1.0]) == [0.0, 0.0, 0.0]
 
@@ -120,13 +130,19 @@ def test_advantages_sum_to_zero_over_the_scored_samples(rewards, residual):
     advantages = est_advantages(rewards, residual_exponent=residual)
     assert len(advantages) == len(rewards) and abs(sum(advantages)) < 1e-6
     assert all(a == 0.0 for a, r in zip(advantages, rewards) if math.isnan(r))
-    assert all(a > 0 for a, r in zip(advantages, rewards) if r == 1.0) or len({r for r in rewards
-                                                                              if not math.isnan(r)}) < 2
+    assert (
+        all(a > 0 for a, r in zip(advantages, rewards) if r == 1.0)
+        or len({r for r in rewards if not math.isnan(r)}) < 2
+    )
 
 
 def test_allocation_metrics():
     m = allocation_metrics([0.05, 0.5, 0.9, 0.08], [8, 3, 2, 3], [0.0, 0.5, 1.0, math.nan])
-    assert (m["sampling/est/samples_min"], m["sampling/est/samples_median"], m["sampling/est/samples_max"]) == (2, 3, 8)
+    assert (m["sampling/est/samples_min"], m["sampling/est/samples_median"], m["sampling/est/samples_max"]) == (
+        2,
+        3,
+        8,
+    )
     assert m["sampling/est/share_predicted_hard"] == 11 / 16
     assert m["sampling/est/samples_reward_corr"] < -0.9  # more samples where the reward was lower
     assert math.isnan(allocation_metrics([0.1, 0.1], [4, 4], [0.0, 1.0])["sampling/est/samples_reward_corr"])
@@ -137,10 +153,22 @@ def test_allocation_metrics():
 
 
 def est_config(tmp_path, **kwargs):
-    base = dict(output_dir=str(tmp_path / "out"), num_generations=4, per_device_train_batch_size=16,
-                max_completion_length=12, max_steps=4, learning_rate=1e-2, shuffle_dataset=False, use_cpu=True,
-                report_to="none", save_strategy="no", logging_steps=1, seed=0, disable_tqdm=True,
-                reinforce_ada_est=True)
+    base = dict(
+        output_dir=str(tmp_path / "out"),
+        num_generations=4,
+        per_device_train_batch_size=16,
+        max_completion_length=12,
+        max_steps=4,
+        learning_rate=1e-2,
+        shuffle_dataset=False,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+        disable_tqdm=True,
+        reinforce_ada_est=True,
+    )
     base.update(kwargs)
     return AdaGRPOConfig(**base)
 
@@ -148,7 +176,11 @@ def est_config(tmp_path, **kwargs):
 def test_config_defaults_follow_the_authors_estimator(tmp_path):
     args = est_config(tmp_path)
     assert args.prompt_memory and args.advantage_estimator == "est" and args.sampling_active
-    assert (args.prompt_memory_decay, args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta) == (0.9, 1.0, 16.0)
+    assert (args.prompt_memory_decay, args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta) == (
+        0.9,
+        1.0,
+        16.0,
+    )
     assert (args.est_exponent, args.est_min_samples, args.est_max_samples) == (0.5, 2, None)
     plain = AdaGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", prompt_memory=True)
     assert (plain.prompt_memory_decay, plain.prompt_memory_prior_alpha, plain.prompt_memory_prior_beta) == (0.5, 1, 1)
@@ -158,17 +190,20 @@ def test_config_defaults_follow_the_authors_estimator(tmp_path):
     assert est_config(tmp_path, num_generations=16).round_repeat == 8
 
 
-@pytest.mark.parametrize("fields,words", [
-    ({"sampling_budget": 6.0, "prompt_memory": True}, ["sampling_budget", "reinforce_ada_est=False"]),
-    ({"dynamic_sampling": True}, ["dynamic_sampling", "cannot be combined"]),
-    ({"est_exponent": 1.5}, ["est_exponent=1.5", "[0, 1]"]),
-    ({"est_min_samples": 1}, ["est_min_samples=1", "est_min_samples=2"]),
-    ({"est_min_samples": 5}, ["est_min_samples=5", "num_generations=4"]),
-    ({"est_max_samples": 3}, ["est_max_samples=3", ">= num_generations"]),
-    ({"est_epsilon": 0.0}, ["est_epsilon=0.0", "> 0"]),
-    ({"advantage_estimator": "grpo"}, ["advantage_estimator='grpo'", "unset"]),
-    ({"multi_objective_aggregation": "normalize_then_sum"}, ["normalize_then_sum", "sum_then_normalize"]),
-])
+@pytest.mark.parametrize(
+    "fields,words",
+    [
+        ({"sampling_budget": 6.0, "prompt_memory": True}, ["sampling_budget", "reinforce_ada_est=False"]),
+        ({"dynamic_sampling": True}, ["dynamic_sampling", "cannot be combined"]),
+        ({"est_exponent": 1.5}, ["est_exponent=1.5", "[0, 1]"]),
+        ({"est_min_samples": 1}, ["est_min_samples=1", "est_min_samples=2"]),
+        ({"est_min_samples": 5}, ["est_min_samples=5", "num_generations=4"]),
+        ({"est_max_samples": 3}, ["est_max_samples=3", ">= num_generations"]),
+        ({"est_epsilon": 0.0}, ["est_epsilon=0.0", "> 0"]),
+        ({"advantage_estimator": "grpo"}, ["advantage_estimator='grpo'", "unset"]),
+        ({"multi_objective_aggregation": "normalize_then_sum"}, ["normalize_then_sum", "sum_then_normalize"]),
+    ],
+)
 def test_config_refuses_what_cannot_hold(tmp_path, fields, words):
     with pytest.raises(ValueError) as error:
         est_config(tmp_path, **fields)
@@ -189,7 +224,9 @@ def test_est_warns_of_rewards_outside_zero_one(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="trl_ada.integration.estimators"):
         assert not warn_if_not_binary(args, [PromptResult(pool_rewards=[0.0, 0.25, 1.0, math.nan])])
         assert not caplog.records
-        assert warn_if_not_binary(args, [PromptResult(pool_rewards=[0.0, 1.0]), PromptResult(pool_rewards=[-1.0, 1.0])])
+        assert warn_if_not_binary(
+            args, [PromptResult(pool_rewards=[0.0, 1.0]), PromptResult(pool_rewards=[-1.0, 1.0])]
+        )
     message = caplog.records[-1].getMessage()
     assert "reinforce_ada_est" in message and "-1.0" in message and "1e+03" in message and "[0, 1]" in message
 
@@ -246,8 +283,12 @@ def remembered_rate(state, key, alpha=1.0, beta=16.0):
 def test_est_trains_every_allocated_sample_with_its_advantage(tiny_model, tmp_path):
     reward = make_recording_reward()
     # 4 distinct prompts per step, each seen again from step 3 (8 rows): never right, always right (two), mixed.
-    trainer = EstRecorder(model=tiny_model, reward_funcs=reward, args=est_config(tmp_path),
-                          train_dataset=pass_rate_dataset([0.0, 1.0, 1.0, 0.5], repeat=2))
+    trainer = EstRecorder(
+        model=tiny_model,
+        reward_funcs=reward,
+        args=est_config(tmp_path),
+        train_dataset=pass_rate_dataset([0.0, 1.0, 1.0, 0.5], repeat=2),
+    )
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 4 and len(trainer.steps) == 4
@@ -262,8 +303,11 @@ def test_est_trains_every_allocated_sample_with_its_advantage(tiny_model, tmp_pa
         for key, rate, rewards, advantages in groups:
             assert min(rewards) == max(rewards) or rate == 0.5  # the hash reward: rates 0 and 1 never mix
             mean = sum(rewards) / len(rewards)
-            expected = ([0.0] * len(rewards) if max(rewards) == min(rewards)
-                        else [(r - mean) / math.sqrt(mean + 1e-6) for r in rewards])
+            expected = (
+                [0.0] * len(rewards)
+                if max(rewards) == min(rewards)
+                else [(r - mean) / math.sqrt(mean + 1e-6) for r in rewards]
+            )
             assert advantages == pytest.approx(expected, abs=1e-5)
             # The memory took exactly this step's N_x samples and right answers, old counts decayed by 0.9.
             old = dict(zip(before["keys"].tolist(), zip(before["samples"], before["positives"])))
@@ -278,8 +322,7 @@ def test_est_trains_every_allocated_sample_with_its_advantage(tiny_model, tmp_pa
         zero_std = sum(len(g[2]) for g in groups if max(g[2]) == min(g[2])) / 16
         assert log["frac_reward_zero_std"] == pytest.approx(zero_std)  # over N_x-row groups, not TRL's rows of 4
         assert log["sampling/kept_samples"] == 16 and log["sampling/est/samples_max"] == max(counts)
-        assert log["sampling/effective_prompt_ratio"] == pytest.approx(
-            sum(max(g[2]) != min(g[2]) for g in groups) / 4)
+        assert log["sampling/effective_prompt_ratio"] == pytest.approx(sum(max(g[2]) != min(g[2]) for g in groups) / 4)
     assert unequal, "the revisited prompts should have been allocated unequally"
     assert [h["sampling/est/samples_max"] for h in logs[:2]] == [4, 4]  # nothing remembered yet: uniform
 
@@ -290,13 +333,19 @@ def test_est_allocation_follows_the_remembered_rates(tiny_model, tmp_path):
     """The rows TRL trains on per prompt are exactly `allocate` of the pass rates remembered before the step."""
     from trl_ada.core.memory import prompt_key
 
-    trainer = EstRecorder(model=tiny_model, reward_funcs=make_recording_reward(), args=est_config(tmp_path),
-                          train_dataset=pass_rate_dataset([0.0, 1.0, 1.0, 0.5], repeat=2))
+    trainer = EstRecorder(
+        model=tiny_model,
+        reward_funcs=make_recording_reward(),
+        args=est_config(tmp_path),
+        train_dataset=pass_rate_dataset([0.0, 1.0, 1.0, 0.5], repeat=2),
+    )
     trainer.train()
     tok = trainer.processing_class
     for before, output, _ in trainer.steps:
-        prompts = [output["prompt_ids"][i][output["prompt_mask"][i].bool()].tolist()
-                   for i in range(output["prompt_ids"].shape[0])]
+        prompts = [
+            output["prompt_ids"][i][output["prompt_mask"][i].bool()].tolist()
+            for i in range(output["prompt_ids"].shape[0])
+        ]
         distinct = [ids for ids, _ in itertools.groupby(prompts)]
         counts = [len(list(rows)) for _, rows in itertools.groupby(prompts)]
         rates = [remembered_rate(before, prompt_key(ids)) for ids in distinct]
@@ -312,10 +361,16 @@ def test_est_allocates_prompts_never_seen_before_from_their_groups_prior(tiny_mo
     rates = [0.0, 1.0, 0.0, 1.0]
     dataset = pass_rate_dataset(rates, repeat=8)  # 32 distinct prompts; a 4-step run meets 16, each once
     dataset = dataset.add_column("kind", ["hard" if r == 0.0 else "easy" for r in dataset["pass_rate"]])
-    trainer = EstRecorder(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=dataset,
-                          args=est_config(tmp_path, prompt_memory_group_column="kind"))
+    trainer = EstRecorder(
+        model=tiny_model,
+        reward_funcs=make_recording_reward(),
+        train_dataset=dataset,
+        args=est_config(tmp_path, prompt_memory_group_column="kind"),
+    )
     trainer.train()
-    assert trainer.group_prior is not None and trainer.group_prior.prior("hard")[0] < trainer.group_prior.prior("easy")[0]
+    assert (
+        trainer.group_prior is not None and trainer.group_prior.prior("hard")[0] < trainer.group_prior.prior("easy")[0]
+    )
     for index, (before, output, _) in enumerate(trainer.steps):
         groups = groups_of(trainer, output)
         assert not set(before["keys"].tolist()) & {key for key, *_ in groups}  # never seen before
@@ -333,8 +388,12 @@ def test_est_resumes_exactly(tiny_model, tmp_path):
     dataset = pass_rate_dataset([0.0, 1.0, 1.0, 0.5], repeat=2)
 
     def run(folder, **kwargs):
-        return AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=dataset,
-                              args=est_config(folder, **kwargs))
+        return AdaGRPOTrainer(
+            model=tiny_model,
+            reward_funcs=make_recording_reward(),
+            train_dataset=dataset,
+            args=est_config(folder, **kwargs),
+        )
 
     uninterrupted = run(tmp_path / "a", save_strategy="steps", save_steps=2)
     uninterrupted.train()

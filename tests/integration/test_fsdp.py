@@ -30,10 +30,31 @@ def ranks(tiny_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("fsdp")
     env = {**launch_env()}
     launches = {
-        "fsdp": [sys.executable, "-m", "accelerate.commands.launch", "--config_file", FSDP_CONFIG,
-                 "--main_process_port", "0", WORKER, tiny_model, str(out), "--fsdp"],
-        "ddp": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                WORKER, tiny_model, str(out), "--ddp"],
+        "fsdp": [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            FSDP_CONFIG,
+            "--main_process_port",
+            "0",
+            WORKER,
+            tiny_model,
+            str(out),
+            "--fsdp",
+        ],
+        "ddp": [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            WORKER,
+            tiny_model,
+            str(out),
+            "--ddp",
+        ],
     }
     for command in launches.values():
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=out)
@@ -86,8 +107,10 @@ def test_fsdp_checkpoint_saved_once_and_resumed_on_every_rank(ranks):
     checkpoint = out / "budget" / "checkpoint-2"
     assert (checkpoint / "prompt_memory.npz").exists() and (checkpoint / "ada_sampling_state.json").exists()
     # Sharded: one distributed-checkpoint file per process, no full copy of the weights.
-    assert sorted(p.name for p in (checkpoint / "pytorch_model_fsdp_0").glob("*.distcp")) == ["__0_0.distcp",
-                                                                                              "__1_0.distcp"]
+    assert sorted(p.name for p in (checkpoint / "pytorch_model_fsdp_0").glob("*.distcp")) == [
+        "__0_0.distcp",
+        "__1_0.distcp",
+    ]
     assert not (checkpoint / "model.safetensors").exists()
     saved = results["fsdp"][0]["budget"]  # the state at the end of step 2, when the checkpoint was written
     assert saved["global_step"] == 2 and len(saved["memory"]) > 0
@@ -110,10 +133,20 @@ def test_fsdp_with_a_colocated_vllm_engine_per_rank(tmp_path, pipelined):
     from trl_ada.examples.tiny import VLLM_CPU_TINY, build_tiny_model
 
     model = build_tiny_model(str(tmp_path / "model"), **VLLM_CPU_TINY)  # head_dim 64: vLLM's CPU attention needs it
-    env = {**launch_env(),
-           "VLLM_CPU_KVCACHE_SPACE": "1"}
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", FSDP_CONFIG,
-               "--main_process_port", "0", WORKER, model, str(tmp_path / "out"), "--fsdp-vllm"]
+    env = {**launch_env(), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        FSDP_CONFIG,
+        "--main_process_port",
+        "0",
+        WORKER,
+        model,
+        str(tmp_path / "out"),
+        "--fsdp-vllm",
+    ]
     command += ["--pipelined"] if pipelined else []
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]

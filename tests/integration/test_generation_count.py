@@ -40,7 +40,7 @@ class GenerateCounter:
 
     def __call__(self, input_ids, **kwargs):
         output = self.inner(input_ids=input_ids, **kwargs)
-        completions = output[:, input_ids.shape[1]:]
+        completions = output[:, input_ids.shape[1] :]
         is_eos = torch.isin(completions, torch.tensor(self.eos, device=completions.device))
         for row, eos in zip(completions, is_eos):
             self.rows += 1
@@ -65,10 +65,15 @@ def assert_counted(trainer, logs, completions, tokens):
 def test_plain_grpo_sampling_is_counted_and_checkpointed(tiny_model, tmp_path):
     """Sampling off: TRL's own generation, counted in `_generate`; the totals are saved in checkpoints (sampling off
     too) and a resumed run continues them."""
-    args = dict(per_device_train_batch_size=8, multiround_adaptive_downsampling=False, save_strategy="steps",
-                save_steps=1)
-    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(),
-                             args=tiny_args(tmp_path, **args), train_dataset=pass_rate_dataset([0.5, 0.3]))
+    args = dict(
+        per_device_train_batch_size=8, multiround_adaptive_downsampling=False, save_strategy="steps", save_steps=1
+    )
+    trainer = AdaGRPOTrainer(
+        model=tiny_model,
+        reward_funcs=make_recording_reward(),
+        args=tiny_args(tmp_path, **args),
+        train_dataset=pass_rate_dataset([0.5, 0.3]),
+    )
     counter = GenerateCounter(trainer)
     logs = train(trainer)
     assert counter.rows == 2 * 8
@@ -77,26 +82,40 @@ def test_plain_grpo_sampling_is_counted_and_checkpointed(tiny_model, tmp_path):
     checkpoint = tmp_path / "out" / "checkpoint-1"
     saved = json.loads((checkpoint / "ada_generation_count.json").read_text())
     assert saved == {"completions": 8, "tokens": logs[0][TOKENS_METRIC], "trained_tokens": logs[0][TOKENS_METRIC]}
-    resumed = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(),
-                             args=tiny_args(tmp_path, **args), train_dataset=pass_rate_dataset([0.5, 0.3]))
+    resumed = AdaGRPOTrainer(
+        model=tiny_model,
+        reward_funcs=make_recording_reward(),
+        args=tiny_args(tmp_path, **args),
+        train_dataset=pass_rate_dataset([0.5, 0.3]),
+    )
     counter = GenerateCounter(resumed)
     resumed.train(resume_from_checkpoint=str(checkpoint))
     assert counter.rows == 8  # step 2 only
-    assert resumed.generation_count.state_dict() == {"completions": 16, "tokens": saved["tokens"] + counter.tokens,
-                                                     "trained_tokens": saved["tokens"] + counter.tokens}
+    assert resumed.generation_count.state_dict() == {
+        "completions": 16,
+        "tokens": saved["tokens"] + counter.tokens,
+        "trained_tokens": saved["tokens"] + counter.tokens,
+    }
     assert resumed.state.log_history[-2][COMPLETIONS_METRIC] == 16  # step 2's log (the last is the run summary)
 
 
-@pytest.mark.parametrize("mode", [
-    {"reinforce_ada_choice": "balanced"},
-    {"dynamic_sampling": True, "multiround_adaptive_downsampling": False},
-    {"sampling_budget": 6.0, "budget_top_up": 2, "prompt_memory": True},
-], ids=["rounds", "dynamic_refills", "budget_top_ups"])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        {"reinforce_ada_choice": "balanced"},
+        {"dynamic_sampling": True, "multiround_adaptive_downsampling": False},
+        {"sampling_budget": 6.0, "budget_top_up": 2, "prompt_memory": True},
+    ],
+    ids=["rounds", "dynamic_refills", "budget_top_ups"],
+)
 def test_synchronous_rounds_count_every_sample(tiny_model, tmp_path, mode):
     reward = make_recording_reward()
-    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=reward,
-                             args=tiny_args(tmp_path, per_device_train_batch_size=8, **mode),
-                             train_dataset=pass_rate_dataset([0.0, 0.5, 1.0, 0.3], repeat=4))
+    trainer = AdaGRPOTrainer(
+        model=tiny_model,
+        reward_funcs=reward,
+        args=tiny_args(tmp_path, per_device_train_batch_size=8, **mode),
+        train_dataset=pass_rate_dataset([0.0, 0.5, 1.0, 0.3], repeat=4),
+    )
     counter = GenerateCounter(trainer)
     logs = train(trainer)
     assert_counted(trainer, logs, counter.rows, counter.tokens)
@@ -116,8 +135,10 @@ def test_rollout_func_rows_and_model_tokens_are_counted(tiny_model, tmp_path):
     returned = {"rows": 0, "model_tokens": 0}
 
     def rollout_func(prompts, trainer):
-        prompt_ids = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)
-                      ["input_ids"] for p in prompts]
+        prompt_ids = [
+            tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+            for p in prompts
+        ]
         completion_ids, env_mask = [], []
         for _ in prompts:
             answer = tokenizer.encode("1" * int(torch.randint(1, 4, ()).item()), add_special_tokens=False)
@@ -131,9 +152,13 @@ def test_rollout_func_rows_and_model_tokens_are_counted(tiny_model, tmp_path):
     def reward(completions, **kwargs):
         return [float(len(c[0]["content"]) % 2) for c in completions]
 
-    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=reward, rollout_func=rollout_func,
-                             args=tiny_args(tmp_path, per_device_train_batch_size=8),
-                             train_dataset=pass_rate_dataset([0.5], repeat=16))
+    trainer = AdaGRPOTrainer(
+        model=tiny_model,
+        reward_funcs=reward,
+        rollout_func=rollout_func,
+        args=tiny_args(tmp_path, per_device_train_batch_size=8),
+        train_dataset=pass_rate_dataset([0.5], repeat=16),
+    )
     logs = train(trainer)
     assert_counted(trainer, logs, returned["rows"], returned["model_tokens"])
     assert returned["rows"] == sum(h["sampling/total_samples"] for h in logs)
@@ -154,8 +179,13 @@ def test_tool_loop_counts_a_sample_once_and_every_model_turn_s_tokens(tmp_path):
         scored.extend(completions)
         return product_reward(completions, **kwargs)
 
-    trainer = AdaGRPOTrainer(model=model, reward_funcs=reward, args=tool_args(tmp_path, max_steps=2),
-                             train_dataset=calculator_dataset(), tools=[multiply])
+    trainer = AdaGRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=tool_args(tmp_path, max_steps=2),
+        train_dataset=calculator_dataset(),
+        tools=[multiply],
+    )
     policy = CountingPolicy(trainer.processing_class)
     install(trainer, policy)
     counter = GenerateCounter(trainer)
@@ -180,9 +210,12 @@ def test_vllm_colocate_and_pipelined_rounds_count_every_sample(tiny_model, tmp_p
     monkeypatch.setattr(vllm_generation, "SamplingParams", lambda **kwargs: kwargs, raising=False)
 
     def run(pipelined):
-        trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(),
-                                 args=tiny_args(tmp_path / f"pipelined-{pipelined}", per_device_train_batch_size=16),
-                                 train_dataset=pass_rate_dataset([0.0, 0.5, 0.3, 1.0]))
+        trainer = AdaGRPOTrainer(
+            model=tiny_model,
+            reward_funcs=make_recording_reward(),
+            args=tiny_args(tmp_path / f"pipelined-{pipelined}", per_device_train_batch_size=16),
+            train_dataset=pass_rate_dataset([0.0, 0.5, 0.3, 1.0]),
+        )
         llm = install(trainer, capacity=48)
         seen = {"rows": 0, "tokens": 0, "aborted_tokens": 0}
         generate, open_stream = llm.generate, trainer._open_stream
@@ -237,7 +270,11 @@ def test_counts_are_summed_over_processes_and_survive_a_checkpoint():
     count.add(trained_tokens=3)
     fake = SimpleNamespace(device="cpu", gather=lambda t: torch.cat([t, torch.tensor([[10, 100, 7]])]))  # 2 processes
     count.flush(fake)
-    assert count.metrics() == {COMPLETIONS_METRIC: 3 + 10, TOKENS_METRIC: 4 + 2 + 5 + 100, TRAINED_TOKENS_METRIC: 3 + 7}
+    assert count.metrics() == {
+        COMPLETIONS_METRIC: 3 + 10,
+        TOKENS_METRIC: 4 + 2 + 5 + 100,
+        TRAINED_TOKENS_METRIC: 3 + 7,
+    }
     count.flush(fake)  # nothing pending here: only the other process's
     assert (count.completions, count.tokens) == (23, 211)
     again = GenerationCount()
@@ -245,9 +282,15 @@ def test_counts_are_summed_over_processes_and_survive_a_checkpoint():
     assert again.state_dict() == count.state_dict() == {"completions": 23, "tokens": 211, "trained_tokens": 17}
 
 
-@pytest.mark.parametrize("sampler", [dict(multiround_adaptive_downsampling=False),
-                                     dict(reinforce_ada_choice="balanced", round_repeat=4, max_rounds=2),
-                                     dict(reinforce_ada_est=True)], ids=["grpo", "balanced", "est"])
+@pytest.mark.parametrize(
+    "sampler",
+    [
+        dict(multiround_adaptive_downsampling=False),
+        dict(reinforce_ada_choice="balanced", round_repeat=4, max_rounds=2),
+        dict(reinforce_ada_est=True),
+    ],
+    ids=["grpo", "balanced", "est"],
+)
 def test_trained_tokens_are_the_completion_tokens_of_every_training_batch(tiny_model, tmp_path, sampler):
     class Batches(AdaGRPOTrainer):
         def _generate_and_score_completions(self, inputs):
@@ -256,8 +299,12 @@ def test_trained_tokens_are_the_completion_tokens_of_every_training_batch(tiny_m
             return output
 
     reward = make_recording_reward()
-    trainer = Batches(model=tiny_model, reward_funcs=reward, train_dataset=pass_rate_dataset([0.5, 0.2]),
-                      args=tiny_args(tmp_path, per_device_train_batch_size=8, max_steps=2, **sampler))
+    trainer = Batches(
+        model=tiny_model,
+        reward_funcs=reward,
+        train_dataset=pass_rate_dataset([0.5, 0.2]),
+        args=tiny_args(tmp_path, per_device_train_batch_size=8, max_steps=2, **sampler),
+    )
     trainer.train()
     last = [h for h in trainer.state.log_history if TRAINED_TOKENS_METRIC in h][-1]
     assert last[TRAINED_TOKENS_METRIC] == trainer.trained > 0  # the loss's completion tokens, every batch

@@ -27,8 +27,16 @@ def test_key_is_a_stable_content_hash():
     assert prompt_key([1, 2, 3]) != prompt_key([1, 2, 4]) and prompt_key([1, 2]) != prompt_key([1, 2, 0])
     # Not Python's salted hash(): two interpreters with different hash seeds agree.
     code = "from trl_ada.core.memory import prompt_key; print(prompt_key([5, 7, 11]), hash('x'))"
-    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout.split() for seed in ("1", "2")]
+    outs = [
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout.split()
+        for seed in ("1", "2")
+    ]
     assert outs[0][1] != outs[1][1]  # the salted hash differs...
     assert outs[0][0] == outs[1][0] == str(prompt_key([5, 7, 11]))  # ...the key does not
 
@@ -149,15 +157,21 @@ def simulated(pass_rate, n=4, rounds=1, m=None, seed=0):
         def sample_round(active, k):
             return [[float(rng.random() < pass_rate[prompts[i]]) for _ in range(k)] for i in active]
 
-        return run_adaptive_sampling(len(prompts), sample_round, num_generations=n, round_repeat=m or n,
-                                     max_rounds=rounds)
+        return run_adaptive_sampling(
+            len(prompts), sample_round, num_generations=n, round_repeat=m or n, max_rounds=rounds
+        )
 
     return sample, calls
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from([0.0, 0.1, 0.5, 0.9, 1.0]), min_size=4, max_size=40), st.integers(1, 8),
-       st.integers(0, 5), st.integers(0, 1000), st.booleans())
+@given(
+    st.lists(st.sampled_from([0.0, 0.1, 0.5, 0.9, 1.0]), min_size=4, max_size=40),
+    st.integers(1, 8),
+    st.integers(0, 5),
+    st.integers(0, 1000),
+    st.booleans(),
+)
 def test_fill_with_signal_properties(rates, target, cap, seed, adaptive):
     target = min(target, len(rates))
     sample, calls = simulated(rates * 50, rounds=4 if adaptive else 1, m=8 if adaptive else 4, seed=seed)
@@ -207,14 +221,22 @@ def test_predictive_probabilities_against_monte_carlo():
         p = rng.beta(a, b, 200_000)
         assert predictive_uniform(a, b, n) == pytest.approx(np.mean(p**n + (1 - p) ** n), abs=5e-3)
         assert predictive_missing_class(a, b, 2, have_positive=True) == pytest.approx(np.mean(1 - p**2), abs=5e-3)
-        assert predictive_missing_class(a, b, 2, have_positive=False) == pytest.approx(np.mean(1 - (1 - p) ** 2),
-                                                                                        abs=5e-3)
+        assert predictive_missing_class(a, b, 2, have_positive=False) == pytest.approx(
+            np.mean(1 - (1 - p) ** 2), abs=5e-3
+        )
     assert predictive_uniform(1, 1, 4) == pytest.approx(2 / 5)  # uniform prior: 2 / (n + 1)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from([0.0, 0.02, 0.3, 0.5, 0.9, 1.0]), min_size=8, max_size=24), st.integers(1, 8),
-       st.floats(4.0, 9.0), st.integers(1, 3), st.integers(1, 3), st.integers(0, 10**6), st.booleans())
+@given(
+    st.lists(st.sampled_from([0.0, 0.02, 0.3, 0.5, 0.9, 1.0]), min_size=8, max_size=24),
+    st.integers(1, 8),
+    st.floats(4.0, 9.0),
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.integers(0, 10**6),
+    st.booleans(),
+)
 def test_budget_properties(rates, target, per_prompt, top_up, world, seed, remembered):
     target = world * max(1, min(target, len(rates) // 2) // world)  # the trainer's steps hold whole rounds per rank
     rng = random.Random(seed)
@@ -230,9 +252,18 @@ def test_budget_properties(rates, target, per_prompt, top_up, world, seed, remem
         return [[float(rng.random() < rates[h % len(rates)]) for _ in range(k)] for h in handles]
 
     budget = math.floor(per_prompt * target)
-    out = run_budgeted_sampling(list(range(target)), lambda k: [next(fresh) for _ in range(k)],
-                                lambda h: memory.posterior(h % len(rates)), lambda h: rng.random(), sample_round, target,
-                                budget, num_generations=4, top_up=top_up, world_size=world)
+    out = run_budgeted_sampling(
+        list(range(target)),
+        lambda k: [next(fresh) for _ in range(k)],
+        lambda h: memory.posterior(h % len(rates)),
+        lambda h: rng.random(),
+        sample_round,
+        target,
+        budget,
+        num_generations=4,
+        top_up=top_up,
+        world_size=world,
+    )
     cost = sum(math.ceil(len(h) * k / world) * world for h, k in generated)
     assert out.spent == cost <= budget  # the hard cap, padding included
     assert len(out.sampled) == target and all(len(r.selected) == 4 for _, r in out.sampled)
@@ -262,8 +293,15 @@ def test_budget_draws_only_the_candidates_it_screens():
         drawn.extend(range(100 + len(drawn), 100 + len(drawn) + k))
         return drawn[-k:]
 
-    out = run_budgeted_sampling([0, 1, 2, 3], draw, memory.posterior, lambda h: 0.99,
-                                lambda hs, k: [[0.0, 1.0][: k] * (k // 2) for _ in hs], target=4, budget=16)
+    out = run_budgeted_sampling(
+        [0, 1, 2, 3],
+        draw,
+        memory.posterior,
+        lambda h: 0.99,
+        lambda hs, k: [[0.0, 1.0][:k] * (k // 2) for _ in hs],
+        target=4,
+        budget=16,
+    )
     assert out.skipped == [0, 1] and [h for h, _ in out.sampled] == [2, 3, 100, 101]
     assert drawn == [100, 101] and out.candidate_batches == 1  # not 4 drawn for the 2 that were missing
     assert len(out.sampled) + len(out.skipped) == 4 + len(drawn)
@@ -279,10 +317,16 @@ def test_budget_screens_out_remembered_extremes_but_keeps_exploring():
     stream = iter(range(8, len(rates)))
     for step in range(20):
         first = [next(stream, 0) for _ in range(8)]
-        out = run_budgeted_sampling(first, lambda k: [next(stream, 0) for _ in range(k)],
-                                    lambda h: memory.posterior(h), lambda h: rng.random(),
-                                    lambda hs, k: [[float(rng.random() < rates[h]) for _ in range(k)] for h in hs],
-                                    target=2, budget=8, explore_floor=0.05)
+        out = run_budgeted_sampling(
+            first,
+            lambda k: [next(stream, 0) for _ in range(k)],
+            lambda h: memory.posterior(h),
+            lambda h: rng.random(),
+            lambda hs, k: [[float(rng.random() < rates[h]) for _ in range(k)] for h in hs],
+            target=2,
+            budget=8,
+            explore_floor=0.05,
+        )
         for h, _ in out.sampled:
             taken[rates[h]] += 1
         stream = iter(range(len(rates)))  # wrap around
@@ -291,8 +335,12 @@ def test_budget_screens_out_remembered_extremes_but_keeps_exploring():
 
 
 def test_budget_rejects_bad_input():
-    args = dict(draw=lambda k: [], predict=lambda h: (1, 1, 0), coin=lambda h: 0.5,
-                sample_round=lambda hs, k: [[0.0] * k for _ in hs])
+    args = dict(
+        draw=lambda k: [],
+        predict=lambda h: (1, 1, 0),
+        coin=lambda h: 0.5,
+        sample_round=lambda hs, k: [[0.0] * k for _ in hs],
+    )
     with pytest.raises(ValueError, match="budget=7 cannot pay"):
         run_budgeted_sampling([0, 1], target=2, budget=7, **args)
     with pytest.raises(ValueError, match="explore_floor"):
@@ -340,8 +388,10 @@ def test_group_prior_tells_groups_apart_and_ages():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.lists(st.tuples(st.sampled_from("abc"), st.integers(2, 16), st.floats(0, 1)), max_size=6),
-                max_size=8), st.floats(0.3, 1.0))
+@given(
+    st.lists(st.lists(st.tuples(st.sampled_from("abc"), st.integers(2, 16), st.floats(0, 1)), max_size=6), max_size=8),
+    st.floats(0.3, 1.0),
+)
 def test_group_prior_is_always_a_proper_beta_and_survives_a_round_trip(steps, decay):
     groups = GroupPrior(decay=decay, min_visits=1.0)
     for visits in steps:
@@ -385,20 +435,22 @@ def test_budget_with_a_group_prior_screens_unseen_prompts_of_an_extreme_group():
 
     taken = {"solved": 0, "frontier": 0}
     for step in range(12):
+
         def sample_round(hs, k):
             return [[float(rng.random() < rates[label[h]]) for _ in range(k)] for h in hs]
 
-        out = run_budgeted_sampling(fresh(4), fresh, predict, lambda h: rng.random(), sample_round, target=4,
-                                    budget=16)
+        out = run_budgeted_sampling(
+            fresh(4), fresh, predict, lambda h: rng.random(), sample_round, target=4, budget=16
+        )
         if step >= 4:
             for h, _ in out.sampled:
                 taken[label[h]] += 1
-        groups.update([label[h] for h, _ in out.sampled], [4] * 4,
-                      [sum(r.pool_rewards[:4]) for _, r in out.sampled])
+        groups.update([label[h] for h, _ in out.sampled], [4] * 4, [sum(r.pool_rewards[:4]) for _, r in out.sampled])
     assert taken["frontier"] > 0.8 * sum(taken.values())
 
 
 # -- checkpoint files ------------------------------------------------------------------------------------------------
+
 
 def test_a_checkpoint_written_before_the_resume_module_still_resumes(tmp_path):
     """The sampling state as trl-ada wrote it into checkpoints before `trl_ada.integration.resume` existed (2026-11-25: the JSON
@@ -407,13 +459,24 @@ def test_a_checkpoint_written_before_the_resume_module_still_resumes(tmp_path):
 
     from trl_ada.integration.resume import load_sampling_state, save_sampling_state
 
-    (tmp_path / "ada_sampling_state.json").write_text(json.dumps({
-        "prompts_drawn": 37, "refill": {"pass_index": 1, "position": 5, "drawn": 21},
-        "group_prior": {"hyperparameters": [0.9, 2.0, 2.0], "groups": {"easy": [3.0, 2.5, 2.2, 0.1, 12.0]}},
-    }))
-    np.savez(tmp_path / "prompt_memory.npz", hyperparameters=np.array([0.5, 1.0, 1.0]),
-             keys=np.array([11, 22], dtype=np.uint64), samples=np.array([4.0, 8.0]), positives=np.array([1.0, 8.0]),
-             visits=np.array([1, 2], dtype=np.int32), last_step=np.array([3, 4], dtype=np.int32))
+    (tmp_path / "ada_sampling_state.json").write_text(
+        json.dumps(
+            {
+                "prompts_drawn": 37,
+                "refill": {"pass_index": 1, "position": 5, "drawn": 21},
+                "group_prior": {"hyperparameters": [0.9, 2.0, 2.0], "groups": {"easy": [3.0, 2.5, 2.2, 0.1, 12.0]}},
+            }
+        )
+    )
+    np.savez(
+        tmp_path / "prompt_memory.npz",
+        hyperparameters=np.array([0.5, 1.0, 1.0]),
+        keys=np.array([11, 22], dtype=np.uint64),
+        samples=np.array([4.0, 8.0]),
+        positives=np.array([1.0, 8.0]),
+        visits=np.array([1, 2], dtype=np.int32),
+        last_step=np.array([3, 4], dtype=np.int32),
+    )
     refill, prior, memory = PromptStream(16, seed=0), GroupPrior(0.9, 2.0, 2.0), PromptMemory(0.5, 1.0, 1.0)
     assert load_sampling_state(str(tmp_path), refill, prior, memory) == 37
     assert refill.state_dict() == {"pass_index": 1, "position": 5, "drawn": 21}
@@ -424,7 +487,8 @@ def test_a_checkpoint_written_before_the_resume_module_still_resumes(tmp_path):
     again.mkdir()
     save_sampling_state(str(again), 37, refill, prior, memory)
     assert json.loads((again / "ada_sampling_state.json").read_text()) == json.loads(
-        (tmp_path / "ada_sampling_state.json").read_text())
+        (tmp_path / "ada_sampling_state.json").read_text()
+    )
     with np.load(again / "prompt_memory.npz") as saved, np.load(tmp_path / "prompt_memory.npz") as written:
         assert set(saved.files) == set(written.files)
         assert all(np.array_equal(saved[name], written[name]) for name in saved.files)
@@ -438,8 +502,9 @@ def test_budget_iid_reward_reads_each_prompts_first_n_samples_not_an_equal_share
     from trl_ada.core.sampling import PromptResult
     from trl_ada.integration.rollouts import StepSampling, step_metrics
 
-    topped_up = PromptResult(pool_rewards=[1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0], selected=[0, 1, 4, 5], rounds=3,
-                             finished=True)  # n = 4, then two top-ups of 2 that found the negatives
+    topped_up = PromptResult(
+        pool_rewards=[1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0], selected=[0, 1, 4, 5], rounds=3, finished=True
+    )  # n = 4, then two top-ups of 2 that found the negatives
     uniform = PromptResult(pool_rewards=[0.0, 0.0, 0.0, 0.0], selected=[0, 1, 2, 3], rounds=1)
     step = StepSampling(rows=[{}, {}], results={0: topped_up, 1: uniform}, chosen=[0, 1])
     advantages = torch.tensor([0.5, 0.5, -0.5, -0.5, 0.0, 0.0, 0.0, 0.0])
@@ -448,8 +513,10 @@ def test_budget_iid_reward_reads_each_prompts_first_n_samples_not_an_equal_share
     assert metrics["sampling/total_samples"] == 12 and metrics["sampling/rounds_max"] == 3
 
 
-@pytest.mark.parametrize("per_prompt, prompts, expected", [(4.1, 30, 123), (4.6, 25, 115), (5.1, 50, 255),
-                                                           (4.0, 8, 32), (4.25, 3, 12), (6.0, 1, 6)])
+@pytest.mark.parametrize(
+    "per_prompt, prompts, expected",
+    [(4.1, 30, 123), (4.6, 25, 115), (5.1, 50, 255), (4.0, 8, 32), (4.25, 3, 12), (6.0, 1, 6)],
+)
 def test_the_step_budget_is_the_floor_of_the_decimal_product(per_prompt, prompts, expected):
     from trl_ada.core.budget import step_budget
 

@@ -17,8 +17,18 @@ WORKER = os.path.join(ROOT, "tests", "helpers", "multiprocess_worker.py")
 
 def launch(tmp_path, model, mode):
     env = {**launch_env()}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               WORKER, model, str(tmp_path), mode]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        WORKER,
+        model,
+        str(tmp_path),
+        mode,
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     return [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
@@ -39,8 +49,10 @@ def test_two_processes_agree_and_share_the_work(tiny_model, tmp_path):
     generated = sum(h["sampling/total_samples"] + h["sampling/padding_samples"] for h in logs0)
     assert ranks[0]["reward_calls"] == ranks[1]["reward_calls"] == generated / 2  # each scored once, evenly split
     # The generated totals: both ranks' rows and tokens (padding included), the same on both ranks' logs.
-    totals = [(r["logs"][-1]["sampling/generated_completions_total"], r["logs"][-1]["sampling/generated_tokens_total"])
-              for r in ranks]
+    totals = [
+        (r["logs"][-1]["sampling/generated_completions_total"], r["logs"][-1]["sampling/generated_tokens_total"])
+        for r in ranks
+    ]
     assert totals[0] == totals[1] == tuple(map(sum, zip(*(r["generated"] for r in ranks))))
     assert totals[0][0] == generated
 
@@ -79,7 +91,7 @@ def test_two_processes_draw_the_same_refills(tiny_model, tmp_path):
     for rank in ranks:
         for groups, advantages in zip(rank["groups"], rank["advantages"]):
             assert len(groups) == 8 and all(" r0.5" in tag or " r0.3" in tag for tag in groups)
-            assert all(any(a != 0 for a in advantages[g:g + 4]) for g in (0, 4))
+            assert all(any(a != 0 for a in advantages[g : g + 4]) for g in (0, 4))
 
 
 @pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
@@ -88,8 +100,9 @@ def test_two_processes_draw_the_same_refills(tiny_model, tmp_path):
 def test_two_processes_allocate_est_over_their_own_prompts(tiny_model, tmp_path, sampler):
     ranks = launch(tmp_path, tiny_model, sampler)
     logs0, logs1 = ranks[0]["logs"], ranks[1]["logs"]
-    assert len(logs0) == 4 and all(a[k] == b[k] for a, b in zip(logs0, logs1) for k in a
-                                   if k.startswith("sampling/") and "seconds" not in k)
+    assert len(logs0) == 4 and all(
+        a[k] == b[k] for a, b in zip(logs0, logs1) for k in a if k.startswith("sampling/") and "seconds" not in k
+    )
     assert ranks[0]["memory"] == ranks[1]["memory"] and ranks[0]["params"] == ranks[1]["params"]
     assert all(h["sampling/total_samples"] == 16 and h["sampling/padding_samples"] == 0 for h in logs0)
     # Each rank generated and scored exactly its own generation batch: 8 rows a step, no sample crossed ranks.
@@ -112,8 +125,9 @@ def test_two_processes_allocate_est_over_their_own_prompts(tiny_model, tmp_path,
 def test_two_processes_share_one_budget(tiny_model, tmp_path):
     ranks = launch(tmp_path, tiny_model, "budget")
     logs0, logs1 = ranks[0]["logs"], ranks[1]["logs"]
-    assert len(logs0) == 4 and all(a[k] == b[k] for a, b in zip(logs0, logs1) for k in a
-                                   if k.startswith("sampling/") and "seconds" not in k)
+    assert len(logs0) == 4 and all(
+        a[k] == b[k] for a, b in zip(logs0, logs1) for k in a if k.startswith("sampling/") and "seconds" not in k
+    )
     assert ranks[0]["memory"] == ranks[1]["memory"] and ranks[0]["refill"] == ranks[1]["refill"]
     for h in logs0:  # 4 prompts per step at 5.0 each: 20 completions at most, padding included
         assert h["sampling/total_samples"] + h["sampling/padding_samples"] <= 20
@@ -145,8 +159,11 @@ def test_two_processes_pipeline_their_own_prompts(tiny_model, tmp_path, mode):
     assert completions[0] == completions[1] == total - aborted
     wasted = sum(h["sampling/pipelined/wasted_samples"] for h in logs)
     assert (wasted > 0) == (mode == "pipelined_speculative") and aborted <= wasted
-    assert ranks[0]["reward_calls"] > 0 and ranks[1]["reward_calls"] > 0 and sum(h["sampling/padding_samples"]
-                                                                                 for h in logs) == 0
+    assert (
+        ranks[0]["reward_calls"] > 0
+        and ranks[1]["reward_calls"] > 0
+        and sum(h["sampling/padding_samples"] for h in logs) == 0
+    )
     assert sum(ranks[1]["polls"]) > 2 * sum(ranks[0]["polls"])  # the ranks finished far apart
     assert ranks[0]["left_running"] == ranks[1]["left_running"] == 0
     for step, results in enumerate(ranks[0]["results"]):
@@ -162,12 +179,19 @@ def test_two_processes_run_tools_environments_rollout_func_and_images(tmp_path):
     """Issue 30 on 2 processes: every rank runs its share of each round through TRL's rollout path, the ranks agree."""
     from trl_ada.examples.tiny import build_tiny_model, build_tiny_vlm
 
-    models = ",".join([build_tiny_model(str(tmp_path / "tool-model"), tools=True),
-                       build_tiny_model(str(tmp_path / "plain-model")), build_tiny_vlm(str(tmp_path / "vlm"))])
+    models = ",".join(
+        [
+            build_tiny_model(str(tmp_path / "tool-model"), tools=True),
+            build_tiny_model(str(tmp_path / "plain-model")),
+            build_tiny_vlm(str(tmp_path / "vlm")),
+        ]
+    )
     from tests.integration.test_rollouts import ENVIRONMENTS
 
     ranks = launch(tmp_path, models, "agents")
-    for name in ("tools", "rollout_func", "images", "images_placeholder") + (("environment", "environment_routed") if ENVIRONMENTS else ()):
+    for name in ("tools", "rollout_func", "images", "images_placeholder") + (
+        ("environment", "environment_routed") if ENVIRONMENTS else ()
+    ):
         logs0, logs1 = ranks[0][name]["logs"], ranks[1][name]["logs"]
         assert len(logs0) == 2, name
         keys = [k for k in logs0[0] if k.startswith(("sampling/", "tools/", "reward")) and "seconds" not in k]
@@ -177,13 +201,15 @@ def test_two_processes_run_tools_environments_rollout_func_and_images(tmp_path):
     logs = tools[0]["logs"]
     generated = sum(h["sampling/total_samples"] + h["sampling/padding_samples"] for h in logs)
     # the tool calls both ranks' policies wrote, counted over every generated sample (padding included)
-    assert sum(h["tools/call_frequency"] * (h["sampling/total_samples"] + h["sampling/padding_samples"])
-               for h in logs) == pytest.approx(sum(r["tool_calls"] for r in tools))
+    assert sum(
+        h["tools/call_frequency"] * (h["sampling/total_samples"] + h["sampling/padding_samples"]) for h in logs
+    ) == pytest.approx(sum(r["tool_calls"] for r in tools))
     assert all(r["masks_match"] for r in tools) and any(0 in (m or []) for r in tools for ms in r["masks"] for m in ms)
     calls = [rank["rollout_func"]["calls"] for rank in ranks]
     rollout_logs = ranks[0]["rollout_func"]["logs"]
-    assert sum(map(sum, calls)) == sum(h["sampling/total_samples"] + h["sampling/padding_samples"]
-                                       for h in rollout_logs)
+    assert sum(map(sum, calls)) == sum(
+        h["sampling/total_samples"] + h["sampling/padding_samples"] for h in rollout_logs
+    )
     assert calls[0] == calls[1]  # equal shares: every rank calls rollout_func the same number of times, same sizes
     if ENVIRONMENTS:
         env = [rank["environment"] for rank in ranks]

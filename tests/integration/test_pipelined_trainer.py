@@ -19,9 +19,12 @@ pytestmark = pytest.mark.slow
 
 def run(tiny_model, tmp_path, pipelined, speculative=False, capacity=12, **kwargs):
     reward = make_recording_reward()
-    args = tiny_args(tmp_path / f"pipelined-{pipelined}-{speculative}", per_device_train_batch_size=16, max_steps=3, **kwargs)
-    trainer = Recorder(model=tiny_model, reward_funcs=reward, args=args,
-                       train_dataset=pass_rate_dataset([0.0, 0.5, 0.3, 1.0]))
+    args = tiny_args(
+        tmp_path / f"pipelined-{pipelined}-{speculative}", per_device_train_batch_size=16, max_steps=3, **kwargs
+    )
+    trainer = Recorder(
+        model=tiny_model, reward_funcs=reward, args=args, train_dataset=pass_rate_dataset([0.0, 0.5, 0.3, 1.0])
+    )
     trainer.reward_log = reward.log
     llm = install(trainer, capacity=capacity)
     # Set after construction: with use_vllm=True the config would start a real engine (its checks: test_config.py).
@@ -31,9 +34,16 @@ def run(tiny_model, tmp_path, pipelined, speculative=False, capacity=12, **kwarg
     return trainer, reward, llm
 
 
-@pytest.mark.parametrize("mode", [{"reinforce_ada_choice": "balanced"}, {"reinforce_ada_choice": "positive_focused"},
-                                  {"dynamic_sampling": True}, {"pool_selection": "random"}],
-                         ids=["balanced", "positive_focused", "dynamic", "random"])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        {"reinforce_ada_choice": "balanced"},
+        {"reinforce_ada_choice": "positive_focused"},
+        {"dynamic_sampling": True},
+        {"pool_selection": "random"},
+    ],
+    ids=["balanced", "positive_focused", "dynamic", "random"],
+)
 def test_pipelined_rounds_train_exactly_like_the_synchronous_ones(tiny_model, tmp_path, monkeypatch, mode):
     monkeypatch.setattr(vllm_generation, "SamplingParams", lambda **kwargs: kwargs, raising=False)
     sync, sync_reward, sync_llm = run(tiny_model, tmp_path, False, **mode)
@@ -50,9 +60,18 @@ def test_pipelined_rounds_train_exactly_like_the_synchronous_ones(tiny_model, tm
         assert a["sampling_per_token_logps"].tolist() == b["sampling_per_token_logps"].tolist()
     # TRL's generation metrics too (lengths, clipped ratio, tokens seen), which the pipelined rounds log per round as
     # GRPOTrainer's `_generate` logs them per call.
-    history = [[{k: v for k, v in h.items() if k.startswith(("loss", "reward", "sampling/rounds", "sampling/total",
-                                                             "completions/", "num_tokens"))}
-                for h in t.state.log_history if "loss" in h] for t in (sync, piped)]
+    history = [
+        [
+            {
+                k: v
+                for k, v in h.items()
+                if k.startswith(("loss", "reward", "sampling/rounds", "sampling/total", "completions/", "num_tokens"))
+            }
+            for h in t.state.log_history
+            if "loss" in h
+        ]
+        for t in (sync, piped)
+    ]
     assert all("completions/mean_length" in h and h["num_tokens"] > 0 for h in history[1])
     assert piped.state.num_input_tokens_seen == sync.state.num_input_tokens_seen > 0
     assert history[0] == history[1] and len(history[0]) == 3
@@ -81,8 +100,9 @@ def test_speculative_rounds_train_exactly_like_the_synchronous_ones(tiny_model, 
     assert speculative > 0 and sum(wasted) > 0  # mixed prompts retire with a speculative round issued
     assert sum(h["sampling/pipelined/wasted_tokens"] for h in logs[1]) > 0
     # generated = pools + wasted; the pools are the synchronous run's
-    assert [h["sampling/total_samples"] for h in logs[1]] == [h["sampling/total_samples"] + w
-                                                               for h, w in zip(logs[0], wasted)]
+    assert [h["sampling/total_samples"] for h in logs[1]] == [
+        h["sampling/total_samples"] + w for h, w in zip(logs[0], wasted)
+    ]
     # every sample scored once: the synchronous run's, plus the speculative samples that finished and were discarded
     extra = list(piped_reward.log)
     for entry in sync_reward.log:

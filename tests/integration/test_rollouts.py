@@ -39,6 +39,7 @@ CONTINUOUS_BATCHING = Version(transformers.__version__) >= Version("5.8.0")  # T
 # ---------------------------------------------------------------------------------------------------------------------
 # The pure part.
 
+
 @st.composite
 def rollouts(draw):
     count = draw(st.integers(1, 6))
@@ -53,8 +54,16 @@ def rollouts(draw):
     extra = {"per_row": [f"x{i}" for i in range(count)], "shared": "s"} if draw(st.booleans()) else {}
     tool_images = [[] for _ in range(count)]
     prompts = [f"p{i}" for i in range(count)]
-    return prompts, ([draw(ids) for _ in range(count)], completion_ids, tool_mask, [f"c{i}" for i in range(count)],
-                     logprobs, extra, images, tool_images)
+    return prompts, (
+        [draw(ids) for _ in range(count)],
+        completion_ids,
+        tool_mask,
+        [f"c{i}" for i in range(count)],
+        logprobs,
+        extra,
+        images,
+        tool_images,
+    )
 
 
 @given(rollouts(), st.data())
@@ -68,8 +77,11 @@ def test_split_then_join_gives_trl_its_rows_back(rollout, data):
     assert joined[0] == prompt_ids and joined[1] == completion_ids and joined[2] == tool_mask
     assert joined[3] == completions and joined[4] == logprobs and joined[6] == images and joined[7] == tool_images
     # rollout_func's fields: what TRL would merge into row i, row by row
-    assert all({key: values[i] for key, values in joined[5].items()} ==
-               {key: (v[i] if isinstance(v, list) else v) for key, v in extra.items()} for i in range(len(samples)))
+    assert all(
+        {key: values[i] for key, values in joined[5].items()}
+        == {key: (v[i] if isinstance(v, list) else v) for key, v in extra.items()}
+        for i in range(len(samples))
+    )
     # any subset, in any order, joins to those rows (the kept samples of a step)
     order = data.draw(st.permutations(range(len(samples))))
     kept = [samples[i] for i in order]
@@ -92,11 +104,22 @@ def test_join_masks_a_sample_without_tool_calls_as_model_tokens():
 
 
 def test_round_metrics_merge_into_one_value_per_step():
-    metrics = {"completions/mean_length": [9.0, 10.0, 20.0], "completions/min_length": [1.0, 4.0, 2.0],
-               "completions/max_terminated_length": [3.0, 5.0, 7.0], "tools/call_frequency": [0.5, 1.0],
-               "tools/failure_frequency": [0.0, 0.5], "num_tokens": [100.0], "reward": [0.3]}
-    before = {"completions/mean_length": 1, "completions/min_length": 1, "completions/max_terminated_length": 1,
-              "num_tokens": 1, "reward": 1}
+    metrics = {
+        "completions/mean_length": [9.0, 10.0, 20.0],
+        "completions/min_length": [1.0, 4.0, 2.0],
+        "completions/max_terminated_length": [3.0, 5.0, 7.0],
+        "tools/call_frequency": [0.5, 1.0],
+        "tools/failure_frequency": [0.0, 0.5],
+        "num_tokens": [100.0],
+        "reward": [0.3],
+    }
+    before = {
+        "completions/mean_length": 1,
+        "completions/min_length": 1,
+        "completions/max_terminated_length": 1,
+        "num_tokens": 1,
+        "reward": 1,
+    }
     merge_round_metrics(metrics, before, sizes=[30, 10])
     assert metrics["completions/mean_length"] == [9.0, (10 * 30 + 20 * 10) / 40]
     assert metrics["completions/min_length"] == [1.0, 2.0]
@@ -112,15 +135,28 @@ def test_round_metrics_merge_into_one_value_per_step():
 # ---------------------------------------------------------------------------------------------------------------------
 # Tools: TRL's tool-calling loop inside the rounds.
 
+
 @pytest.fixture(scope="module")
 def tool_model(tmp_path_factory):
     return build_tiny_model(str(tmp_path_factory.mktemp("tool-model") / "model"), tools=True)
 
 
 def tool_args(tmp_path, config=AdaGRPOConfig, **kwargs):
-    base = dict(output_dir=str(tmp_path / "out"), num_generations=4, per_device_train_batch_size=8,
-                max_completion_length=96, max_steps=1, learning_rate=1e-3, use_cpu=True, report_to="none",
-                save_strategy="no", logging_steps=1, seed=0, disable_tqdm=True, shuffle_dataset=False)
+    base = dict(
+        output_dir=str(tmp_path / "out"),
+        num_generations=4,
+        per_device_train_batch_size=8,
+        max_completion_length=96,
+        max_steps=1,
+        learning_rate=1e-3,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+        disable_tqdm=True,
+        shuffle_dataset=False,
+    )
     base.update(kwargs)
     return config(**base)
 
@@ -157,8 +193,13 @@ class Keeper(AdaGRPOTrainer):
 
 @pytest.mark.slow
 def test_tool_loop_runs_in_every_round_and_its_metrics_count_every_sample(tool_model, tmp_path):
-    trainer = Keeper(model=tool_model, reward_funcs=product_reward, args=tool_args(tmp_path, max_steps=2),
-                     train_dataset=calculator_dataset(), tools=[multiply])
+    trainer = Keeper(
+        model=tool_model,
+        reward_funcs=product_reward,
+        args=tool_args(tmp_path, max_steps=2),
+        train_dataset=calculator_dataset(),
+        tools=[multiply],
+    )
     policy = CountingPolicy(trainer.processing_class)
     install(trainer, policy)
     trainer.train()
@@ -170,8 +211,9 @@ def test_tool_loop_runs_in_every_round_and_its_metrics_count_every_sample(tool_m
     # every generated sample's tool calls are counted, the discarded ones too
     calls = sum(h["tools/call_frequency"] * h["sampling/total_samples"] for h in logs)
     assert calls == pytest.approx(policy.tool_calls) and policy.tool_calls > 0
-    failures = sum(h["tools/failure_frequency"] * h["tools/call_frequency"] * h["sampling/total_samples"]
-                   for h in logs)
+    failures = sum(
+        h["tools/failure_frequency"] * h["tools/call_frequency"] * h["sampling/total_samples"] for h in logs
+    )
     assert failures == pytest.approx(policy.malformed) and policy.malformed > 0  # malformed calls fail in TRL's loop
     # the kept samples carry their tool masks into the training batch: 0 exactly on the tool results
     for kept, output in zip(trainer.kept, trainer.outputs):
@@ -187,16 +229,25 @@ def test_tool_loop_runs_in_every_round_and_its_metrics_count_every_sample(tool_m
 def test_a_kept_tool_completion_trains_exactly_as_grpo_trains_it(tool_model, tmp_path):
     """GRPOTrainer, made to write the completions AdaGRPOTrainer kept (its own tool loop runs the tools again),
     builds the same model inputs, loss mask and, with the same advantages, the same loss."""
-    ada = Keeper(model=tool_model, reward_funcs=product_reward, args=tool_args(tmp_path),
-                 train_dataset=calculator_dataset(), tools=[multiply])
+    ada = Keeper(
+        model=tool_model,
+        reward_funcs=product_reward,
+        args=tool_args(tmp_path),
+        train_dataset=calculator_dataset(),
+        tools=[multiply],
+    )
     install(ada, ScriptedPolicy(ada.processing_class))
     ada.train()
     kept, ada_output = ada.kept[0], ada.outputs[0]
     assert any(0 in (s.tool_mask or []) for s in kept)  # the tool loop is part of what is compared
 
-    grpo = GRPOTrainer(model=tool_model, reward_funcs=product_reward,
-                       args=tool_args(tmp_path / "grpo", config=GRPOConfig), train_dataset=calculator_dataset(),
-                       tools=[multiply])
+    grpo = GRPOTrainer(
+        model=tool_model,
+        reward_funcs=product_reward,
+        args=tool_args(tmp_path / "grpo", config=GRPOConfig),
+        train_dataset=calculator_dataset(),
+        tools=[multiply],
+    )
     tok = grpo.processing_class
     install(grpo, ReplayPolicy(tok, [(tok.decode(s.prompt_ids), s.completion_ids, s.tool_mask) for s in kept]))
     answers = {row["prompt"][-1]["content"]: row["answer"] for row in calculator_dataset()}
@@ -217,16 +268,20 @@ def test_a_kept_tool_completion_trains_exactly_as_grpo_trains_it(tool_model, tmp
 
 @pytest.mark.slow
 def test_tool_runs_resume_from_a_checkpoint(tool_model, tmp_path):
-    args = tool_args(tmp_path, max_steps=2, save_strategy="steps", save_steps=1, dynamic_sampling=True,
-                     prompt_memory=True)
-    first = AdaGRPOTrainer(model=tool_model, reward_funcs=product_reward, args=args,
-                           train_dataset=calculator_dataset(), tools=[multiply])
+    args = tool_args(
+        tmp_path, max_steps=2, save_strategy="steps", save_steps=1, dynamic_sampling=True, prompt_memory=True
+    )
+    first = AdaGRPOTrainer(
+        model=tool_model, reward_funcs=product_reward, args=args, train_dataset=calculator_dataset(), tools=[multiply]
+    )
     install(first, ScriptedPolicy(first.processing_class))
     first.train()
-    args = tool_args(tmp_path, max_steps=3, save_strategy="steps", save_steps=1, dynamic_sampling=True,
-                     prompt_memory=True)
-    resumed = AdaGRPOTrainer(model=tool_model, reward_funcs=product_reward, args=args,
-                             train_dataset=calculator_dataset(), tools=[multiply])
+    args = tool_args(
+        tmp_path, max_steps=3, save_strategy="steps", save_steps=1, dynamic_sampling=True, prompt_memory=True
+    )
+    resumed = AdaGRPOTrainer(
+        model=tool_model, reward_funcs=product_reward, args=args, train_dataset=calculator_dataset(), tools=[multiply]
+    )
     install(resumed, ScriptedPolicy(resumed.processing_class))
     resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-2"))
     assert resumed.state.global_step == 3
@@ -237,14 +292,17 @@ def test_tool_runs_resume_from_a_checkpoint(tool_model, tmp_path):
 # ---------------------------------------------------------------------------------------------------------------------
 # rollout_func: called per round with that round's prompts, one entry per sample.
 
+
 def make_rollout_func(tokenizer, record):
     """A rollout_func that writes its own completions: a number, then 2 "environment" tokens (env_mask 0) and EOS;
     its extra field `trace` names the completion, so a reward can check it got its own sample's field."""
 
     def rollout_func(prompts, trainer):
         record.append(len(prompts))
-        prompt_ids = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)
-                      ["input_ids"] for p in prompts]
+        prompt_ids = [
+            tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+            for p in prompts
+        ]
         completion_ids, env_mask, traces = [], [], []
         for _ in prompts:
             answer = tokenizer.encode(str(int(torch.randint(0, 3, ()).item())), add_special_tokens=False)
@@ -252,8 +310,13 @@ def make_rollout_func(tokenizer, record):
             completion_ids.append(answer + env + [tokenizer.eos_token_id])
             env_mask.append([1] * len(answer) + [0] * len(env) + [1])
             traces.append(tokenizer.decode(answer))
-        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None, "env_mask": env_mask,
-                "trace": traces}
+        return {
+            "prompt_ids": prompt_ids,
+            "completion_ids": completion_ids,
+            "logprobs": None,
+            "env_mask": env_mask,
+            "trace": traces,
+        }
 
     return rollout_func
 
@@ -270,8 +333,13 @@ def test_rollout_func_is_called_per_round_and_its_fields_stay_with_their_sample(
 
     record = []
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    trainer = Keeper(model=tiny_model, reward_funcs=trace_reward, args=tool_args(tmp_path, max_steps=2),
-                     train_dataset=calculator_dataset(), rollout_func=make_rollout_func(tokenizer, record))
+    trainer = Keeper(
+        model=tiny_model,
+        reward_funcs=trace_reward,
+        args=tool_args(tmp_path, max_steps=2),
+        train_dataset=calculator_dataset(),
+        rollout_func=make_rollout_func(tokenizer, record),
+    )
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert sum(record) == sum(h["sampling/total_samples"] for h in logs)  # one entry per sample, every round
@@ -285,6 +353,7 @@ def test_rollout_func_is_called_per_round_and_its_fields_stay_with_their_sample(
 
 # ---------------------------------------------------------------------------------------------------------------------
 # environment_factory: one instance per sample of every round, reset with its row; environment-owned rewards and data.
+
 
 class CalculatorEnv:
     """Its `multiply` is the tool; it owns the reward (1 when the rollout called multiply with the row's numbers)."""
@@ -327,8 +396,13 @@ class OtherEnv(CalculatorEnv):
 
 
 def environment_trainer(tool_model, tmp_path, factory, dataset, **kwargs):
-    trainer = Keeper(model=tool_model, reward_funcs=kwargs.pop("reward_funcs", None),
-                     args=tool_args(tmp_path, **kwargs), train_dataset=dataset, environment_factory=factory)
+    trainer = Keeper(
+        model=tool_model,
+        reward_funcs=kwargs.pop("reward_funcs", None),
+        args=tool_args(tmp_path, **kwargs),
+        train_dataset=dataset,
+        environment_factory=factory,
+    )
     install(trainer, ScriptedPolicy(trainer.processing_class, malformed_rate=0.0))
     return trainer
 
@@ -359,16 +433,22 @@ def test_environment_rewards_are_read_in_the_round_and_the_pool_stays_bounded(to
 @pytest.mark.slow
 @pytest.mark.skipif(not ENVIRONMENTS, reason="TRL's environment_factory needs transformers >= 5.2")
 def test_environment_owned_data_and_several_environments(tool_model, tmp_path):
-    owned = environment_trainer(tool_model, tmp_path / "owned", CalculatorEnv, None, max_steps=2,
-                                dynamic_sampling=True)
+    owned = environment_trainer(
+        tool_model, tmp_path / "owned", CalculatorEnv, None, max_steps=2, dynamic_sampling=True
+    )
     owned.train()
     logs = [h for h in owned.state.log_history if "loss" in h]
     assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
     assert any("What is" in str(s.prompt) for kept in owned.kept for s in kept)  # prompts came from reset()
 
     rows = [dict(row, environment="calc" if i % 2 else "other") for i, row in enumerate(calculator_dataset())]
-    several = environment_trainer(tool_model, tmp_path / "several", {"calc": CalculatorEnv, "other": OtherEnv},
-                                  Dataset.from_list(rows), max_steps=2)
+    several = environment_trainer(
+        tool_model,
+        tmp_path / "several",
+        {"calc": CalculatorEnv, "other": OtherEnv},
+        Dataset.from_list(rows),
+        max_steps=2,
+    )
     several.train()
     logs = [h for h in several.state.log_history if "loss" in h]
     assert {"rewards/CalculatorEnv/mean", "rewards/OtherEnv/mean"} <= set(logs[0])
@@ -382,8 +462,9 @@ class PlainEnv(CalculatorEnv):
 
 def answer_format_reward(completions, **kwargs):
     """1 when the final assistant message states an answer: it needs no dataset column."""
-    return [1.0 if (completion[-1].get("content") or "").startswith("The answer is") else 0.0
-            for completion in completions]
+    return [
+        1.0 if (completion[-1].get("content") or "").startswith("The answer is") else 0.0 for completion in completions
+    ]
 
 
 def routing_dataset():
@@ -400,14 +481,28 @@ ROUTED = {"calc": CalculatorEnv, "other": OtherEnv, "plain": PlainEnv}
 def test_an_environment_routed_dataset_without_prompts_builds_as_grpo_and_trains(tool_model, tmp_path, sampling):
     """GRPOTrainer trains a dataset with only an `environment` column (the environment supplies the prompt);
     AdaGRPOTrainer builds it with the same reward sources, and trains it with sampling off and on."""
-    config = {"off": dict(multiround_adaptive_downsampling=False),  # rewards 1 or 2: a tool call adds the env's 1
-              "balanced": dict(reinforce_ada_choice="balanced", round_repeat=4, max_rounds=2, positive_threshold=1.5),
-              "dynamic": dict(multiround_adaptive_downsampling=False, dynamic_sampling=True, max_refill_batches=1)}
-    grpo = GRPOTrainer(model=tool_model, reward_funcs=answer_format_reward, train_dataset=routing_dataset(),
-                       args=tool_args(tmp_path / "grpo", config=GRPOConfig), environment_factory=ROUTED)
+    config = {
+        "off": dict(multiround_adaptive_downsampling=False),  # rewards 1 or 2: a tool call adds the env's 1
+        "balanced": dict(reinforce_ada_choice="balanced", round_repeat=4, max_rounds=2, positive_threshold=1.5),
+        "dynamic": dict(multiround_adaptive_downsampling=False, dynamic_sampling=True, max_refill_batches=1),
+    }
+    grpo = GRPOTrainer(
+        model=tool_model,
+        reward_funcs=answer_format_reward,
+        train_dataset=routing_dataset(),
+        args=tool_args(tmp_path / "grpo", config=GRPOConfig),
+        environment_factory=ROUTED,
+    )
     CalculatorEnv.resets = 0
-    ada = environment_trainer(tool_model, tmp_path / "ada", ROUTED, routing_dataset(),
-                              reward_funcs=answer_format_reward, max_steps=2, **config[sampling])
+    ada = environment_trainer(
+        tool_model,
+        tmp_path / "ada",
+        ROUTED,
+        routing_dataset(),
+        reward_funcs=answer_format_reward,
+        max_steps=2,
+        **config[sampling],
+    )
     assert ada.reward_func_names == grpo.reward_func_names == ["answer_format_reward", "CalculatorEnv", "OtherEnv"]
     assert torch.equal(ada.reward_weights, grpo.reward_weights)
     ada.train()
@@ -420,31 +515,52 @@ def test_an_environment_routed_dataset_without_prompts_builds_as_grpo_and_trains
 
 def test_environment_owned_data_refuses_prompt_memory_before_the_model_loads(tmp_path):
     with pytest.raises(ValueError, match="prompt_memory needs a train_dataset"):
-        AdaGRPOTrainer(model="no/such-model", reward_funcs=product_reward, environment_factory=CalculatorEnv,
-                       args=tool_args(tmp_path, prompt_memory=True))
+        AdaGRPOTrainer(
+            model="no/such-model",
+            reward_funcs=product_reward,
+            environment_factory=CalculatorEnv,
+            args=tool_args(tmp_path, prompt_memory=True),
+        )
 
 
 def test_pipelined_rounds_refuse_tools_before_the_model_loads(tmp_path):
     args = tool_args(tmp_path)
     args.pipelined_rounds = True  # set after construction: the config alone would ask for vLLM
     with pytest.raises(ValueError, match="pipelined_rounds=True cannot run tools"):
-        AdaGRPOTrainer(model="no/such-model", reward_funcs=product_reward, args=args,
-                       train_dataset=calculator_dataset(), tools=[multiply])
+        AdaGRPOTrainer(
+            model="no/such-model",
+            reward_funcs=product_reward,
+            args=args,
+            train_dataset=calculator_dataset(),
+            tools=[multiply],
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Image prompts on a tiny vision-language model.
 
-COLORS = {"red": ((200, 10, 10), 0.0), "green": ((10, 200, 10), 1.0), "blue": ((10, 10, 200), 0.5),
-          "gray": ((90, 90, 90), 0.25)}
+COLORS = {
+    "red": ((200, 10, 10), 0.0),
+    "green": ((10, 200, 10), 1.0),
+    "blue": ((10, 10, 200), 0.5),
+    "gray": ((90, 90, 90), 0.25),
+}
 
 
 def color_dataset():
     from PIL import Image
 
-    return Dataset.from_list([{"prompt": [{"role": "user", "content": "What color is this?"}],
-                               "image": Image.new("RGB", (28, 28), rgb), "color": name}
-                              for name, (rgb, _) in COLORS.items()] * 4)
+    return Dataset.from_list(
+        [
+            {
+                "prompt": [{"role": "user", "content": "What color is this?"}],
+                "image": Image.new("RGB", (28, 28), rgb),
+                "color": name,
+            }
+            for name, (rgb, _) in COLORS.items()
+        ]
+        * 4
+    )
 
 
 def color_reward(completions, color, **kwargs):
@@ -461,11 +577,16 @@ def tiny_vlm(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sampling", [dict(dynamic_sampling=True, prompt_memory=True),
-                                      dict(sampling_budget=4.0, prompt_memory=True)])
+@pytest.mark.parametrize(
+    "sampling", [dict(dynamic_sampling=True, prompt_memory=True), dict(sampling_budget=4.0, prompt_memory=True)]
+)
 def test_image_prompts_train_in_rounds_and_the_memory_tells_images_apart(tiny_vlm, tmp_path, sampling):
-    trainer = Keeper(model=tiny_vlm, reward_funcs=color_reward, train_dataset=color_dataset(),
-                     args=tool_args(tmp_path, max_steps=3, max_completion_length=8, **sampling))
+    trainer = Keeper(
+        model=tiny_vlm,
+        reward_funcs=color_reward,
+        train_dataset=color_dataset(),
+        args=tool_args(tmp_path, max_steps=3, max_completion_length=8, **sampling),
+    )
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 3 and all(math.isfinite(h["loss"]) for h in logs)
@@ -488,8 +609,13 @@ def placeholder_color_dataset(column="images"):
     for row in color_dataset():
         content = [{"type": "image"}, {"type": "text", "text": row["prompt"][-1]["content"]}]
         image = row.pop("image")
-        rows.append({**row, "prompt": [{"role": "user", "content": content}],
-                     **({"images": [image]} if column == "images" else {"image": image})})
+        rows.append(
+            {
+                **row,
+                "prompt": [{"role": "user", "content": content}],
+                **({"images": [image]} if column == "images" else {"image": image}),
+            }
+        )
     return Dataset.from_list(rows)
 
 
@@ -499,12 +625,20 @@ def test_image_placeholder_prompts_resume_with_their_memory_and_keep_the_keys_of
     sampling, checkpoint and resume; a plain-text image prompt keeps the memory key it had before placeholders were
     understood (the text's token ids and the image's pixels), so a memory saved then still matches."""
     sampling = dict(dynamic_sampling=True, prompt_memory=True, save_strategy="steps", save_steps=1)
-    first = Keeper(model=tiny_vlm, reward_funcs=color_reward, train_dataset=placeholder_color_dataset(),
-                   args=tool_args(tmp_path, max_steps=2, max_completion_length=8, **sampling))
+    first = Keeper(
+        model=tiny_vlm,
+        reward_funcs=color_reward,
+        train_dataset=placeholder_color_dataset(),
+        args=tool_args(tmp_path, max_steps=2, max_completion_length=8, **sampling),
+    )
     first.train()
     assert len(first.prompt_memory.table()["prompt_hash"]) == 4  # four images, one question: four prompts
-    resumed = Keeper(model=tiny_vlm, reward_funcs=color_reward, train_dataset=placeholder_color_dataset(),
-                     args=tool_args(tmp_path, max_steps=2, max_completion_length=8, **sampling))
+    resumed = Keeper(
+        model=tiny_vlm,
+        reward_funcs=color_reward,
+        train_dataset=placeholder_color_dataset(),
+        args=tool_args(tmp_path, max_steps=2, max_completion_length=8, **sampling),
+    )
     resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-1"))
     assert resumed.state.global_step == 2
     # restored from checkpoint-1, then updated by step 2: the same four prompts
@@ -515,7 +649,8 @@ def test_image_placeholder_prompts_resume_with_their_memory_and_keep_the_keys_of
     rendered, _, _ = first._tokenize_prompts([row["prompt"] for row in text_rows])
     assert ids == [list(x) for x in rendered]
     assert [first._row_key(row, i) for row, i in zip(text_rows, ids)] == [
-        prompt_key(i, images=[row["image"]]) for row, i in zip(text_rows, ids)]
+        prompt_key(i, images=[row["image"]]) for row, i in zip(text_rows, ids)
+    ]
     # the same question with the placeholder in the message: a different prompt to the model, a different key
     placeholder_rows = list(placeholder_color_dataset())
     keys = {first._row_key(row, i) for row, i in zip(placeholder_rows, first._tokenize(placeholder_rows))}
@@ -523,18 +658,25 @@ def test_image_placeholder_prompts_resume_with_their_memory_and_keep_the_keys_of
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not CONTINUOUS_BATCHING, reason="TRL's use_transformers_continuous_batching needs transformers>=5.8")
+@pytest.mark.skipif(
+    not CONTINUOUS_BATCHING, reason="TRL's use_transformers_continuous_batching needs transformers>=5.8"
+)
 def test_transformers_continuous_batching_runs_the_rounds(tiny_model, tmp_path):
     from tests.helpers.data import make_recording_reward, pass_rate_dataset
 
     reward = make_recording_reward()
     # A small paged KV cache: left to size itself from free memory, it took 12 GB of this CPU machine's RAM.
-    args = tool_args(tmp_path, max_completion_length=8, round_repeat=4, max_rounds=2,
-                     use_transformers_continuous_batching=True,
-                     transformers_continuous_batching_config={"num_blocks": 32, "block_size": 32,
-                                                              "max_batch_tokens": 1024})
-    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=reward, args=args,
-                             train_dataset=pass_rate_dataset([0.0, 0.5]))
+    args = tool_args(
+        tmp_path,
+        max_completion_length=8,
+        round_repeat=4,
+        max_rounds=2,
+        use_transformers_continuous_batching=True,
+        transformers_continuous_batching_config={"num_blocks": 32, "block_size": 32, "max_batch_tokens": 1024},
+    )
+    trainer = AdaGRPOTrainer(
+        model=tiny_model, reward_funcs=reward, args=args, train_dataset=pass_rate_dataset([0.0, 0.5])
+    )
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 1 and math.isfinite(logs[0]["loss"])

@@ -36,8 +36,10 @@ from trl_ada.examples.tiny import VLLM_CPU_TINY, build_tiny_model
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.vllm,
-    pytest.mark.skipif(not is_vllm_available(), reason="vLLM is not installed: `make test-vllm` runs these with "
-                                                       "vllm-cpu in .venv-vllm"),
+    pytest.mark.skipif(
+        not is_vllm_available(),
+        reason="vLLM is not installed: `make test-vllm` runs these with vllm-cpu in .venv-vllm",
+    ),
 ]
 
 # vLLM's CPU backend reserves a share of the machine's memory for the KV cache by default (6.5 GiB of 24 here), and an
@@ -114,17 +116,29 @@ def test_colocated_engine_trains_with_pushed_weights(vllm_tiny_model, tmp_path, 
     steps = 3
     adaptive, budget, pipelined, est = mode != "grpo", mode == "budget", mode == "pipelined", mode == "est"
     args = tiny_args(
-        tmp_path, per_device_train_batch_size=16 if est else 8, max_steps=steps, max_completion_length=12, learning_rate=1e-2,
-        use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False, model_init_kwargs={"dtype": "bfloat16"},
+        tmp_path,
+        per_device_train_batch_size=16 if est else 8,
+        max_steps=steps,
+        max_completion_length=12,
+        learning_rate=1e-2,
+        use_vllm=True,
+        vllm_mode="colocate",
+        vllm_enable_sleep_mode=False,
+        model_init_kwargs={"dtype": "bfloat16"},
         **MODES[mode],
     )
-    trainer = Recorder(model=vllm_tiny_model, reward_funcs=make_recording_reward(), args=args,
-                       # 2 prompts a step. Ada: the 0.0 one never exits (all rounds run). GRPO: a group of one reward
-                       # would give no gradient, the weights would not move and the test would prove nothing.
-                       # Est: the same 4 prompts every step, so that the memory has something to allocate from, 3 of
-                       # them mixed, so that the first step moves the weights whatever the rewards of its 16 samples.
-                       train_dataset=pass_rate_dataset([0.0, 0.5, 0.5, 0.5], repeat=1) if est else
-                       pass_rate_dataset([0.0, 0.5] if adaptive else [0.5]))
+    trainer = Recorder(
+        model=vllm_tiny_model,
+        reward_funcs=make_recording_reward(),
+        args=args,
+        # 2 prompts a step. Ada: the 0.0 one never exits (all rounds run). GRPO: a group of one reward
+        # would give no gradient, the weights would not move and the test would prove nothing.
+        # Est: the same 4 prompts every step, so that the memory has something to allocate from, 3 of
+        # them mixed, so that the first step moves the weights whatever the rewards of its 16 samples.
+        train_dataset=pass_rate_dataset([0.0, 0.5, 0.5, 0.5], repeat=1)
+        if est
+        else pass_rate_dataset([0.0, 0.5] if adaptive else [0.5]),
+    )
     engine = trainer.vllm_generation.llm.llm_engine
     assert engine.model_config.dtype == torch.bfloat16
     # TRL sizes the engine for one step's rows (8); a round draws round_repeat (8) per prompt: 2 x 8 = 16.
@@ -181,20 +195,33 @@ def test_colocated_engine_trains_with_pushed_weights(vllm_tiny_model, tmp_path, 
 
 # The policy is forced (vLLM structured outputs) to either call the tool or answer: a random tiny model would never
 # write a tool call by itself, and this way TRL's tool loop runs on the real engine inside the rounds.
-TOOL_OR_ANSWER = (r'(<tool_call>\n\{"name": "multiply", "arguments": \{"a": [1-9][0-9], "b": [2-9]\}\}\n</tool_call>'
-                  r'|The answer is [1-9][0-9]{0,2}\.)')
+TOOL_OR_ANSWER = (
+    r'(<tool_call>\n\{"name": "multiply", "arguments": \{"a": [1-9][0-9], "b": [2-9]\}\}\n</tool_call>'
+    r"|The answer is [1-9][0-9]{0,2}\.)"
+)
 
 
 def test_colocated_engine_runs_the_tool_loop_inside_the_rounds(tmp_path):
     from tests.helpers.tool_policy import calculator_dataset, multiply, product_reward
 
     model = build_tiny_model(str(tmp_path / "tool-model"), tools=True, **VLLM_CPU_TINY)
-    args = tiny_args(tmp_path, per_device_train_batch_size=8, max_steps=2, max_completion_length=96,
-                     learning_rate=1e-2, use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False,
-                     model_init_kwargs={"dtype": "bfloat16"}, vllm_structured_outputs_regex=TOOL_OR_ANSWER,
-                     max_tool_calling_iterations=1, vllm_max_model_length=1024)
-    trainer = Recorder(model=model, reward_funcs=product_reward, args=args, train_dataset=calculator_dataset(),
-                       tools=[multiply])
+    args = tiny_args(
+        tmp_path,
+        per_device_train_batch_size=8,
+        max_steps=2,
+        max_completion_length=96,
+        learning_rate=1e-2,
+        use_vllm=True,
+        vllm_mode="colocate",
+        vllm_enable_sleep_mode=False,
+        model_init_kwargs={"dtype": "bfloat16"},
+        vllm_structured_outputs_regex=TOOL_OR_ANSWER,
+        max_tool_calling_iterations=1,
+        vllm_max_model_length=1024,
+    )
+    trainer = Recorder(
+        model=model, reward_funcs=product_reward, args=args, train_dataset=calculator_dataset(), tools=[multiply]
+    )
     trainer.train()
     assert trainer.pushes == [0, 1]  # one push per step, whatever the rounds and tool turns
     logs = [h for h in trainer.state.log_history if "loss" in h]

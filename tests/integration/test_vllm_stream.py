@@ -33,8 +33,10 @@ from trl_ada.examples.tiny import VLLM_CPU_TINY, build_tiny_model
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.vllm,
-    pytest.mark.skipif(not is_vllm_available(), reason="vLLM is not installed: `make test-vllm` runs these with "
-                                                       "vllm-cpu in .venv-vllm"),
+    pytest.mark.skipif(
+        not is_vllm_available(),
+        reason="vLLM is not installed: `make test-vllm` runs these with vllm-cpu in .venv-vllm",
+    ),
 ]
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -44,11 +46,18 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 def colocated(tmp_path_factory):
     """(trainer, tokenizer, model folder): a trainer whose TRL backend holds a real colocated engine."""
     model_dir = build_tiny_model(str(tmp_path_factory.mktemp("tiny-vllm-stream") / "model"), **VLLM_CPU_TINY)
-    args = tiny_args(tmp_path_factory.mktemp("stream"), per_device_train_batch_size=8, max_completion_length=12,
-                     use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False,
-                     model_init_kwargs={"dtype": "bfloat16"})
-    trainer = AdaGRPOTrainer(model=model_dir, reward_funcs=make_recording_reward(), args=args,
-                             train_dataset=pass_rate_dataset([0.5]))
+    args = tiny_args(
+        tmp_path_factory.mktemp("stream"),
+        per_device_train_batch_size=8,
+        max_completion_length=12,
+        use_vllm=True,
+        vllm_mode="colocate",
+        vllm_enable_sleep_mode=False,
+        model_init_kwargs={"dtype": "bfloat16"},
+    )
+    trainer = AdaGRPOTrainer(
+        model=model_dir, reward_funcs=make_recording_reward(), args=args, train_dataset=pass_rate_dataset([0.5])
+    )
     yield trainer, AutoTokenizer.from_pretrained(model_dir), model_dir
     del trainer
     gc.collect()
@@ -83,8 +92,21 @@ def test_sampling_params_are_trls_colocate_ones(colocated, monkeypatch):
     trainer.vllm_generation.generate(prompts=prompts_of(tokenizer, 1), images=None, num_generations=1)
     ours = colocate_sampling_params(trainer.vllm_generation)
     assert len(built) == 1
-    fields = ("n", "temperature", "top_p", "top_k", "min_p", "max_tokens", "logprobs", "repetition_penalty", "seed",
-              "stop", "stop_token_ids", "ignore_eos", "structured_outputs")
+    fields = (
+        "n",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "max_tokens",
+        "logprobs",
+        "repetition_penalty",
+        "seed",
+        "stop",
+        "stop_token_ids",
+        "ignore_eos",
+        "structured_outputs",
+    )
     assert {f: getattr(ours, f) for f in fields} == {f: getattr(built[0], f) for f in fields}
     assert ours.max_tokens == 12 and ours.n == 1
     stream = stream_for(trainer, prompts_of(tokenizer, 1))
@@ -171,8 +193,9 @@ def test_speculative_rounds_on_the_real_engine(colocated):
     rates = [1.0]
     seen.clear()
     with stream:
-        out = run_pipelined_sampling(1, stream, score, choice="positive_focused", speculative=True,
-                                     max_running=stream.max_running)
+        out = run_pipelined_sampling(
+            1, stream, score, choice="positive_focused", speculative=True, max_running=stream.max_running
+        )
     assert not trainer.vllm_generation.llm.llm_engine.has_unfinished_requests()
     assert out.results[0].rounds == 1 and out.results[0].pool_rewards == [1.0] * 8
     assert out.stats.speculative_samples == out.stats.wasted_samples == len(out.aborted) + len(out.discarded) == 8

@@ -33,8 +33,9 @@ class RecordingLLM:
         self.vocab_size, self.eos = vocab_size, eos_token_id
         self.rng = random.Random(0)
         model = torch.nn.Module()  # no tied layers: nothing to process again after a reload
-        worker = SimpleNamespace(reload_weights=self.reload_weights,
-                                 model_runner=SimpleNamespace(get_model=lambda: model))
+        worker = SimpleNamespace(
+            reload_weights=self.reload_weights, model_runner=SimpleNamespace(get_model=lambda: model)
+        )
         self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=worker))
 
     def reload_weights(self, weights_iterator, is_checkpoint_format):
@@ -63,8 +64,12 @@ class RecordingLLM:
         for prompt in prompts:
             tokens = [self.rng.randrange(3, self.vocab_size) for _ in range(self.rng.randint(1, 6))] + [self.eos]
             logprobs = [{t: SimpleNamespace(rank=1, logprob=-1.0)} for t in tokens]
-            outputs.append(SimpleNamespace(prompt_token_ids=prompt["prompt_token_ids"],
-                                           outputs=[SimpleNamespace(token_ids=tokens, logprobs=logprobs)]))
+            outputs.append(
+                SimpleNamespace(
+                    prompt_token_ids=prompt["prompt_token_ids"],
+                    outputs=[SimpleNamespace(token_ids=tokens, logprobs=logprobs)],
+                )
+            )
         return outputs
 
 
@@ -74,10 +79,23 @@ def colocated_generation(trainer, sleep_mode):
     generation = object.__new__(ReloadingVLLMGeneration)
     tokenizer = trainer.processing_class
     generation.__dict__.update(
-        model=trainer.model, accelerator=trainer.accelerator, processing_class=tokenizer, mode="colocate",
-        tensor_parallel_size=1, enable_sleep_mode=sleep_mode, _llm_weights_sleeping=sleep_mode,
-        structured_outputs_regex=None, temperature=1.0, top_p=1.0, top_k=0, min_p=None, repetition_penalty=1.0,
-        max_completion_length=8, logprobs=0, generation_kwargs={}, _dist=trainer._dist,
+        model=trainer.model,
+        accelerator=trainer.accelerator,
+        processing_class=tokenizer,
+        mode="colocate",
+        tensor_parallel_size=1,
+        enable_sleep_mode=sleep_mode,
+        _llm_weights_sleeping=sleep_mode,
+        structured_outputs_regex=None,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        min_p=None,
+        repetition_penalty=1.0,
+        max_completion_length=8,
+        logprobs=0,
+        generation_kwargs={},
+        _dist=trainer._dist,
         llm=RecordingLLM(len(tokenizer), tokenizer.eos_token_id),
     )
     if not sleep_mode:
@@ -92,9 +110,12 @@ BUDGET = {"sampling_budget": 8.0, "prompt_memory": True}  # first round, then to
 @pytest.mark.parametrize("extra", [{}, BUDGET], ids=["rounds", "budget"])
 def test_weights_pushed_once_per_step_and_sleep_after_last_round(tiny_model, tmp_path, monkeypatch, sleep_mode, extra):
     monkeypatch.setattr(vllm_generation, "SamplingParams", lambda **kwargs: kwargs, raising=False)
-    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(),
-                             train_dataset=pass_rate_dataset([0.0, 0.5]),
-                             args=tiny_args(tmp_path, per_device_train_batch_size=8, max_steps=3, **extra))
+    trainer = AdaGRPOTrainer(
+        model=tiny_model,
+        reward_funcs=make_recording_reward(),
+        train_dataset=pass_rate_dataset([0.0, 0.5]),
+        args=tiny_args(tmp_path, per_device_train_batch_size=8, max_steps=3, **extra),
+    )
     generation = colocated_generation(trainer, sleep_mode)
     trainer.use_vllm, trainer.vllm_generation, trainer._last_loaded_step = True, generation, -1
     trainer.train()
@@ -114,7 +135,7 @@ def test_weights_pushed_once_per_step_and_sleep_after_last_round(tiny_model, tmp
         # Per step: wake the weights, push them, wake the KV cache, all rounds, then sleep once.
         step = events[: events.index("sleep") + 1]
         generates = [i for i, e in enumerate(step) if isinstance(e, tuple) and e[0] == "generate"]
-        assert (len(generates) >= 2 if extra else len(generates) == 4)
+        assert len(generates) >= 2 if extra else len(generates) == 4
         assert step[-1] == "sleep" and generates[-1] == len(step) - 2
         assert step[0] == ("wake_up", ("weights",)) and ("wake_up", ("kv_cache",)) in step[: generates[0]]
     assert generation.enable_sleep_mode == sleep_mode  # restored after the rounds
@@ -124,8 +145,7 @@ def test_weights_pushed_once_per_step_and_sleep_after_last_round(tiny_model, tmp
 def test_engine_is_sized_for_a_whole_round(tiny_model, tmp_path, monkeypatch, adaptive, expected):
     seen = {}
     monkeypatch.setattr(vllm_backend, "ReloadingVLLMGeneration", lambda **kw: seen.update(kw))
-    args = tiny_args(tmp_path, per_device_train_batch_size=8, use_vllm=True,
-                     multiround_adaptive_downsampling=adaptive)
+    args = tiny_args(tmp_path, per_device_train_batch_size=8, use_vllm=True, multiround_adaptive_downsampling=adaptive)
     original = vllm_backend._grpo_module.VLLMGeneration
     with vllm_backend.vllm_generation_for(args):
         vllm_backend._grpo_module.VLLMGeneration(max_num_seqs=8)
@@ -175,10 +195,24 @@ def server_generation(trainer):
     generation = object.__new__(ReloadingVLLMGeneration)
     tokenizer = trainer.processing_class
     generation.__dict__.update(
-        model=trainer.model, accelerator=trainer.accelerator, processing_class=tokenizer, mode="server",
-        tensor_parallel_size=1, enable_sleep_mode=False, _llm_weights_sleeping=False, structured_outputs_regex=None,
-        temperature=1.0, top_p=1.0, top_k=0, min_p=None, repetition_penalty=1.0, max_completion_length=8, logprobs=0,
-        generation_kwargs={}, _dist=trainer._dist, _weight_metadata=None,
+        model=trainer.model,
+        accelerator=trainer.accelerator,
+        processing_class=tokenizer,
+        mode="server",
+        tensor_parallel_size=1,
+        enable_sleep_mode=False,
+        _llm_weights_sleeping=False,
+        structured_outputs_regex=None,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        min_p=None,
+        repetition_penalty=1.0,
+        max_completion_length=8,
+        logprobs=0,
+        generation_kwargs={},
+        _dist=trainer._dist,
+        _weight_metadata=None,
         vllm_client=RecordingClient(len(tokenizer), tokenizer.eos_token_id),
     )
     return generation
@@ -191,15 +225,25 @@ class ServerRecorder(AdaGRPOTrainer):
         return output
 
 
-@pytest.mark.parametrize("extra", [{}, {"multiround_adaptive_downsampling": False}, {"reinforce_ada_est": True}],
-                         ids=["rounds", "grpo", "est"])
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"multiround_adaptive_downsampling": False}, {"reinforce_ada_est": True}],
+    ids=["rounds", "grpo", "est"],
+)
 def test_server_mode_one_push_per_step_one_sample_per_row(tiny_model, tmp_path, extra):
-    trainer = ServerRecorder(model=tiny_model, reward_funcs=make_recording_reward(),
-                             train_dataset=pass_rate_dataset([0.0, 0.5], repeat=1 if extra else 8),
-                             args=tiny_args(tmp_path, per_device_train_batch_size=8, max_steps=3, **extra))
+    trainer = ServerRecorder(
+        model=tiny_model,
+        reward_funcs=make_recording_reward(),
+        train_dataset=pass_rate_dataset([0.0, 0.5], repeat=1 if extra else 8),
+        args=tiny_args(tmp_path, per_device_train_batch_size=8, max_steps=3, **extra),
+    )
     generation = server_generation(trainer)
     trainer.use_vllm, trainer.vllm_mode, trainer.vllm_generation, trainer._last_loaded_step = (
-        True, "server", generation, -1)
+        True,
+        "server",
+        generation,
+        -1,
+    )
     trainer.train()
 
     client = generation.vllm_client
@@ -216,8 +260,9 @@ def test_server_mode_one_push_per_step_one_sample_per_row(tiny_model, tmp_path, 
     # What the server returned is what was trained on, with the server's log-probs (TRL's importance sampling input).
     returned = {tuple(ids) for ids in client.returned}
     for output in trainer.outputs:
-        for ids, mask, logps in zip(output["completion_ids"], output["completion_mask"],
-                                    output["sampling_per_token_logps"]):
+        for ids, mask, logps in zip(
+            output["completion_ids"], output["completion_mask"], output["sampling_per_token_logps"]
+        ):
             tokens = ids[mask.bool()].tolist()
             assert tuple(tokens) in returned
             assert logps[: len(tokens)].tolist() == pytest.approx([-0.25 * (i + 1) for i in range(len(tokens))])

@@ -55,15 +55,19 @@ def test_the_config_docstring_names_every_field_with_its_default():
 # --- Links and paths in the Markdown pages -----------------------------------------------------------------------
 
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-REPO_PATH = re.compile(r"`((?:tests|benchmarks|trl_ada|recipes|docs|notebooks|\.ci)/[\w./+-]+"
-                       r"\.(?:py|json|jsonl|md|yaml|png|ipynb|sh|txt))`")
+REPO_PATH = re.compile(
+    r"`((?:tests|benchmarks|trl_ada|recipes|docs|notebooks|\.ci)/[\w./+-]+"
+    r"\.(?:py|json|jsonl|md|yaml|png|ipynb|sh|txt))`"
+)
 RETIRED = ("retired", "git history", "git show")  # a line naming a file that left the tree says so
 
 
 def pages():
     found = ["README.md"] + [os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))]
     for folder in ("benchmarks", "recipes", "notebooks"):
-        found += [os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, folder, "**", "*.md"), recursive=True)]
+        found += [
+            os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, folder, "**", "*.md"), recursive=True)
+        ]
     return sorted(found)
 
 
@@ -88,13 +92,20 @@ def test_every_link_and_named_file_in_the_pages_exists():
                 if re.match(r"[a-z]+:", target):  # https:, mailto:
                     continue
                 path, _, anchor = target.partition("#")
-                full = os.path.normpath(os.path.join(ROOT, os.path.dirname(page), path)) if path else os.path.join(ROOT, page)
+                full = (
+                    os.path.normpath(os.path.join(ROOT, os.path.dirname(page), path))
+                    if path
+                    else os.path.join(ROOT, page)
+                )
                 if not os.path.exists(full):
                     broken.append(f"{page}:{number}: link {target} (no {os.path.relpath(full, ROOT)})")
                 elif anchor and full.endswith(".md") and anchor not in anchors(full):
                     broken.append(f"{page}:{number}: link {target} (no such heading)")
             if page == "benchmarks/CHANGELOG.md" or any(word in line for word in RETIRED):
                 continue
-            broken += [f"{page}:{number}: `{p}` does not exist" for p in REPO_PATH.findall(line)
-                       if not glob.glob(os.path.join(ROOT, p))]
+            broken += [
+                f"{page}:{number}: `{p}` does not exist"
+                for p in REPO_PATH.findall(line)
+                if not glob.glob(os.path.join(ROOT, p))
+            ]
     assert not broken, "\n".join(broken)

@@ -12,9 +12,17 @@ from tests.helpers import ROOT
 
 PACKAGE = os.path.join(ROOT, "trl_ada")
 # bottom to top, as docs/layout.md draws them; a module may import its own layer and the ones below
-LAYERS = {"trl_ada.core": 1, "trl_ada.data": 1, "trl_ada.rewards": 1, "trl_ada.config": 2, "trl_ada.samplers": 2,
-          "trl_ada.integration": 2,
-          "trl_ada.trainer": 3, "trl_ada.examples": 4, "trl_ada.cli": 5}
+LAYERS = {
+    "trl_ada.core": 1,
+    "trl_ada.data": 1,
+    "trl_ada.rewards": 1,
+    "trl_ada.config": 2,
+    "trl_ada.samplers": 2,
+    "trl_ada.integration": 2,
+    "trl_ada.trainer": 3,
+    "trl_ada.examples": 4,
+    "trl_ada.cli": 5,
+}
 
 
 @functools.cache
@@ -41,8 +49,12 @@ def imports(path: str, top_level_only: bool = False) -> set[str]:
     """The trl_ada modules a file imports (anywhere in it, or only at its top level); TYPE_CHECKING blocks left out."""
     tree = ast.parse(open(path).read())
     nodes = tree.body if top_level_only else list(ast.walk(tree))
-    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-               and getattr(node.test, "id", None) == "TYPE_CHECKING" for n in ast.walk(node)}
+    skipped = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+        for n in ast.walk(node)
+    }
     found = set()
     for node in nodes:
         if id(node) in skipped:
@@ -56,18 +68,24 @@ def imports(path: str, top_level_only: bool = False) -> set[str]:
 
 
 def test_the_algorithm_and_the_samplers_import_without_torch_or_trl():
-    code = ("import sys, trl_ada.core.sampling, trl_ada.core.advantages, trl_ada.core.est, trl_ada.core.budget, "
-            "trl_ada.core.dynamic, trl_ada.core.pipelined, trl_ada.core.memory, trl_ada.samplers.reinforce_ada, "
-            "trl_ada.samplers.budget, trl_ada.samplers.est, trl_ada.samplers.knapsack; "
-            "print(sorted(m for m in ('torch', 'trl', 'transformers', 'datasets', 'accelerate') if m in sys.modules))")
+    code = (
+        "import sys, trl_ada.core.sampling, trl_ada.core.advantages, trl_ada.core.est, trl_ada.core.budget, "
+        "trl_ada.core.dynamic, trl_ada.core.pipelined, trl_ada.core.memory, trl_ada.samplers.reinforce_ada, "
+        "trl_ada.samplers.budget, trl_ada.samplers.est, trl_ada.samplers.knapsack; "
+        "print(sorted(m for m in ('torch', 'trl', 'transformers', 'datasets', 'accelerate') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
 
 def test_no_import_runs_up_a_layer():
-    upward = [(source, target) for source, path in modules().items() for target in imports(path)
-              if layer(target) > layer(source)]
+    upward = [
+        (source, target)
+        for source, path in modules().items()
+        for target in imports(path)
+        if layer(target) > layer(source)
+    ]
     assert not upward, upward
 
 

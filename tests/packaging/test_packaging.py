@@ -58,11 +58,30 @@ def test_an_xdist_group_runs_on_one_worker(tmp_path):
         "import os\nimport pytest\n\npytestmark = pytest.mark.xdist_group('launch')\n\n\n"
         "@pytest.fixture(scope='module')\ndef launch():\n"
         "    with open('setups.txt', 'a') as f:\n        f.write(os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n\n\n"
-        "@pytest.mark.parametrize('run', range(6))\ndef test_run(launch, run):\n    pass\n")
+        "@pytest.mark.parametrize('run', range(6))\ndef test_run(launch, run):\n    pass\n"
+    )
     (tmp_path / "test_other.py").write_text(
-        "import pytest\n\n\n@pytest.mark.parametrize('i', range(6))\ndef test_other(i):\n    pass\n")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist",
-                           "loadgroup", "test_group.py", "test_other.py"], cwd=tmp_path, capture_output=True, text=True)
+        "import pytest\n\n\n@pytest.mark.parametrize('i', range(6))\ndef test_other(i):\n    pass\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+            "--dist",
+            "loadgroup",
+            "test_group.py",
+            "test_other.py",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert len((tmp_path / "setups.txt").read_text().split()) == 1, "the group's fixture ran on both workers"
 
@@ -84,7 +103,8 @@ def test_locks_lie_inside_the_ranges(name):
     pins = lock(name)
     for requirement in install_requires():
         assert requirement.specifier.contains(pins[canonicalize_name(requirement.name)], prereleases=True), (
-            f"{name}: {requirement.name}=={pins[canonicalize_name(requirement.name)]} is outside {requirement}")
+            f"{name}: {requirement.name}=={pins[canonicalize_name(requirement.name)]} is outside {requirement}"
+        )
 
 
 def test_supported_trl_is_setup_cfgs():
@@ -114,11 +134,26 @@ def test_installing_beside_this_environment_replaces_nothing(tmp_path):
     requirements = [str(r) for r in map(Requirement, importlib.metadata.requires("trl-ada")) if not r.marker]
     report = tmp_path / "report.json"
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--quiet", "--report", str(report),
-         *requirements], capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--no-index",
+            "--quiet",
+            "--report",
+            str(report),
+            *requirements,
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
-    planned = [f"{item['metadata']['name']}=={item['metadata']['version']}"
-               for item in json.loads(report.read_text())["install"]]
+    planned = [
+        f"{item['metadata']['name']}=={item['metadata']['version']}"
+        for item in json.loads(report.read_text())["install"]
+    ]
     assert planned == [], f"installing trl-ada here would install or replace {planned}"
 
 
@@ -134,12 +169,17 @@ def test_a_changed_seam_is_named_at_construction(monkeypatch, tmp_path):
         raise AssertionError("never called")
 
     monkeypatch.setattr(GRPOTrainer, "_calculate_rewards", changed)
-    args = AdaGRPOConfig(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8, use_cpu=True,
-                         report_to="none")
+    args = AdaGRPOConfig(
+        output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8, use_cpu=True, report_to="none"
+    )
     # The model path does not exist: the seam error must come first, before anything is loaded.
     with pytest.raises(RuntimeError) as error:
-        AdaGRPOTrainer(model=str(tmp_path / "no-model"), reward_funcs=lambda completions, **kw: [0.0], args=args,
-                       train_dataset=None)
+        AdaGRPOTrainer(
+            model=str(tmp_path / "no-model"),
+            reward_funcs=lambda completions, **kw: [0.0],
+            args=args,
+            train_dataset=None,
+        )
     message = str(error.value)
     assert "GRPOTrainer._calculate_rewards" in message and "completion_ids_list" in message
     assert trl.__version__ in message and seams.SUPPORTED_TRL in message
@@ -147,9 +187,12 @@ def test_a_changed_seam_is_named_at_construction(monkeypatch, tmp_path):
 
 def test_an_instance_seam_trl_stopped_setting_is_named():
     gone = seams.Seam("trl.trainer.grpo_trainer.GRPOTrainer", "_a_field_trl_never_set", kind="instance")
-    assert seams._problem(gone) == ("trl.trainer.grpo_trainer.GRPOTrainer._a_field_trl_never_set is no longer set by "
-                                    "GRPOTrainer")
-    assert seams._problem(seams.Seam("trl.trainer.grpo_trainer.GRPOTrainer", "vllm_generation", kind="instance")) is None
+    assert seams._problem(gone) == (
+        "trl.trainer.grpo_trainer.GRPOTrainer._a_field_trl_never_set is no longer set by GRPOTrainer"
+    )
+    assert (
+        seams._problem(seams.Seam("trl.trainer.grpo_trainer.GRPOTrainer", "vllm_generation", kind="instance")) is None
+    )
 
 
 def test_a_missing_vllm_backend_is_named(monkeypatch):
@@ -180,4 +223,6 @@ def test_console_scripts_exit_0_on_success():
     for name, target in scripts:
         module, function = target.strip().split(":")
         annotation = inspect.signature(getattr(importlib.import_module(module), function)).return_annotation
-        assert annotation in (inspect.Signature.empty, None, "None", int, "int"), f"{name.strip()} returns {annotation}"
+        assert annotation in (inspect.Signature.empty, None, "None", int, "int"), (
+            f"{name.strip()} returns {annotation}"
+        )

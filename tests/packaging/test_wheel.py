@@ -30,16 +30,31 @@ def installed(tmp_path_factory):
         pytest.skip(_setuptools_builds())
     tmp = tmp_path_factory.mktemp("wheel")
     source = tmp / "source"  # what a build reads, copied: setuptools writes build/ beside the sources
-    shutil.copytree(os.path.join(ROOT, "trl_ada"), source / "trl_ada",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(
+        os.path.join(ROOT, "trl_ada"), source / "trl_ada", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
     for name in ("setup.cfg", "pyproject.toml", "README.md"):
         shutil.copy(os.path.join(ROOT, name), source / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp / "dist"), str(source)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp / "dist"),
+            str(source),
+        ],
+        check=True,
+    )
     (wheel,) = glob.glob(str(tmp / "dist" / "trl_ada-*.whl"))
     site = tmp / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), wheel],
-                   check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), wheel], check=True
+    )
     return site, site / "bin", wheel
 
 
@@ -51,9 +66,14 @@ def run(installed, tmp_path, *command):
 
 def test_the_wheel_holds_the_files_the_package_reads(installed):
     names = zipfile.ZipFile(installed[2]).namelist()
-    for path in ("trl_ada/examples/resources/recipes/tiny/ada_balance.yaml",
-                 "trl_ada/examples/resources/recipes/SmolLM2-135M-Instruct/arith_ada_pos.yaml",
-                 *(f"trl_ada/examples/resources/hard_arithmetic/{split}.jsonl" for split in ("train", "test_hard", "test_easy"))):
+    for path in (
+        "trl_ada/examples/resources/recipes/tiny/ada_balance.yaml",
+        "trl_ada/examples/resources/recipes/SmolLM2-135M-Instruct/arith_ada_pos.yaml",
+        *(
+            f"trl_ada/examples/resources/hard_arithmetic/{split}.jsonl"
+            for split in ("train", "test_hard", "test_easy")
+        ),
+    ):
         assert path in names, path
     assert not [n for n in names if n.startswith(("recipes/", "benchmarks/", "tests/"))]
 
@@ -73,19 +93,56 @@ def test_no_library_file_reads_outside_the_package():
 @pytest.mark.lock_only  # the newest set runs trl-ada-train and trl-ada-demo from its own installed wheel (Makefile)
 def test_console_scripts_run_from_the_installed_wheel(installed, tmp_path):
     site, bin_dir, _ = installed
-    where = run(installed, tmp_path, sys.executable, "-c", "import trl_ada, trl_ada.examples.arithmetic as d; "
-                "print(trl_ada.__file__); print(len(d.hard_arithmetic('train')))")
+    where = run(
+        installed,
+        tmp_path,
+        sys.executable,
+        "-c",
+        "import trl_ada, trl_ada.examples.arithmetic as d; "
+        "print(trl_ada.__file__); print(len(d.hard_arithmetic('train')))",
+    )
     assert where.returncode == 0, where.stderr
     module, rows = where.stdout.split()
     assert module.startswith(str(site)) and int(rows) > 0  # the wheel's copy, and the data it ships
-    demo = run(installed, tmp_path, str(bin_dir / "trl-ada-demo"), "--model", "tiny", "--output_dir", "demo",
-               "--max_steps", "1", "--warm_start_steps", "2", "--eval_examples", "8", "--eval_k", "1")
+    demo = run(
+        installed,
+        tmp_path,
+        str(bin_dir / "trl-ada-demo"),
+        "--model",
+        "tiny",
+        "--output_dir",
+        "demo",
+        "--max_steps",
+        "1",
+        "--warm_start_steps",
+        "2",
+        "--eval_examples",
+        "8",
+        "--eval_k",
+        "1",
+    )
     assert demo.returncode == 0, demo.stderr[-3000:]
     assert (tmp_path / "demo" / "demo_summary.json").exists()
     recipe = os.path.join(ROOT, "recipes", "tiny", "ada_balance.yaml")  # a recipe given by path
-    train = run(installed, tmp_path, str(bin_dir / "trl-ada-train"), "--config", recipe, "--model_name_or_path",
-                "tiny", "--max_steps", "1", "--per_device_train_batch_size", "8", "--max_completion_length", "8",
-                "--save_strategy", "no", "--output_dir", "train")
+    train = run(
+        installed,
+        tmp_path,
+        str(bin_dir / "trl-ada-train"),
+        "--config",
+        recipe,
+        "--model_name_or_path",
+        "tiny",
+        "--max_steps",
+        "1",
+        "--per_device_train_batch_size",
+        "8",
+        "--max_completion_length",
+        "8",
+        "--save_strategy",
+        "no",
+        "--output_dir",
+        "train",
+    )
     assert train.returncode == 0, train.stderr[-3000:]
     assert (tmp_path / "train" / "model.safetensors").exists()
     for script, word in (("trl-ada-compare", "--max_tokens"), ("trl-ada-eval", "--datasets")):  # they start and parse
@@ -97,5 +154,7 @@ def test_plotting_without_matplotlib_names_the_extra(monkeypatch, capsys, tmp_pa
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed: importing it fails
     from trl_ada.cli.compare import plot
 
-    plot({"a": {0: {"curve": [{"step": 0, "samples": 0, "tokens": 0, "greedy": 0.5}]}}}, ["a"], str(tmp_path / "x.png"))
+    plot(
+        {"a": {0: {"curve": [{"step": 0, "samples": 0, "tokens": 0, "greedy": 0.5}]}}}, ["a"], str(tmp_path / "x.png")
+    )
     assert 'pip install "trl-ada[plot]"' in capsys.readouterr().out and not (tmp_path / "x.png").exists()

@@ -26,8 +26,18 @@ from trl_ada.samplers import BUILT_IN, SamplingContext, Selection, check_selecti
 from trl_ada.samplers.knapsack import allocate, group_advantages, value
 
 
-BASE = dict(num_generations=4, per_device_train_batch_size=8, max_completion_length=8, use_cpu=True,
-            report_to="none", save_strategy="no", logging_steps=1, seed=0, disable_tqdm=True, shuffle_dataset=False)
+BASE = dict(
+    num_generations=4,
+    per_device_train_batch_size=8,
+    max_completion_length=8,
+    use_cpu=True,
+    report_to="none",
+    save_strategy="no",
+    logging_steps=1,
+    seed=0,
+    disable_tqdm=True,
+    shuffle_dataset=False,
+)
 
 
 def config(tmp_path, **kwargs) -> AdaGRPOConfig:
@@ -68,9 +78,19 @@ class Simulated:
         return self.batches - 1
 
     def context(self, n=4, world_size=1, step=0):
-        return SamplingContext(num_generations=n, world_size=world_size, global_step=step, seed=0, sample=self.sample,
-                               draw=self.draw, row=lambda p: {"prompt": f"q{p}"}, prompt_key=lambda p: p,
-                               pass_rate_posterior=self.posterior, begin_batch=self.begin_batch, memory=self.memory)
+        return SamplingContext(
+            num_generations=n,
+            world_size=world_size,
+            global_step=step,
+            seed=0,
+            sample=self.sample,
+            draw=self.draw,
+            row=lambda p: {"prompt": f"q{p}"},
+            prompt_key=lambda p: p,
+            pass_rate_posterior=self.posterior,
+            begin_batch=self.begin_batch,
+            memory=self.memory,
+        )
 
 
 BUILT_IN_CONFIGS = {
@@ -99,8 +119,9 @@ def test_every_built_in_sampler_decides_a_batch_from_the_context_alone(name, wor
         assert result.pool_rewards == sim.pools[p]
     sizes = [len(selection.results[p].selected) for p in selection.chosen]
     if name in ("est", "knapsack"):
-        assert len(set(sizes)) > 1 and all(s == len(selection.results[p].pool_rewards)
-                                           for s, p in zip(sizes, selection.chosen))
+        assert len(set(sizes)) > 1 and all(
+            s == len(selection.results[p].pool_rewards) for s, p in zip(sizes, selection.chosen)
+        )
     else:
         assert sizes == [4] * 4
     if name == "dapo":  # the all-wrong and all-right prompts were dropped and refilled
@@ -114,18 +135,23 @@ def test_a_selection_the_trainer_cannot_train_is_named():
     check_selection(Selection(results=whole, chosen=[0, 1, 2, 3]), 4, 4, 2)
     with pytest.raises(ValueError, match="chose 3 prompts"):
         check_selection(Selection(results=whole, chosen=[0, 1, 2]), 4, 4, 2)
-    uneven = {**whole, 0: PromptResult(pool_rewards=[1.0] * 6, selected=list(range(6))),
-              2: PromptResult(pool_rewards=[1.0] * 2, selected=[0, 1])}
+    uneven = {
+        **whole,
+        0: PromptResult(pool_rewards=[1.0] * 6, selected=list(range(6))),
+        2: PromptResult(pool_rewards=[1.0] * 2, selected=[0, 1]),
+    }
     with pytest.raises(ValueError, match="kept 10 samples for rank 0"):  # 6 + 4 on rank 0, 2 + 4 on rank 1
         check_selection(Selection(results=uneven, chosen=[0, 1, 2, 3]), 4, 4, 2)
     check_selection(Selection(results=uneven, chosen=[0, 2, 1, 3]), 4, 4, 2)  # 6 + 2 and 4 + 4: fine
     with pytest.raises(ValueError, match="one value per kept sample"):
-        check_selection(Selection(results=whole, chosen=[0, 1, 2, 3], advantages={p: [0.0] for p in range(4)}), 4, 4,
-                        1)
+        check_selection(
+            Selection(results=whole, chosen=[0, 1, 2, 3], advantages={p: [0.0] for p in range(4)}), 4, 4, 1
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Knapsack RL's allocation against an exact dynamic program over every feasible allocation.
+
 
 def exact_best_dp(rates, budget, low, high) -> float:
     table = {0: 0.0}
@@ -140,8 +166,12 @@ def exact_best_dp(rates, budget, low, high) -> float:
 
 
 @settings(max_examples=150, deadline=None)
-@given(rates=st.lists(st.floats(0.01, 0.99), min_size=1, max_size=6), n=st.integers(2, 6),
-       low=st.integers(1, 3), extra=st.integers(0, 10))
+@given(
+    rates=st.lists(st.floats(0.01, 0.99), min_size=1, max_size=6),
+    n=st.integers(2, 6),
+    low=st.integers(1, 3),
+    extra=st.integers(0, 10),
+)
 def test_knapsack_allocation_reaches_the_exact_optimum(rates, n, low, extra):
     low = min(low, n)
     high = n + extra
@@ -162,8 +192,10 @@ def test_knapsack_gives_hard_prompts_more_than_solved_ones_and_refuses_an_imposs
 
 
 @settings(max_examples=100, deadline=None)
-@given(rewards=st.lists(st.one_of(st.sampled_from([0.0, 1.0, 0.5]), st.just(math.nan)), min_size=1, max_size=12),
-       scale=st.booleans())
+@given(
+    rewards=st.lists(st.one_of(st.sampled_from([0.0, 1.0, 0.5]), st.just(math.nan)), min_size=1, max_size=12),
+    scale=st.booleans(),
+)
 def test_knapsack_advantages_are_grpos_within_the_group(rewards, scale):
     values = torch.tensor(rewards, dtype=torch.float64)
     finite = values[~torch.isnan(values)]
@@ -178,13 +210,19 @@ def test_knapsack_advantages_are_grpos_within_the_group(rewards, scale):
 
 def test_knapsack_checks_its_own_fields_before_the_model_loads(tmp_path):
     with pytest.raises(ValueError, match=r"min_samples \(5\) <= num_generations \(4\)"):
-        AdaGRPOTrainer(model="no/such-model", reward_funcs=make_recording_reward(),
-                       train_dataset=pass_rate_dataset([0.5]),
-                       args=config(tmp_path, sampler="knapsack", sampler_kwargs={"min_samples": 5}))
+        AdaGRPOTrainer(
+            model="no/such-model",
+            reward_funcs=make_recording_reward(),
+            train_dataset=pass_rate_dataset([0.5]),
+            args=config(tmp_path, sampler="knapsack", sampler_kwargs={"min_samples": 5}),
+        )
     with pytest.raises(ValueError, match="sampler_kwargs=.*do not fit sampler='est'"):
-        AdaGRPOTrainer(model="no/such-model", reward_funcs=make_recording_reward(),
-                       train_dataset=pass_rate_dataset([0.5]),
-                       args=config(tmp_path, sampler="est", sampler_kwargs={"min_samples": 2}))
+        AdaGRPOTrainer(
+            model="no/such-model",
+            reward_funcs=make_recording_reward(),
+            train_dataset=pass_rate_dataset([0.5]),
+            args=config(tmp_path, sampler="est", sampler_kwargs={"min_samples": 2}),
+        )
 
 
 @pytest.mark.slow
@@ -192,9 +230,20 @@ def test_knapsack_trains_counts_what_it_generates_and_resumes_exactly(tiny_model
     dataset = pass_rate_dataset([0.0, 1.0, 1.0, 0.5], repeat=2)
 
     def run(folder, **kwargs):
-        return AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=dataset,
-                              args=config(folder, sampler="knapsack", per_device_train_batch_size=16, max_steps=4,
-                                          learning_rate=1e-2, max_completion_length=12, **kwargs))
+        return AdaGRPOTrainer(
+            model=tiny_model,
+            reward_funcs=make_recording_reward(),
+            train_dataset=dataset,
+            args=config(
+                folder,
+                sampler="knapsack",
+                per_device_train_batch_size=16,
+                max_steps=4,
+                learning_rate=1e-2,
+                max_completion_length=12,
+                **kwargs,
+            ),
+        )
 
     uninterrupted = run(tmp_path / "a", save_strategy="steps", save_steps=2)
     uninterrupted.train()
@@ -216,32 +265,45 @@ def test_knapsack_trains_counts_what_it_generates_and_resumes_exactly(tiny_model
 # ---------------------------------------------------------------------------------------------------------------------
 # One selector: the older switches map onto it; a conflict is refused, naming both.
 
-@pytest.mark.parametrize("fields, name", [
-    ({}, "reinforce_ada"),
-    ({"multiround_adaptive_downsampling": False}, "grpo"),
-    ({"multiround_adaptive_downsampling": False, "dynamic_sampling": True}, "dapo"),
-    ({"dynamic_sampling": True}, "reinforce_ada"),  # DAPO's refills on top of the rounds
-    ({"sampling_budget": 4.0}, "budget"),
-    ({"reinforce_ada_est": True}, "est"),
-])
+
+@pytest.mark.parametrize(
+    "fields, name",
+    [
+        ({}, "reinforce_ada"),
+        ({"multiround_adaptive_downsampling": False}, "grpo"),
+        ({"multiround_adaptive_downsampling": False, "dynamic_sampling": True}, "dapo"),
+        ({"dynamic_sampling": True}, "reinforce_ada"),  # DAPO's refills on top of the rounds
+        ({"sampling_budget": 4.0}, "budget"),
+        ({"reinforce_ada_est": True}, "est"),
+    ],
+)
 def test_the_older_switches_map_onto_the_selector(fields, name, tmp_path):
     args = config(tmp_path, **fields)
     assert args.sampler == name
     again = config(tmp_path, sampler=name, **{k: v for k, v in fields.items() if k == "dynamic_sampling"})
-    for field in ("multiround_adaptive_downsampling", "dynamic_sampling", "reinforce_ada_est", "sampling_budget",
-                  "advantage_estimator", "prompt_memory"):
+    for field in (
+        "multiround_adaptive_downsampling",
+        "dynamic_sampling",
+        "reinforce_ada_est",
+        "sampling_budget",
+        "advantage_estimator",
+        "prompt_memory",
+    ):
         assert getattr(again, field) == getattr(args, field), field
 
 
-@pytest.mark.parametrize("fields, match", [
-    ({"sampler": "grpo", "reinforce_ada_est": True}, "sampler='grpo' conflicts with reinforce_ada_est=True"),
-    ({"sampler": "est", "sampling_budget": 4.0}, "sampler='est' conflicts with sampling_budget=4.0"),
-    ({"sampler": "knapsack", "reinforce_ada_est": True}, "which selects sampler='est'"),
-    ({"sampler": "grpo", "dynamic_sampling": True}, "set sampler='dapo'"),
-    ({"sampler": "thompson"}, r"sampler='thompson': use one of \['budget', 'dapo'"),
-    ({"sampler": "no_such_module.Sampler"}, "cannot import 'Sampler' from 'no_such_module'"),
-    ({"sampler_kwargs": "[1, 2]"}, "sampler_kwargs=.* must be a dict"),
-])
+@pytest.mark.parametrize(
+    "fields, match",
+    [
+        ({"sampler": "grpo", "reinforce_ada_est": True}, "sampler='grpo' conflicts with reinforce_ada_est=True"),
+        ({"sampler": "est", "sampling_budget": 4.0}, "sampler='est' conflicts with sampling_budget=4.0"),
+        ({"sampler": "knapsack", "reinforce_ada_est": True}, "which selects sampler='est'"),
+        ({"sampler": "grpo", "dynamic_sampling": True}, "set sampler='dapo'"),
+        ({"sampler": "thompson"}, r"sampler='thompson': use one of \['budget', 'dapo'"),
+        ({"sampler": "no_such_module.Sampler"}, "cannot import 'Sampler' from 'no_such_module'"),
+        ({"sampler_kwargs": "[1, 2]"}, "sampler_kwargs=.* must be a dict"),
+    ],
+)
 def test_a_conflicting_or_unknown_sampler_is_refused_naming_the_fix(fields, match, tmp_path):
     with pytest.raises(ValueError, match=match):
         config(tmp_path, **fields)
@@ -257,23 +319,32 @@ def test_a_sampler_with_unequal_groups_and_no_advantages_is_refused(tiny_model, 
         "        counts = [6, 2] * (target // 2)\n"
         "        pools = context.sample(list(range(target)), counts)\n"
         "        return Selection(results={p: PromptResult(pool, list(range(len(pool))), 1, True)\n"
-        "                                  for p, pool in enumerate(pools)}, chosen=list(range(target)))\n")
+        "                                  for p, pool in enumerate(pools)}, chosen=list(range(target)))\n"
+    )
     monkeypatch.chdir(tmp_path)
-    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(),
-                             train_dataset=pass_rate_dataset([0.5, 0.25]),
-                             args=config(tmp_path, sampler="uneven_sampler.Uneven", max_steps=1))
+    trainer = AdaGRPOTrainer(
+        model=tiny_model,
+        reward_funcs=make_recording_reward(),
+        train_dataset=pass_rate_dataset([0.5, 0.25]),
+        args=config(tmp_path, sampler="uneven_sampler.Uneven", max_steps=1),
+    )
     with pytest.raises(ValueError, match="gave no advantages"):
         trainer.train()
-    trainer = AdaGRPOTrainer(model=tiny_model, reward_funcs=make_recording_reward(),
-                             train_dataset=pass_rate_dataset([0.5, 0.25]),
-                             args=config(tmp_path / "est", sampler="uneven_sampler.Uneven", max_steps=1,
-                                         advantage_estimator="reinforce_ada"))
+    trainer = AdaGRPOTrainer(
+        model=tiny_model,
+        reward_funcs=make_recording_reward(),
+        train_dataset=pass_rate_dataset([0.5, 0.25]),
+        args=config(
+            tmp_path / "est", sampler="uneven_sampler.Uneven", max_steps=1, advantage_estimator="reinforce_ada"
+        ),
+    )
     trainer.train()  # the pooled estimator reads groups of any size
     assert trainer.state.global_step == 1
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # docs/samplers.md's example, as written, trained through trl-ada-train from the user's folder.
+
 
 def docs_example() -> tuple[str, str]:
     page = open(os.path.join(ROOT, "docs", "samplers.md")).read()
@@ -290,11 +361,28 @@ def test_the_docs_example_sampler_trains_from_a_users_file(tmp_path):
     assert argv[0] == "trl-ada-train"
     recipe = argv[argv.index("--config") + 1]
     argv[argv.index("--config") + 1] = os.path.join(ROOT, recipe)
-    overrides = ["--model_name_or_path", "tiny", "--max_steps", "3", "--per_device_train_batch_size", "8",
-                 "--synthetic_num_examples", "16", "--max_completion_length", "8", "--report_to", "none"]
-    done = subprocess.run([sys.executable, "-m", "trl_ada.cli.train", *argv[1:], *overrides], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT, "HF_HUB_OFFLINE": "1"})
+    overrides = [
+        "--model_name_or_path",
+        "tiny",
+        "--max_steps",
+        "3",
+        "--per_device_train_batch_size",
+        "8",
+        "--synthetic_num_examples",
+        "16",
+        "--max_completion_length",
+        "8",
+        "--report_to",
+        "none",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "trl_ada.cli.train", *argv[1:], *overrides],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT, "HF_HUB_OFFLINE": "1"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "sampling/skip_solved/skipped" in done.stdout + done.stderr
     assert (tmp_path / "out" / "skip-solved" / "model.safetensors").exists()
@@ -304,4 +392,3 @@ def test_the_docs_table_names_every_built_in_sampler():
     page = open(os.path.join(ROOT, "docs", "samplers.md")).read()
     named = set(re.findall(r'^\| `"(\w+)"`', page, re.M))
     assert named == set(BUILT_IN)
-

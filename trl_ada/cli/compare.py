@@ -95,10 +95,22 @@ class Arm:
 # ---------------------------------------------------------------------------------------------------------------------
 # One run (held-out scoring: trl_ada.cli.heldout; its schedule: trl_ada.cli.progress; records: trl_ada.cli.records).
 
+
 def run_argv(args, arm: Arm, seed: int, run_dir: str) -> list[str]:
     """The recipe arguments of one run: the arm's recipe, the shared `--set`, the arm's overrides, then ours."""
-    return ["--config", arm.recipe or args.config, *args.set_argv, *arm.argv(), *BASE_FIELDS,
-            "--seed", str(seed), "--output_dir", run_dir, "--max_steps", str(args.max_steps)]
+    return [
+        "--config",
+        arm.recipe or args.config,
+        *args.set_argv,
+        *arm.argv(),
+        *BASE_FIELDS,
+        "--seed",
+        str(seed),
+        "--output_dir",
+        run_dir,
+        "--max_steps",
+        str(args.max_steps),
+    ]
 
 
 def check_inputs(args, arms: list[Arm]) -> None:
@@ -110,8 +122,10 @@ def check_inputs(args, arms: list[Arm]) -> None:
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag} {getattr(args, flag)}: must be at least 1")
     if not 0 < args.eval_fraction < 1:
-        raise ValueError(f"--eval_fraction {args.eval_fraction}: must lie strictly between 0 and 1 (the share of "
-                         "training rows held out; default 0.1)")
+        raise ValueError(
+            f"--eval_fraction {args.eval_fraction}: must lie strictly between 0 and 1 (the share of "
+            "training rows held out; default 0.1)"
+        )
     for arm in arms:
         recipe = arm.recipe or args.config
         if not os.path.isfile(recipe):
@@ -146,8 +160,15 @@ def run_one(args, arm: Arm, seed: int) -> dict:
     print(f"[compare] held-out: {held_source}, {len(held)} questions", flush=True)
     reward_funcs = load_reward_funcs(script_args.reward_funcs)
     cache_dir = os.path.join(args.output_dir, "eval_cache")
-    score = HeldOutScore(AutoTokenizer.from_pretrained(model), held, reward_funcs, training_args.reward_weights,
-                         training_args.max_completion_length, args.eval_seed, cache_dir)
+    score = HeldOutScore(
+        AutoTokenizer.from_pretrained(model),
+        held,
+        reward_funcs,
+        training_args.reward_weights,
+        training_args.max_completion_length,
+        args.eval_seed,
+        cache_dir,
+    )
     extra_score = None
     if args.eval_extra_split is not None or args.eval_extra_dataset is not None:
         # e.g. the easy questions a run on hard ones could forget
@@ -155,47 +176,78 @@ def run_one(args, arm: Arm, seed: int) -> dict:
         if args.eval_extra_dataset is not None:
             extra_args.update(dataset_name=args.eval_extra_dataset, dataset_num_examples=None)
         extra = load_train_dataset(with_dataset(script_args, **extra_args), args.task_seed)
-        extra_score = HeldOutScore(AutoTokenizer.from_pretrained(model), extra.select(range(min(args.eval_examples,
-                                   len(extra)))), reward_funcs, training_args.reward_weights,
-                                   training_args.max_completion_length, args.eval_seed, cache_dir)
-    progress = Progress(score, args.eval_every, args.eval_k, f"{arm.name} seed {seed}",
-                        stop_at=args.stop_at, max_completions=args.max_completions, max_tokens=args.max_tokens,
-                        extra_score=extra_score,
-                        continue_cut=not args.keep_cut)
+        extra_score = HeldOutScore(
+            AutoTokenizer.from_pretrained(model),
+            extra.select(range(min(args.eval_examples, len(extra)))),
+            reward_funcs,
+            training_args.reward_weights,
+            training_args.max_completion_length,
+            args.eval_seed,
+            cache_dir,
+        )
+    progress = Progress(
+        score,
+        args.eval_every,
+        args.eval_k,
+        f"{arm.name} seed {seed}",
+        stop_at=args.stop_at,
+        max_completions=args.max_completions,
+        max_tokens=args.max_tokens,
+        extra_score=extra_score,
+        continue_cut=not args.keep_cut,
+    )
     checkpoint, cut_record = cut_checkpoint(args, arm.name, seed, run_dir)
     if checkpoint is not None:
         progress.resume(cut_record)
         print(f"[compare] {arm.name} seed {seed}: continuing from the cut at step {cut_record['steps']}", flush=True)
     trainer = AdaGRPOTrainer(
-        model=model, reward_funcs=reward_funcs, args=training_args, train_dataset=train,
-        peft_config=get_peft_config(model_args), callbacks=[progress],
+        model=model,
+        reward_funcs=reward_funcs,
+        args=training_args,
+        train_dataset=train,
+        peft_config=get_peft_config(model_args),
+        callbacks=[progress],
         tools=[load_object(path, "tools") for path in script_args.tools] or None,
-        environment_factory=(load_object(script_args.environment_factory, "environment_factory")
-                             if script_args.environment_factory else None),
+        environment_factory=(
+            load_object(script_args.environment_factory, "environment_factory")
+            if script_args.environment_factory
+            else None
+        ),
     )
     trainer.remove_callback(PrinterCallback)  # one line per evaluation instead (runs in parallel share a terminal)
     progress.count = trainer.generation_count  # what the trainer generated, counted on every sampling path
     trainer.train(resume_from_checkpoint=checkpoint)
     logs = [h for h in trainer.state.log_history if "loss" in h]
     per_step = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
-    record = {"arm": arm.name, "seed": seed, "recipe": arm.recipe or args.config, "overrides": arm.overrides,
-              "set": args.set, "steps": trainer.state.global_step, "max_steps": args.max_steps,
-              "cut": progress.stopped == "deadline", "stopped": progress.stopped,
-              "generated_completions": trainer.generation_count.completions,
-              "generated_tokens": trainer.generation_count.tokens,
-              "trained_completions": per_step * trainer.state.global_step * trainer.accelerator.num_processes,
-              "train_seconds": progress.end_seconds, "threads": args.threads,  # seconds are per this many threads
-              # what the held-out evaluations cost (both sets, avg@k included; a continued run adds its cut part's)
-              "eval_seconds": (cut_record or {}).get("eval_seconds", 0.0) + score.seconds
-              + (extra_score.seconds if extra_score is not None else 0.0),
-              "held_out_questions": len(held), "held_out_source": held_source, "curve": progress.curve,
-              "resumed_at": [*(cut_record or {}).get("resumed_at", []), *([cut_record["steps"]] if cut_record else [])],
-              "reward": [h.get("sampling/iid_reward", h.get("reward")) for h in logs],
-              # per step, the share of trained groups whose rewards differ, the groups that carry a gradient: 1 - TRL's
-              # frac_reward_zero_std, which weighs each group by its samples (the same thing for equal groups; Est's
-              # groups differ in size)
-              "signal": [None if h.get("frac_reward_zero_std") is None else 1.0 - h["frac_reward_zero_std"]
-                         for h in logs]}
+    record = {
+        "arm": arm.name,
+        "seed": seed,
+        "recipe": arm.recipe or args.config,
+        "overrides": arm.overrides,
+        "set": args.set,
+        "steps": trainer.state.global_step,
+        "max_steps": args.max_steps,
+        "cut": progress.stopped == "deadline",
+        "stopped": progress.stopped,
+        "generated_completions": trainer.generation_count.completions,
+        "generated_tokens": trainer.generation_count.tokens,
+        "trained_completions": per_step * trainer.state.global_step * trainer.accelerator.num_processes,
+        "train_seconds": progress.end_seconds,
+        "threads": args.threads,  # seconds are per this many threads
+        # what the held-out evaluations cost (both sets, avg@k included; a continued run adds its cut part's)
+        "eval_seconds": (cut_record or {}).get("eval_seconds", 0.0)
+        + score.seconds
+        + (extra_score.seconds if extra_score is not None else 0.0),
+        "held_out_questions": len(held),
+        "held_out_source": held_source,
+        "curve": progress.curve,
+        "resumed_at": [*(cut_record or {}).get("resumed_at", []), *([cut_record["steps"]] if cut_record else [])],
+        "reward": [h.get("sampling/iid_reward", h.get("reward")) for h in logs],
+        # per step, the share of trained groups whose rewards differ, the groups that carry a gradient: 1 - TRL's
+        # frac_reward_zero_std, which weighs each group by its samples (the same thing for equal groups; Est's
+        # groups differ in size)
+        "signal": [None if h.get("frac_reward_zero_std") is None else 1.0 - h["frac_reward_zero_std"] for h in logs],
+    }
     write_json(result_path(args.output_dir, arm.name, seed), record)
     # Full fine-tuning's checkpoints are large (weights and optimizer state): keep only the one a rerun continues from.
     keep = os.path.join(run_dir, f"checkpoint-{trainer.state.global_step}") if record["cut"] else None
@@ -208,48 +260,90 @@ def run_one(args, arm: Arm, seed: int) -> dict:
 # ---------------------------------------------------------------------------------------------------------------------
 # The command (the report: trl_ada.cli.report).
 
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="trl-ada-compare", description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="trl-ada-compare",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--config", required=True, help="the shared recipe (a trl_ada.cli.train YAML)")
-    parser.add_argument("--arm", nargs="+", action="append", required=True, metavar="NAME [RECIPE] [FIELD=VALUE]",
-                        help="an arm: its name, optionally its own recipe, then overrides; the first is the baseline")
+    parser.add_argument(
+        "--arm",
+        nargs="+",
+        action="append",
+        required=True,
+        metavar="NAME [RECIPE] [FIELD=VALUE]",
+        help="an arm: its name, optionally its own recipe, then overrides; the first is the baseline",
+    )
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="overrides for every arm")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--max_steps", type=int, required=True, help="optimizer steps per run (every arm the same)")
     parser.add_argument("--eval_every", type=int, default=5, help="optimizer steps between held-out evaluations")
     parser.add_argument("--eval_examples", type=int, default=64, help="held-out questions at most")
-    parser.add_argument("--eval_split", default=None,
-                        help="the split to evaluate on (e.g. test): of --eval_dataset if given, else of the recipe's "
-                             "dataset (a single local file holds one split: it is refused there)")
-    parser.add_argument("--eval_dataset", default=None,
-                        help="the held-out set from its own source (a local json/jsonl/parquet/csv file, a folder or a "
-                             "Hub id), loaded as the recipe loads its dataset (same dataset_prompt_template)")
+    parser.add_argument(
+        "--eval_split",
+        default=None,
+        help="the split to evaluate on (e.g. test): of --eval_dataset if given, else of the recipe's "
+        "dataset (a single local file holds one split: it is refused there)",
+    )
+    parser.add_argument(
+        "--eval_dataset",
+        default=None,
+        help="the held-out set from its own source (a local json/jsonl/parquet/csv file, a folder or a "
+        "Hub id), loaded as the recipe loads its dataset (same dataset_prompt_template)",
+    )
     parser.add_argument("--eval_extra_dataset", default=None, help="--eval_extra_split's set from its own source")
-    parser.add_argument("--eval_min_examples", type=int, default=20,
-                        help="refuse a held-out set smaller than this (its questions are what the intervals are over)")
-    parser.add_argument("--eval_extra_split", default=None,
-                        help="a second split scored at the same points and reported beside the comparison, not in it "
-                             "(e.g. the easy questions a run on hard ones could forget)")
-    parser.add_argument("--eval_fraction", type=float, default=0.1,
-                        help="without --eval_split: the share of training rows held out (by a hash of the prompt)")
+    parser.add_argument(
+        "--eval_min_examples",
+        type=int,
+        default=20,
+        help="refuse a held-out set smaller than this (its questions are what the intervals are over)",
+    )
+    parser.add_argument(
+        "--eval_extra_split",
+        default=None,
+        help="a second split scored at the same points and reported beside the comparison, not in it "
+        "(e.g. the easy questions a run on hard ones could forget)",
+    )
+    parser.add_argument(
+        "--eval_fraction",
+        type=float,
+        default=0.1,
+        help="without --eval_split: the share of training rows held out (by a hash of the prompt)",
+    )
     parser.add_argument("--eval_k", type=int, default=4, help="avg@k samples per question before and after (0: none)")
     parser.add_argument("--eval_seed", type=int, default=1234, help="the sampling noise of every evaluation")
     parser.add_argument("--task_seed", type=int, default=0, help="seed of the built-in tasks' data (not the runs')")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (separate processes)")
-    parser.add_argument("--deadline_s", type=float, default=None,
-                        help="start no run that would end after this many seconds (estimated from the runs finished "
-                             "so far; the first runs always start), and stop the runs still training when they come "
-                             "(evaluated where they stopped, kept as cut, checkpointed: a rerun continues them)")
-    parser.add_argument("--keep_cut", action="store_true",
-                        help="a rerun trains only the missing runs and keeps those a deadline cut (sessions of a fixed "
-                             "length add seeds instead of cutting the same runs again); a cut then stops early enough "
-                             "for its greedy evaluation to end by the deadline, and writes no checkpoint")
-    parser.add_argument("--max_completions", type=int, default=None,
-                        help="stop each run at the first step at which it has generated this many completions")
-    parser.add_argument("--max_tokens", type=int, default=None,
-                        help="stop each run at the first step at which it has generated this many tokens (every arm "
-                             "the same budget on the hardware-free cost axis; give a --max_steps no arm reaches)")
+    parser.add_argument(
+        "--deadline_s",
+        type=float,
+        default=None,
+        help="start no run that would end after this many seconds (estimated from the runs finished "
+        "so far; the first runs always start), and stop the runs still training when they come "
+        "(evaluated where they stopped, kept as cut, checkpointed: a rerun continues them)",
+    )
+    parser.add_argument(
+        "--keep_cut",
+        action="store_true",
+        help="a rerun trains only the missing runs and keeps those a deadline cut (sessions of a fixed "
+        "length add seeds instead of cutting the same runs again); a cut then stops early enough "
+        "for its greedy evaluation to end by the deadline, and writes no checkpoint",
+    )
+    parser.add_argument(
+        "--max_completions",
+        type=int,
+        default=None,
+        help="stop each run at the first step at which it has generated this many completions",
+    )
+    parser.add_argument(
+        "--max_tokens",
+        type=int,
+        default=None,
+        help="stop each run at the first step at which it has generated this many tokens (every arm "
+        "the same budget on the hardware-free cost axis; give a --max_steps no arm reaches)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--output_dir", default="runs/compare")
     parser.add_argument("--report_only", action="store_true", help="recompute the report from results/, train nothing")
@@ -279,10 +373,17 @@ def main(argv=None) -> dict:
         done = load_results(args.output_dir)
         # seed by seed, so that a cut session leaves whole pairs; a run cut by a deadline continues from its cut,
         # unless --keep_cut (sessions of a fixed length that would rather add seeds)
-        pending = [(arm, seed) for seed in args.seeds for arm in arms if seed not in done.get(arm.name, {})
-                   or (done[arm.name][seed].get("cut") and not args.keep_cut)]
-        print(f"[compare] {len(pending)} runs to train ({len(arms) * len(args.seeds) - len(pending)} already in "
-              f"{args.output_dir}/results)", flush=True)
+        pending = [
+            (arm, seed)
+            for seed in args.seeds
+            for arm in arms
+            if seed not in done.get(arm.name, {}) or (done[arm.name][seed].get("cut") and not args.keep_cut)
+        ]
+        print(
+            f"[compare] {len(pending)} runs to train ({len(arms) * len(args.seeds) - len(pending)} already in "
+            f"{args.output_dir}/results)",
+            flush=True,
+        )
         clock = Deadline(args.deadline_s, args.jobs, continued=not args.keep_cut)
         if args.jobs <= 1:
             run_serial(pending, args, clock)
@@ -381,8 +482,14 @@ def run_parallel(argv, pending, args, clock: Deadline) -> list[str]:
                 command += ["--stop_at", repr(args.stop_at)]
             ports = {str(p) for p in free_ports(len(running) + 1)} - {e[3] for e in running}
             port = sorted(ports)[0]  # free now, and no running run's
-            running.append((subprocess.Popen(command, env={**env, "MASTER_PORT": port}), f"{arm.name} seed {seed}",
-                            time.time(), port))
+            running.append(
+                (
+                    subprocess.Popen(command, env={**env, "MASTER_PORT": port}),
+                    f"{arm.name} seed {seed}",
+                    time.time(),
+                    port,
+                )
+            )
         time.sleep(1.0)
         for entry in list(running):
             process, label, started, _ = entry
@@ -395,9 +502,26 @@ def run_parallel(argv, pending, args, clock: Deadline) -> list[str]:
     return failed
 
 
-__all__ = ["ROLLOUT_SHARE", "Arm", "Deadline", "HeldOutScore", "Progress", "arm_cost", "compare", "cut_checkpoint",
-           "gpu_cost", "held_out_split", "load_results", "main", "plot", "print_report", "result_path", "run_one",
-           "weights_digest", "write_json"]
+__all__ = [
+    "ROLLOUT_SHARE",
+    "Arm",
+    "Deadline",
+    "HeldOutScore",
+    "Progress",
+    "arm_cost",
+    "compare",
+    "cut_checkpoint",
+    "gpu_cost",
+    "held_out_split",
+    "load_results",
+    "main",
+    "plot",
+    "print_report",
+    "result_path",
+    "run_one",
+    "weights_digest",
+    "write_json",
+]
 
 
 def cli() -> int:

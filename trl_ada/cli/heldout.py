@@ -24,8 +24,12 @@ def held_out_split(args, script_args, train):
 
     if args.eval_dataset is not None:
         source = f"{args.eval_dataset}" + (f" (split {args.eval_split})" if args.eval_split else "")
-        eval_args = with_dataset(script_args, dataset_name=args.eval_dataset, dataset_split=args.eval_split or "train",
-                                 dataset_num_examples=None)
+        eval_args = with_dataset(
+            script_args,
+            dataset_name=args.eval_dataset,
+            dataset_split=args.eval_split or "train",
+            dataset_num_examples=None,
+        )
         held = load_train_dataset(eval_args, args.task_seed)
     elif args.eval_split is not None:
         source = f"{script_args.dataset_name} split {args.eval_split}"
@@ -37,6 +41,7 @@ def held_out_split(args, script_args, train):
         source = "arithmetic split test"
         held = arithmetic_problems(args.eval_examples, args.task_seed, split="test")
     else:
+
         def is_held_out(row):
             return zlib.crc32(json.dumps(row["prompt"], sort_keys=True).encode()) % 1000 < 1000 * args.eval_fraction
 
@@ -49,7 +54,8 @@ def held_out_split(args, script_args, train):
             f"the held-out set ({source}) has {len(held)} questions, fewer than --eval_min_examples "
             f"{args.eval_min_examples}: every interval of the comparison is over held-out questions, and so few "
             "cannot tell two samplers apart. Give a larger one (--eval_dataset FILE, --eval_split, --eval_examples, "
-            "--eval_fraction), or lower --eval_min_examples knowingly.")
+            "--eval_fraction), or lower --eval_min_examples knowingly."
+        )
     return train, held, source
 
 
@@ -59,8 +65,11 @@ def _function_identity(func) -> list[str]:
         source = inspect.getsource(func)
     except (OSError, TypeError):
         source = repr(func)
-    return [getattr(func, "__module__", ""), getattr(func, "__qualname__", repr(func)),
-            hashlib.sha256(source.encode()).hexdigest()]
+    return [
+        getattr(func, "__module__", ""),
+        getattr(func, "__qualname__", repr(func)),
+        hashlib.sha256(source.encode()).hexdigest(),
+    ]
 
 
 def weights_digest(model) -> str:
@@ -98,12 +107,29 @@ class HeldOutScore:
         device = str(model.device)
         if model.device.type == "cuda":  # an H100 and an H200 run other kernels: greedy answers may differ
             device += " " + torch.cuda.get_device_name(model.device)
-        key = hashlib.sha256(json.dumps([
-            weights_digest(model), model.config.to_json_string(), model.generation_config.to_json_string(),
-            device, self.tokenizer.chat_template, self.dataset.to_list(),
-            [_function_identity(f) for f in self.reward_funcs], self.weights, self.max_new_tokens, self.seed, k,
-            temperature, SAMPLING, torch.__version__, transformers.__version__,
-        ], sort_keys=True, default=str).encode()).hexdigest()
+        key = hashlib.sha256(
+            json.dumps(
+                [
+                    weights_digest(model),
+                    model.config.to_json_string(),
+                    model.generation_config.to_json_string(),
+                    device,
+                    self.tokenizer.chat_template,
+                    self.dataset.to_list(),
+                    [_function_identity(f) for f in self.reward_funcs],
+                    self.weights,
+                    self.max_new_tokens,
+                    self.seed,
+                    k,
+                    temperature,
+                    SAMPLING,
+                    torch.__version__,
+                    transformers.__version__,
+                ],
+                sort_keys=True,
+                default=str,
+            ).encode()
+        ).hexdigest()
         path = os.path.join(self.cache_dir, f"{key}.json")
         os.makedirs(self.cache_dir, exist_ok=True)
         # Runs starting together wait for the first to score and read its scores: otherwise each scores the same
@@ -125,8 +151,9 @@ class HeldOutScore:
         start = time.time()
         prompts = list(self.dataset["prompt"])
         with evaluation_noise(model, self.seed):
-            texts, ids = _generate_transformers(model, self.tokenizer, prompts, k, self.max_new_tokens, temperature,
-                                                1.0, 64)
+            texts, ids = _generate_transformers(
+                model, self.tokenizer, prompts, k, self.max_new_tokens, temperature, 1.0, 64
+            )
         # No trainer_state of the run: a fresh one (step 0) at every evaluation, so that a reward that reads the step
         # scores every checkpoint alike (and the cache key holds no step).
         total = reward_samples(self.reward_funcs, self.weights, self.dataset, texts, k, completion_ids=ids)

@@ -28,8 +28,10 @@ def paired_difference(diffs, weights=None, replicates: int = 4000, seed: int = 0
     if d.ndim != 2 or d.size == 0:
         raise ValueError(f"paired_difference: a seeds x questions matrix, got shape {d.shape}")
     if not np.isfinite(d).all():  # a NaN would make both tails empty: p = 0, first in Holm's order
-        raise ValueError("paired_difference: a difference is NaN or infinite (a question scored as None?): score "
-                         "every question of both runs")
+        raise ValueError(
+            "paired_difference: a difference is NaN or infinite (a question scored as None?): score "
+            "every question of both runs"
+        )
     seeds, questions = d.shape
     c = np.ones(questions) if weights is None else np.asarray(weights, dtype=float)
     rng = np.random.default_rng(seed)
@@ -41,8 +43,15 @@ def paired_difference(diffs, weights=None, replicates: int = 4000, seed: int = 0
     mean = float((d @ c).mean() / c.sum())
     verdict = "ahead" if low > 0 else "behind" if high < 0 else NO_DIFFERENCE
     p = min(1.0, 2.0 * min(float(np.mean(stats <= 0)), float(np.mean(stats >= 0))))
-    return {"mean": mean, "low": float(low), "high": float(high), "p": p, "seeds": seeds, "questions": questions,
-            "verdict": verdict}
+    return {
+        "mean": mean,
+        "low": float(low),
+        "high": float(high),
+        "p": p,
+        "seeds": seeds,
+        "questions": questions,
+        "verdict": verdict,
+    }
 
 
 def interpolate_items(curve, axis, key, x):
@@ -63,5 +72,7 @@ def interpolate_items(curve, axis, key, x):
 
 def describe(result: dict, scale: float = 100.0) -> str:
     """'+4.1 [+0.8, +7.5] ahead' in points; the verdict spelled out when the interval contains 0."""
-    return (f"{scale * result['mean']:+.1f} [{scale * result['low']:+.1f}, {scale * result['high']:+.1f}] "
-            f"{result['verdict']}")
+    return (
+        f"{scale * result['mean']:+.1f} [{scale * result['low']:+.1f}, {scale * result['high']:+.1f}] "
+        f"{result['verdict']}"
+    )

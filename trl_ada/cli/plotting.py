@@ -12,7 +12,7 @@ def pyplot():
     try:
         import matplotlib
     except ImportError:
-        print("[trl-ada] no plot written: plotting needs matplotlib (pip install \"trl-ada[plot]\")", flush=True)
+        print('[trl-ada] no plot written: plotting needs matplotlib (pip install "trl-ada[plot]")', flush=True)
         return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

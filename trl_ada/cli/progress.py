@@ -16,9 +16,18 @@ class Progress(TrainerCallback):
     `stop_at` (a wall-clock time: the comparison's deadline; the run is then `cut`) or once `max_completions` are
     generated. `count` is the trainer's `generation_count`, set once the trainer exists."""
 
-    def __init__(self, score: HeldOutScore, every: int, eval_k: int, label: str,
-                 stop_at: float | None = None, max_completions: int | None = None, max_tokens: int | None = None,
-                 extra_score: HeldOutScore | None = None, continue_cut: bool = True):
+    def __init__(
+        self,
+        score: HeldOutScore,
+        every: int,
+        eval_k: int,
+        label: str,
+        stop_at: float | None = None,
+        max_completions: int | None = None,
+        max_tokens: int | None = None,
+        extra_score: HeldOutScore | None = None,
+        continue_cut: bool = True,
+    ):
         self.count = None
         self.continue_cut = continue_cut  # a deadline's cut is continued later: evaluate at the real end only
         self.score, self.every, self.eval_k, self.label = score, every, eval_k, label
@@ -36,8 +45,11 @@ class Progress(TrainerCallback):
     def resume(self, record: dict) -> None:
         """Continue a cut run's curve: its evaluations on the `every` grid (and step 0) up to the cut, the cut's own
         avg@k dropped (it was final then), the clock going on from the training seconds it had reached."""
-        self.curve = [{k: v for k, v in point.items() if point["step"] == 0 or k not in ("avg_items", "avg@k")}
-                      for point in record["curve"] if point["step"] % self.every == 0 or point["step"] == 0]
+        self.curve = [
+            {k: v for k, v in point.items() if point["step"] == 0 or k not in ("avg_items", "avg@k")}
+            for point in record["curve"]
+            if point["step"] % self.every == 0 or point["step"] == 0
+        ]
         self.resumed_seconds = record["train_seconds"]
 
     def training_seconds(self) -> float:
@@ -47,9 +59,14 @@ class Progress(TrainerCallback):
     def _point(self, step, model, final=False):
         reuse = step == 0  # the model every run starts from: scored once per comparison (see HeldOutScore)
         started = time.time()
-        point = {"step": step, "samples": self.count.completions, "tokens": self.count.tokens,
-                 "trained_tokens": self.count.trained_tokens,
-                 "seconds": self.training_seconds(), "items": self.score(model, reuse=reuse)}
+        point = {
+            "step": step,
+            "samples": self.count.completions,
+            "tokens": self.count.tokens,
+            "trained_tokens": self.count.trained_tokens,
+            "seconds": self.training_seconds(),
+            "items": self.score(model, reuse=reuse),
+        }
         point["greedy"] = sum(point["items"]) / len(point["items"])
         if self.extra_score is not None:
             extra = self.extra_score(model, reuse=reuse)
@@ -61,9 +78,12 @@ class Progress(TrainerCallback):
         if not reuse and not final:
             self.eval_estimate = time.time() - started
         self.curve.append(point)
-        print(f"[compare] {self.label} step {step:3d}  {point['samples']} completions generated  "
-              f"held-out greedy {point['greedy']:.3f}" + (f"  avg@{self.eval_k} {point['avg@k']:.3f}"
-                                                           if "avg@k" in point else ""), flush=True)
+        print(
+            f"[compare] {self.label} step {step:3d}  {point['samples']} completions generated  "
+            f"held-out greedy {point['greedy']:.3f}"
+            + (f"  avg@{self.eval_k} {point['avg@k']:.3f}" if "avg@k" in point else ""),
+            flush=True,
+        )
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if self.resumed_seconds is not None:  # evaluated up to the cut already
@@ -77,8 +97,11 @@ class Progress(TrainerCallback):
             self.stopped = "max_completions"
         elif self.max_tokens is not None and self.count.tokens >= self.max_tokens:
             self.stopped = "max_tokens"
-        elif self.stop_at is not None and time.time() + self.cut_margin() >= self.stop_at \
-                and state.global_step < state.max_steps:
+        elif (
+            self.stop_at is not None
+            and time.time() + self.cut_margin() >= self.stop_at
+            and state.global_step < state.max_steps
+        ):
             self.stopped = "deadline"
         final = state.global_step >= state.max_steps or self.stopped is not None
         if final:

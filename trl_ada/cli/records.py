@@ -20,9 +20,11 @@ def cut_checkpoint(args, arm: str, seed: int, run_dir: str) -> tuple[str | None,
     if not (record.get("cut") and os.path.isdir(checkpoint)):
         return None, None
     if record["max_steps"] != args.max_steps:
-        raise ValueError(f"{arm} seed {seed} was cut at step {record['steps']} of a {record['max_steps']}-step run: "
-                         f"continue it with --max_steps {record['max_steps']}, or delete {path} to train it anew with "
-                         f"--max_steps {args.max_steps}")
+        raise ValueError(
+            f"{arm} seed {seed} was cut at step {record['steps']} of a {record['max_steps']}-step run: "
+            f"continue it with --max_steps {record['max_steps']}, or delete {path} to train it anew with "
+            f"--max_steps {args.max_steps}"
+        )
     return checkpoint, record
 
 
@@ -46,7 +48,9 @@ def load_results(output_dir: str) -> dict[str, dict[int, dict]]:
         results.setdefault(record["arm"], {})[record["seed"]] = record
     sizes = {len(r["curve"][0]["items"]) for runs in results.values() for r in runs.values() if r.get("curve")}
     if len(sizes) > 1:  # paired differences over questions need the same questions in every run
-        raise ValueError(f"{output_dir}/results: the runs there were scored on held-out sets of different sizes "
-                         f"({sorted(sizes)} questions): one comparison's runs share --eval_split and --eval_examples; "
-                         "give a comparison with other settings its own --output_dir")
+        raise ValueError(
+            f"{output_dir}/results: the runs there were scored on held-out sets of different sizes "
+            f"({sorted(sizes)} questions): one comparison's runs share --eval_split and --eval_examples; "
+            "give a comparison with other settings its own --output_dir"
+        )
     return results

@@ -20,8 +20,11 @@ def compare(results: dict[str, dict[int, dict]], arms: list[str]) -> dict:
         runs, bases = [results[arm][s]["curve"] for s in seeds], [results[baseline][s]["curve"] for s in seeds]
         by_step = []  # at each evaluated step, the seeds whose two runs both reached it (a cut run stops early)
         for step in sorted({p["step"] for c in runs + bases for p in c}):
-            pairs = [(run, base) for run, base in zip(runs, bases)
-                     if any(p["step"] == step for p in run) and any(p["step"] == step for p in base)]
+            pairs = [
+                (run, base)
+                for run, base in zip(runs, bases)
+                if any(p["step"] == step for p in run) and any(p["step"] == step for p in base)
+            ]
             if pairs:
                 diffs = [_at(run, "step", step) - _at(base, "step", step) for run, base in pairs]
                 by_step.append({"step": step, **paired.paired_difference(diffs)})
@@ -30,7 +33,8 @@ def compare(results: dict[str, dict[int, dict]], arms: list[str]) -> dict:
             return sum(results[name][s][key] / max(results[name][s]["steps"], 1) for s in seeds) / len(seeds)
 
         report["arms"][arm] = {
-            "seeds": seeds, "equal_steps": by_step,
+            "seeds": seeds,
+            "equal_steps": by_step,
             "equal_completions": _at_equal_cost(runs, bases, "samples", "completions"),
             "equal_tokens": _at_equal_cost(runs, bases, "tokens", "tokens"),
             **_trained_axes(runs, bases),
@@ -41,8 +45,9 @@ def compare(results: dict[str, dict[int, dict]], arms: list[str]) -> dict:
         }
     report["cost"] = {name: arm_cost(results.get(name, {})) for name in arms if results.get(name)}
     records = [r for name in arms for r in results.get(name, {}).values()]
-    report["held_out"] = [list(pair) for pair in sorted({(r.get("held_out_source", "?"), r.get("held_out_questions"))
-                                                         for r in records})]
+    report["held_out"] = [
+        list(pair) for pair in sorted({(r.get("held_out_source", "?"), r.get("held_out_questions")) for r in records})
+    ]
     return report
 
 
@@ -57,7 +62,9 @@ def _at_equal_cost(runs, bases, axis: str, label: str) -> dict:
     for run, base in pairs:
         x = min(run[-1][axis], base[-1][axis])
         at.append(x)
-        diffs.append(paired.interpolate_items(run, axis, "items", x) - paired.interpolate_items(base, axis, "items", x))
+        diffs.append(
+            paired.interpolate_items(run, axis, "items", x) - paired.interpolate_items(base, axis, "items", x)
+        )
     return {label: at, **paired.paired_difference(diffs)}
 
 
@@ -79,9 +86,11 @@ def _trained_axes(runs, bases) -> dict:
     if not all("trained_tokens" in p for curve in runs + bases for p in curve):
         return {}
     with_cost = [[{**p, "gpu_cost": gpu_cost(p)} for p in curve] for curve in runs + bases]
-    runs, bases = with_cost[:len(runs)], with_cost[len(runs):]
-    return {"equal_trained_tokens": _at_equal_cost(runs, bases, "trained_tokens", "trained_tokens"),
-            "equal_gpu_cost": _at_equal_cost(runs, bases, "gpu_cost", "gpu_cost")}
+    runs, bases = with_cost[: len(runs)], with_cost[len(runs) :]
+    return {
+        "equal_trained_tokens": _at_equal_cost(runs, bases, "trained_tokens", "trained_tokens"),
+        "equal_gpu_cost": _at_equal_cost(runs, bases, "gpu_cost", "gpu_cost"),
+    }
 
 
 def arm_cost(runs: dict[int, dict]) -> dict:
@@ -94,20 +103,27 @@ def arm_cost(runs: dict[int, dict]) -> dict:
         return sum((r.get(key) or 0) / n for r, n in zip(records, steps)) / len(records)
 
     signal = [x for r in records for x in r.get("signal", []) if x is not None]
-    return {"runs": len(records), "cut": sum(bool(r.get("cut")) for r in records),
-            "signal_share": sum(signal) / len(signal) if signal else None,
-            "mean_steps": sum(steps) / len(steps),
-            "generated_per_step": mean("generated_completions"),
-            "generated_tokens_per_step": mean("generated_tokens"), "trained_per_step": mean("trained_completions"),
-            "seconds_per_step": mean("train_seconds"), **_extra_scores(records)}
+    return {
+        "runs": len(records),
+        "cut": sum(bool(r.get("cut")) for r in records),
+        "signal_share": sum(signal) / len(signal) if signal else None,
+        "mean_steps": sum(steps) / len(steps),
+        "generated_per_step": mean("generated_completions"),
+        "generated_tokens_per_step": mean("generated_tokens"),
+        "trained_per_step": mean("trained_completions"),
+        "seconds_per_step": mean("train_seconds"),
+        **_extra_scores(records),
+    }
 
 
 def _extra_scores(records: list[dict]) -> dict:
     """The second held-out set's greedy score (--eval_extra_split), before training and at each run's end."""
     if not all("extra_greedy" in r["curve"][0] for r in records):
         return {}
-    return {"extra_before": sum(r["curve"][0]["extra_greedy"] for r in records) / len(records),
-            "extra_after": sum(r["curve"][-1]["extra_greedy"] for r in records) / len(records)}
+    return {
+        "extra_before": sum(r["curve"][0]["extra_greedy"] for r in records) / len(records),
+        "extra_after": sum(r["curve"][-1]["extra_greedy"] for r in records) / len(records),
+    }
 
 
 def _at(curve, axis, x):
@@ -120,34 +136,46 @@ def print_report(report: dict) -> None:
     baseline = report["baseline"]
     held = "; ".join(f"{source}, {n} questions" for source, n in report.get("held_out", []))
     print(f"\nHeld-out set: {held or 'unknown'}.")
-    print(f"Paired difference to {baseline} in held-out score (points, 95% bootstrap interval over seeds and "
-          "questions; an interval containing 0 reads 'no difference measured').")
-    print(f"\n| arm | seeds | completions per step (vs {baseline}) | equal generated completions | equal generated "
-          "tokens | equal optimizer steps (last evaluation every seed reached) |\n|---|---:|---|---|---|---|")
+    print(
+        f"Paired difference to {baseline} in held-out score (points, 95% bootstrap interval over seeds and "
+        "questions; an interval containing 0 reads 'no difference measured')."
+    )
+    print(
+        f"\n| arm | seeds | completions per step (vs {baseline}) | equal generated completions | equal generated "
+        "tokens | equal optimizer steps (last evaluation every seed reached) |\n|---|---:|---|---|---|---|"
+    )
     for arm, r in report["arms"].items():
         every_seed = [row for row in r["equal_steps"] if row["seeds"] == len(r["seeds"])]  # not only uncut pairs
         last = (every_seed or r["equal_steps"])[-1]
         at, tokens = r["equal_completions"]["completions"], r["equal_tokens"]["tokens"]
-        print(f"| {arm} | {len(r['seeds'])} | {r['completions_per_step']:.1f} "
-              f"({r['baseline_completions_per_step']:.1f}) | {paired.describe(r['equal_completions'])} at "
-              f"{min(at)}-{max(at)} | {paired.describe(r['equal_tokens'])} at {min(tokens)}-{max(tokens)} | "
-              f"{paired.describe(last)} at step {last['step']} |")
+        print(
+            f"| {arm} | {len(r['seeds'])} | {r['completions_per_step']:.1f} "
+            f"({r['baseline_completions_per_step']:.1f}) | {paired.describe(r['equal_completions'])} at "
+            f"{min(at)}-{max(at)} | {paired.describe(r['equal_tokens'])} at {min(tokens)}-{max(tokens)} | "
+            f"{paired.describe(last)} at step {last['step']} |"
+        )
     modelled = {arm: r for arm, r in report["arms"].items() if "equal_gpu_cost" in r}
     if modelled:
-        print(f"\nAt equal trained tokens, and at equal modelled GPU cost (generated tokens x {ROLLOUT_SHARE} + "
-              f"trained tokens x {1 - ROLLOUT_SHARE:g}: the rollout {ROLLOUT_SHARE:.0%} of a GRPO step; "
-              "docs/compare.md):\n")
+        print(
+            f"\nAt equal trained tokens, and at equal modelled GPU cost (generated tokens x {ROLLOUT_SHARE} + "
+            f"trained tokens x {1 - ROLLOUT_SHARE:g}: the rollout {ROLLOUT_SHARE:.0%} of a GRPO step; "
+            "docs/compare.md):\n"
+        )
         print("| arm | equal trained tokens | equal modelled GPU cost |\n|---|---|---|")
         for arm, r in modelled.items():
             print(f"| {arm} | {paired.describe(r['equal_trained_tokens'])} | {paired.describe(r['equal_gpu_cost'])} |")
     print("\nCost per optimizer step (mean over runs; training seconds exclude evaluation):\n")
-    print("| arm | runs (cut) | steps | generated completions | generated tokens | trained completions | seconds | "
-          "trained groups with signal |\n|---|---|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| arm | runs (cut) | steps | generated completions | generated tokens | trained completions | seconds | "
+        "trained groups with signal |\n|---|---|---:|---:|---:|---:|---:|---:|"
+    )
     for arm, c in report.get("cost", {}).items():
         signal = "-" if c.get("signal_share") is None else f"{c['signal_share']:.2f}"
-        print(f"| {arm} | {c['runs']} ({c['cut']}) | {c['mean_steps']:.0f} | {c['generated_per_step']:.1f} | "
-              f"{c['generated_tokens_per_step']:.0f} | {c['trained_per_step']:.1f} | {c['seconds_per_step']:.2f} | "
-              f"{signal} |")
+        print(
+            f"| {arm} | {c['runs']} ({c['cut']}) | {c['mean_steps']:.0f} | {c['generated_per_step']:.1f} | "
+            f"{c['generated_tokens_per_step']:.0f} | {c['trained_per_step']:.1f} | {c['seconds_per_step']:.2f} | "
+            f"{signal} |"
+        )
     extras = {arm: c for arm, c in report.get("cost", {}).items() if "extra_before" in c}
     if extras:
         print("\nThe second held-out set (--eval_extra_split), greedy, mean over runs:\n")
@@ -171,8 +199,13 @@ def plot(results: dict[str, dict[int, dict]], arms: list[str], path: str) -> Non
         for axis, ax in zip(("step", "samples", "tokens"), axes):
             for i, record in enumerate(results.get(arm, {}).values()):
                 curve = record["curve"]
-                ax.plot([p[axis] for p in curve], [p["greedy"] for p in curve], color=f"C{arms.index(arm)}",
-                        alpha=0.6, label=arm if i == 0 else None)
+                ax.plot(
+                    [p[axis] for p in curve],
+                    [p["greedy"] for p in curve],
+                    color=f"C{arms.index(arm)}",
+                    alpha=0.6,
+                    label=arm if i == 0 else None,
+                )
     axes[0].set_xlabel("optimizer steps")
     axes[1].set_xlabel("generated completions")
     axes[2].set_xlabel("generated tokens")

@@ -46,52 +46,75 @@ from trl_ada.trainer import AdaGRPOTrainer
 class ScriptArguments:
     dataset_name: str = field(
         default="synthetic",
-        metadata={"help": "Hub id (e.g. RLHFlow/reinforce_ada_hard_prompt), local json/jsonl/parquet file, "
-                  "'synthetic' for the offline arithmetic task, 'word_problems' for easy arithmetic word problems or "
-                  "'arithmetic' for chat arithmetic (offline, the real-model tasks) or 'hard_arithmetic' for its "
-                  "screened hard set (benchmarks/hard_set)."},
+        metadata={
+            "help": "Hub id (e.g. RLHFlow/reinforce_ada_hard_prompt), local json/jsonl/parquet file, "
+            "'synthetic' for the offline arithmetic task, 'word_problems' for easy arithmetic word problems or "
+            "'arithmetic' for chat arithmetic (offline, the real-model tasks) or 'hard_arithmetic' for its "
+            "screened hard set (benchmarks/hard_set)."
+        },
     )
     dataset_split: str = field(default="train", metadata={"help": "Split to train on."})
     dataset_prompt_template: str | None = field(
         default=None,
-        metadata={"help": "How the rows of a Hub id or local file become prompts. Unset (the default): as "
-                  "GRPOTrainer takes them, the data set's own `prompt` column (text or conversational), every "
-                  "column unchanged. 'math': the reference's prompt (a system message asking for \\boxed{}, the "
-                  "problem with a step-by-step suffix) built from dataset_problem_column, the gold answer column "
-                  "renamed to `answer` (boxed_math_reward reads it): the math recipes set it. 'user': "
-                  "dataset_problem_column as a single user message, every column unchanged."},
+        metadata={
+            "help": "How the rows of a Hub id or local file become prompts. Unset (the default): as "
+            "GRPOTrainer takes them, the data set's own `prompt` column (text or conversational), every "
+            "column unchanged. 'math': the reference's prompt (a system message asking for \\boxed{}, the "
+            "problem with a step-by-step suffix) built from dataset_problem_column, the gold answer column "
+            "renamed to `answer` (boxed_math_reward reads it): the math recipes set it. 'user': "
+            "dataset_problem_column as a single user message, every column unchanged."
+        },
     )
     dataset_problem_column: str = field(
-        default="problem", metadata={"help": "With dataset_prompt_template: the column with the problem text."})
-    dataset_answer_column: str | None = field(
-        default=None, metadata={"help": "With dataset_prompt_template=math: the column with the gold answer "
-                                "(default: the first of gt, answer, solution)."}
+        default="problem", metadata={"help": "With dataset_prompt_template: the column with the problem text."}
     )
-    dataset_num_examples: int | None = field(default=None, metadata={
-        "help": "Train on the first N examples only (a Hub id, a local file or hard_arithmetic; the other built-in "
-                "tasks take synthetic_num_examples)."})
+    dataset_answer_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "With dataset_prompt_template=math: the column with the gold answer "
+            "(default: the first of gt, answer, solution)."
+        },
+    )
+    dataset_num_examples: int | None = field(
+        default=None,
+        metadata={
+            "help": "Train on the first N examples only (a Hub id, a local file or hard_arithmetic; the other built-in "
+            "tasks take synthetic_num_examples)."
+        },
+    )
     synthetic_difficulty: int = field(
-        default=1, metadata={"help": "Digits per operand of the synthetic task (word_problems: 1 = small numbers, "
-                             "each level up x10)."})
+        default=1,
+        metadata={
+            "help": "Digits per operand of the synthetic task (word_problems: 1 = small numbers, each level up x10)."
+        },
+    )
     synthetic_num_examples: int = field(
-        default=2048, metadata={"help": "Size of the synthetic (word_problems, arithmetic) training set."})
+        default=2048, metadata={"help": "Size of the synthetic (word_problems, arithmetic) training set."}
+    )
     warm_start_steps: int = field(
-        default=300, metadata={"help": "Supervised warm-start steps of `--model_name_or_path tiny-warm` (the demo's "
-                               "300)."})
+        default=300,
+        metadata={"help": "Supervised warm-start steps of `--model_name_or_path tiny-warm` (the demo's 300)."},
+    )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["boxed_math_reward"],
-        metadata={"help": "'boxed_math_reward' (the reference reward), 'last_number_reward' (the last number of the "
-                  "text equals the gold: chat arithmetic) or dotted import paths of reward functions."},
+        metadata={
+            "help": "'boxed_math_reward' (the reference reward), 'last_number_reward' (the last number of the "
+            "text equals the gold: chat arithmetic) or dotted import paths of reward functions."
+        },
     )
     tools: list[str] = field(
         default_factory=list,
-        metadata={"help": "Tools for the model to call, as import paths ('trl_ada.examples.agents:multiply' or "
-                  "'trl_ada.examples.agents.multiply'): TRL's tool-calling loop runs inside every round."},
+        metadata={
+            "help": "Tools for the model to call, as import paths ('trl_ada.examples.agents:multiply' or "
+            "'trl_ada.examples.agents.multiply'): TRL's tool-calling loop runs inside every round."
+        },
     )
     environment_factory: str | None = field(
         default=None,
-        metadata={"help": "Import path of an environment class or factory (TRL's environment_factory): one instance "
-                  "per sample of every round, reset with its row; its public methods are tools."},
+        metadata={
+            "help": "Import path of an environment class or factory (TRL's environment_factory): one instance "
+            "per sample of every round, reset with its row; its public methods are tools."
+        },
     )
 
     def __post_init__(self):
@@ -99,33 +122,49 @@ class ScriptArguments:
             if isinstance(getattr(self, name), str):
                 setattr(self, name, [getattr(self, name)])
         if self.dataset_prompt_template is not None and self.dataset_prompt_template not in PROMPT_TEMPLATES:
-            raise ValueError(f"dataset_prompt_template={self.dataset_prompt_template!r}: use one of "
-                             f"{list(PROMPT_TEMPLATES)}, or leave it unset (the data set's own `prompt` column).")
+            raise ValueError(
+                f"dataset_prompt_template={self.dataset_prompt_template!r}: use one of "
+                f"{list(PROMPT_TEMPLATES)}, or leave it unset (the data set's own `prompt` column)."
+            )
         for name in ("synthetic_num_examples", "synthetic_difficulty", "dataset_num_examples"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name}={value!r} must be an integer >= 1 (a training set needs rows; difficulty "
-                                 "counts digits from 1).")
+                raise ValueError(
+                    f"{name}={value!r} must be an integer >= 1 (a training set needs rows; difficulty "
+                    "counts digits from 1)."
+                )
         # A built-in task builds its own prompts: a recipe's data fields are ignored for it, said aloud (a math recipe
         # smoke-tested with `--dataset_name synthetic` still runs). They stay set: a held-out file
         # (`trl-ada-compare --eval_dataset`) is loaded as the recipe's data, with them.
         ignored = file_only_fields(self)
         if ignored:
-            sized = ("dataset_num_examples" if self.dataset_name == "hard_arithmetic" else "synthetic_num_examples")
-            warnings.warn(f"{', '.join(f'{k}={v!r}' for k, v in ignored.items())}: for a Hub id or a local file; the "
-                          f"built-in task dataset_name={self.dataset_name!r} builds its own prompts and columns "
-                          f"({sized} sizes it), so its training set ignores them.", UserWarning, stacklevel=3)
-        unknown = [name for name in self.reward_funcs if name not in NAMED_REWARDS and not ("." in name or ":" in name)]
+            sized = "dataset_num_examples" if self.dataset_name == "hard_arithmetic" else "synthetic_num_examples"
+            warnings.warn(
+                f"{', '.join(f'{k}={v!r}' for k, v in ignored.items())}: for a Hub id or a local file; the "
+                f"built-in task dataset_name={self.dataset_name!r} builds its own prompts and columns "
+                f"({sized} sizes it), so its training set ignores them.",
+                UserWarning,
+                stacklevel=3,
+            )
+        unknown = [
+            name for name in self.reward_funcs if name not in NAMED_REWARDS and not ("." in name or ":" in name)
+        ]
         if unknown:
-            raise ValueError(f"reward_funcs: unknown {unknown[0]!r}; use one of {sorted(NAMED_REWARDS)} or a dotted "
-                             "import path (my_task.my_reward for my_task.py in the current folder).")
+            raise ValueError(
+                f"reward_funcs: unknown {unknown[0]!r}; use one of {sorted(NAMED_REWARDS)} or a dotted "
+                "import path (my_task.my_reward for my_task.py in the current folder)."
+            )
 
 
 # The offline tasks `dataset_name` can name; they build their own prompts, so the fields below are for files only
 # (and dataset_num_examples for hard_arithmetic too, which it cuts).
 BUILT_IN_TASKS = ("synthetic", "word_problems", "arithmetic", "hard_arithmetic", "products")
-_FILE_ONLY_DEFAULTS = {"dataset_prompt_template": None, "dataset_problem_column": "problem",
-                       "dataset_answer_column": None, "dataset_num_examples": None}
+_FILE_ONLY_DEFAULTS = {
+    "dataset_prompt_template": None,
+    "dataset_problem_column": "problem",
+    "dataset_answer_column": None,
+    "dataset_num_examples": None,
+}
 
 
 def file_only_fields(values) -> dict:
@@ -133,8 +172,11 @@ def file_only_fields(values) -> dict:
     values = values if isinstance(values, dict) else vars(values)
     if values["dataset_name"] not in BUILT_IN_TASKS:
         return {}
-    ignored = [n for n in _FILE_ONLY_DEFAULTS if not (n == "dataset_num_examples"
-                                                       and values["dataset_name"] == "hard_arithmetic")]
+    ignored = [
+        n
+        for n in _FILE_ONLY_DEFAULTS
+        if not (n == "dataset_num_examples" and values["dataset_name"] == "hard_arithmetic")
+    ]
     return {n: values[n] for n in ignored if values[n] != _FILE_ONLY_DEFAULTS[n]}
 
 
@@ -159,8 +201,9 @@ def load_reward_funcs(names: list[str]):
         elif "." in name or ":" in name:
             funcs.append(load_object(name, "reward_funcs"))
         else:
-            raise ValueError(f"reward_funcs: unknown {name!r}; use one of {sorted(NAMED_REWARDS)} or a dotted import "
-                             "path.")
+            raise ValueError(
+                f"reward_funcs: unknown {name!r}; use one of {sorted(NAMED_REWARDS)} or a dotted import path."
+            )
     return funcs
 
 
@@ -176,9 +219,11 @@ def load_object(path: str, field_name: str):
     try:
         return getattr(importlib.import_module(module), attribute)
     except (ImportError, AttributeError, ValueError) as error:
-        raise ValueError(f"{field_name}: cannot import {path!r} ({error}). Looked in the current folder ({here}) and "
-                         "the installed packages; give an import path such as 'my_task:my_reward' for my_task.py in "
-                         "the current folder, or 'trl_ada.examples.agents:multiply'.") from None
+        raise ValueError(
+            f"{field_name}: cannot import {path!r} ({error}). Looked in the current folder ({here}) and "
+            "the installed packages; give an import path such as 'my_task:my_reward' for my_task.py in "
+            "the current folder, or 'trl_ada.examples.agents:multiply'."
+        ) from None
 
 
 RECIPE_CLASSES = (ScriptArguments, AdaGRPOConfig, ModelConfig)
@@ -190,7 +235,8 @@ def parse_recipe(argv=None, classes=RECIPE_CLASSES) -> tuple:
     from and the closest field."""
     parser = TrlParser(classes)
     *parsed, from_config, from_command_line = parser.parse_args_and_config(
-        args=argv, return_remaining_strings=True, separate_remaining_strings=True)
+        args=argv, return_remaining_strings=True, separate_remaining_strings=True
+    )
     if from_config or from_command_line:
         names = [f.name for cls in classes for f in dataclasses.fields(cls)]
         problems = []
@@ -205,7 +251,8 @@ def parse_recipe(argv=None, classes=RECIPE_CLASSES) -> tuple:
         raise ValueError(
             f"unknown recipe key{'s' if len(problems) > 1 else ''}: {'; '.join(problems) or stray}. A recipe's keys "
             "are the fields of trl_ada.cli.train.ScriptArguments, trl_ada.AdaGRPOConfig and trl.ModelConfig (`python -m "
-            "trl_ada.cli.train --help` lists them).")
+            "trl_ada.cli.train --help` lists them)."
+        )
     return tuple(parsed)
 
 
@@ -223,8 +270,13 @@ def load_train_dataset(script_args: ScriptArguments, seed: int):
     raw = load_raw_dataset(script_args.dataset_name, script_args.dataset_split)
     if script_args.dataset_num_examples is not None:
         raw = raw.select(range(min(script_args.dataset_num_examples, len(raw))))
-    dataset = to_trl_dataset(raw, script_args.dataset_prompt_template, script_args.dataset_problem_column,
-                             script_args.dataset_answer_column, source=script_args.dataset_name)
+    dataset = to_trl_dataset(
+        raw,
+        script_args.dataset_prompt_template,
+        script_args.dataset_problem_column,
+        script_args.dataset_answer_column,
+        source=script_args.dataset_name,
+    )
     if script_args.dataset_prompt_template == "math":
         check_gold_answers(dataset["answer"])  # a bad gold answer is a data error: fail before any GPU time is spent
     return dataset
@@ -242,8 +294,12 @@ def resolve_model(name: str | None, training_args, warm_start_steps: int = 300) 
         with training_args.main_process_first(desc="building the tiny tool model"):
             model = build_tiny_model(os.path.join(training_args.output_dir, "tiny-tool-model"), tools=True)
             if name == "tiny-tools-warm":
-                model = tool_warm_start(model, os.path.join(training_args.output_dir, "tool-warm-model"),
-                                        warm_start_steps, training_args.seed)
+                model = tool_warm_start(
+                    model,
+                    os.path.join(training_args.output_dir, "tool-warm-model"),
+                    warm_start_steps,
+                    training_args.seed,
+                )
         return os.path.abspath(model)
     if name in (None, "tiny", "tiny-warm"):
         with training_args.main_process_first(desc="building the tiny model"):
@@ -253,14 +309,17 @@ def resolve_model(name: str | None, training_args, warm_start_steps: int = 300) 
 
             # Every process runs the warm start together (it is a data-parallel SFT run when launched on several
             # processes); the main process saves it, the others wait for the files.
-            model = warm_start(model, os.path.join(training_args.output_dir, "warm-model"), warm_start_steps,
-                               training_args.seed)
+            model = warm_start(
+                model, os.path.join(training_args.output_dir, "warm-model"), warm_start_steps, training_args.seed
+            )
             PartialState().wait_for_everyone()
         return os.path.abspath(model)
     if not os.path.isdir(os.path.expanduser(name)) and (_looks_local(name) or missing_model_message(name)):
         raise FileNotFoundError(
-            missing_model_message(name) or f"model_name_or_path: local folder {name!r} does not exist (give a model "
-            "folder, or a Hub id like Qwen/Qwen2.5-Math-1.5B).")
+            missing_model_message(name)
+            or f"model_name_or_path: local folder {name!r} does not exist (give a model "
+            "folder, or a Hub id like Qwen/Qwen2.5-Math-1.5B)."
+        )
     folder = os.path.expanduser(name)
     return os.path.abspath(folder) if os.path.isdir(folder) else name
 
@@ -270,8 +329,11 @@ def main(argv=None):
     # The recipe's imports and data first: a typo there fails in seconds, before a model is built or warm-started.
     reward_funcs = load_reward_funcs(script_args.reward_funcs)
     tools = [load_object(path, "tools") for path in script_args.tools] or None
-    environment_factory = (load_object(script_args.environment_factory, "environment_factory")
-                           if script_args.environment_factory else None)
+    environment_factory = (
+        load_object(script_args.environment_factory, "environment_factory")
+        if script_args.environment_factory
+        else None
+    )
     train_dataset = load_train_dataset(script_args, training_args.seed)
     model = resolve_model(model_args.model_name_or_path, training_args, script_args.warm_start_steps)
     if model_args.dtype not in (None, "auto"):

@@ -72,8 +72,9 @@ def pooled_advantages(
     """
     mean, std = pool_statistics(pool_rewards, positive_threshold, baseline)
     denominator = max(std, 1e-6) + 1e-6 if scale_by_std else 1.0
-    return [0.0 if math.isnan(r) else ((r - mean) / denominator if scale_by_std else r - mean)
-            for r in selected_rewards]
+    return [
+        0.0 if math.isnan(r) else ((r - mean) / denominator if scale_by_std else r - mean) for r in selected_rewards
+    ]
 
 
 def reinforce_rej_advantages(group_rewards: Sequence[float], atol: float = 1e-6) -> list[float]:

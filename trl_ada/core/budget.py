@@ -58,8 +58,15 @@ from dataclasses import dataclass, field
 from trl_ada.core.sampling import PromptResult, count_signs, select_at_exit
 
 
-__all__ = ["Budgeted", "predictive_uniform", "predictive_missing_class", "remembered_posterior",
-           "run_budgeted_sampling", "step_budget", "step_coin"]
+__all__ = [
+    "Budgeted",
+    "predictive_uniform",
+    "predictive_missing_class",
+    "remembered_posterior",
+    "run_budgeted_sampling",
+    "step_budget",
+    "step_coin",
+]
 
 
 def _log_beta(a: float, b: float) -> float:
@@ -197,8 +204,9 @@ def run_budgeted_sampling(
     for handle in accepted:
         pool = pools[handle]
         positives, negatives = count_signs(pool, positive_threshold)
-        result = PromptResult(pool_rewards=pool, rounds=1 + (len(pool) - n) // top_up,
-                              finished=positives > 0 and negatives > 0)
+        result = PromptResult(
+            pool_rewards=pool, rounds=1 + (len(pool) - n) // top_up, finished=positives > 0 and negatives > 0
+        )
         result.selected = select_at_exit(pool, n, positive_threshold)
         out.sampled.append((handle, result))
     return out

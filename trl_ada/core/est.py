@@ -97,8 +97,9 @@ def allocate(
     return counts
 
 
-def est_advantages(rewards: Sequence[float], eps: float = 1e-6, residual_exponent: float = 0.5,
-                   atol: float = 1e-6) -> list[float]:
+def est_advantages(
+    rewards: Sequence[float], eps: float = 1e-6, residual_exponent: float = 0.5, atol: float = 1e-6
+) -> list[float]:
     """One prompt's advantages: `(r - mean) * (mean + eps) ** -residual_exponent` for every sample.
 
     `mean` is the mean of the finite rewards (NaN marks an unscorable sample: left out, advantage 0). A prompt whose
@@ -113,8 +114,9 @@ def est_advantages(rewards: Sequence[float], eps: float = 1e-6, residual_exponen
     return [0.0 if math.isnan(r) else (float(r) - mean) * weight for r in rewards]
 
 
-def allocation_metrics(pass_rates: Sequence[float], counts: Sequence[int], mean_rewards: Sequence[float],
-                       hard: float = 0.1) -> dict[str, float]:
+def allocation_metrics(
+    pass_rates: Sequence[float], counts: Sequence[int], mean_rewards: Sequence[float], hard: float = 0.1
+) -> dict[str, float]:
     """What one step's allocation did (`sampling/est/*`): the spread of N_x, the share of the samples spent on prompts
     predicted hard (p_x < `hard`), and the correlation of N_x with the mean reward the prompts then showed (negative
     when the estimate sends samples where they are needed)."""

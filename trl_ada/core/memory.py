@@ -68,13 +68,15 @@ def prompt_key(prompt_ids: Sequence[int], images: Sequence | None = None, contex
 
 # What a conversational prompt is without its images (the trainer keys image prompts by their text and pixels).
 
+
 def text_only(prompt: Any) -> Any:
     """A conversational prompt without its image placeholders (text blocks kept, in order); anything else as is."""
     if not isinstance(prompt, list):
         return prompt
     return [
         {**message, "content": [part for part in message["content"] if part.get("type") != "image"]}
-        if isinstance(message.get("content"), list) else message
+        if isinstance(message.get("content"), list)
+        else message
         for message in prompt
     ]
 
@@ -83,8 +85,13 @@ def image_slots(prompt: Any) -> list[list[int]]:
     """(message, block) positions of the image placeholders in a conversational prompt's messages."""
     if not isinstance(prompt, list):
         return []
-    return [[m, b] for m, message in enumerate(prompt) if isinstance(message.get("content"), list)
-            for b, part in enumerate(message["content"]) if part.get("type") == "image"]
+    return [
+        [m, b]
+        for m, message in enumerate(prompt)
+        if isinstance(message.get("content"), list)
+        for b, part in enumerate(message["content"])
+        if part.get("type") == "image"
+    ]
 
 
 def prompt_text(prompt: Any) -> str:
@@ -310,14 +317,18 @@ class GroupPrior:
         return mean * strength, (1.0 - mean) * strength
 
     def state_dict(self) -> dict:
-        return {"hyperparameters": [self.decay, self.min_visits, self.min_strength],
-                "groups": {label: list(stats) for label, stats in self._stats.items()}}
+        return {
+            "hyperparameters": [self.decay, self.min_visits, self.min_strength],
+            "groups": {label: list(stats) for label, stats in self._stats.items()},
+        }
 
     def load_state_dict(self, state: dict) -> None:
         saved = tuple(float(x) for x in state["hyperparameters"])
         if saved != (self.decay, self.min_visits, self.min_strength):
-            raise ValueError(f"The saved group prior was built with (decay, min_visits, min_strength) = {saved}, not "
-                             f"{(self.decay, self.min_visits, self.min_strength)}.")
+            raise ValueError(
+                f"The saved group prior was built with (decay, min_visits, min_strength) = {saved}, not "
+                f"{(self.decay, self.min_visits, self.min_strength)}."
+            )
         self._stats = {str(label): [float(x) for x in stats] for label, stats in state["groups"].items()}
 
     def table(self) -> dict[str, list]:
@@ -332,8 +343,9 @@ class GroupPrior:
         return out
 
 
-def observe_step(memory: PromptMemory, keys: Sequence[int], samples: Sequence[int], positives: Sequence[int],
-                 step: int) -> dict[str, float]:
+def observe_step(
+    memory: PromptMemory, keys: Sequence[int], samples: Sequence[int], positives: Sequence[int], step: int
+) -> dict[str, float]:
     """Fold one step's counts per prompt into the memory; return how well it had foreseen them (`sampling/memory_*`:
     the squared error of the remembered pass rate against the rate the step then saw, over prompts seen before)."""
     predicted = [memory.pass_rate(key) for key in keys]  # before this step's samples join

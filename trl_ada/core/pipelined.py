@@ -145,10 +145,30 @@ def run_pipelined_sampling(
     numbers = list(range(num_prompts)) if prompt_numbers is None else list(prompt_numbers)
     if len(numbers) != num_prompts:
         raise ValueError(f"prompt_numbers holds {len(numbers)} numbers for {num_prompts} prompts.")
-    prompts = [PromptRounds(num_generations, round_repeat, max_rounds, choice, positive_threshold,
-                            selection_rng(selection, seed, number)) for number in numbers]
-    driver = _Driver(prompts, engine, score, num_generations, round_repeat, max_rounds, choice, positive_threshold,
-                     max_running, certain_continuation, speculative)
+    prompts = [
+        PromptRounds(
+            num_generations,
+            round_repeat,
+            max_rounds,
+            choice,
+            positive_threshold,
+            selection_rng(selection, seed, number),
+        )
+        for number in numbers
+    ]
+    driver = _Driver(
+        prompts,
+        engine,
+        score,
+        num_generations,
+        round_repeat,
+        max_rounds,
+        choice,
+        positive_threshold,
+        max_running,
+        certain_continuation,
+        speculative,
+    )
     return driver.run()
 
 
@@ -160,8 +180,20 @@ class _Driver:
     queue (admitted, or its prompt retired) is stale and skipped.
     """
 
-    def __init__(self, prompts, engine, score, num_generations, round_repeat, max_rounds, choice, positive_threshold,
-                 max_running, certain_continuation, speculative):
+    def __init__(
+        self,
+        prompts,
+        engine,
+        score,
+        num_generations,
+        round_repeat,
+        max_rounds,
+        choice,
+        positive_threshold,
+        max_running,
+        certain_continuation,
+        speculative,
+    ):
         self.prompts, self.engine, self.score = prompts, engine, score
         self.n, self.m, self.max_rounds = num_generations, round_repeat, max_rounds
         self.choice, self.positive_threshold, self.max_running = choice, positive_threshold, max_running
@@ -186,8 +218,10 @@ class _Driver:
                     self.speculate(self.free_room())
                     self.admit(self.free_room())
                 if not self.running:
-                    raise RuntimeError("run_pipelined_sampling: prompts are unfinished but nothing is running or "
-                                       "queued (the engine reports no free slots).")
+                    raise RuntimeError(
+                        "run_pipelined_sampling: prompts are unfinished but nothing is running or "
+                        "queued (the engine reports no free slots)."
+                    )
                 finished = list(self.engine.poll())
                 self.stats.polls += 1
                 if finished:
@@ -228,8 +262,12 @@ class _Driver:
     def continue_if_certain(self, p: int) -> None:
         """Certain continuation: a balanced prompt's next round happens once its exit is unreachable without it."""
         prompt = self.prompts[p]
-        while (self.certain_continuation and self.choice == "balanced" and not prompt.retired
-               and self.certain[p] < self.max_rounds):
+        while (
+            self.certain_continuation
+            and self.choice == "balanced"
+            and not prompt.retired
+            and self.certain[p] < self.max_rounds
+        ):
             lacking, unscored = self.missing(p)
             if lacking <= unscored:
                 return
@@ -280,8 +318,9 @@ class _Driver:
             self.engine.abort(aborted)
             self.running.difference_update(aborted)
         m = self.m
-        self.queued.difference_update([(p, slot) for slot in range(self.prompts[p].result.rounds * m,
-                                                                     self.issued[p] * m)])
+        self.queued.difference_update(
+            [(p, slot) for slot in range(self.prompts[p].result.rounds * m, self.issued[p] * m)]
+        )
         self.out.discarded += discarded
         self.out.aborted += aborted
         self.stats.wasted_samples += len(discarded) + len(aborted)

@@ -137,8 +137,11 @@ def select_at_exit(
             take_pos += min(shortfall, len(positives) - take_pos)
         elif len(negatives) > take_neg:
             take_neg += min(shortfall, len(negatives) - take_neg)
-    return _pick(positives, take_pos, rng) + _pick(negatives, take_neg, rng) + _fill(
-        unscorable, num_generations - take_pos - take_neg, rng)
+    return (
+        _pick(positives, take_pos, rng)
+        + _pick(negatives, take_neg, rng)
+        + _fill(unscorable, num_generations - take_pos - take_neg, rng)
+    )
 
 
 def _fill(unscorable: list[int], shortfall: int, rng: random.Random | None) -> list[int]:
@@ -179,8 +182,11 @@ def select_fallback(
     extra_pos = min(shortfall, len(positives) - take_pos)
     take_pos += extra_pos
     take_neg += min(shortfall - extra_pos, len(negatives) - take_neg)
-    return _pick(positives, take_pos, rng) + _pick(negatives, take_neg, rng) + _fill(
-        unscorable, take - take_pos - take_neg, rng)
+    return (
+        _pick(positives, take_pos, rng)
+        + _pick(negatives, take_neg, rng)
+        + _fill(unscorable, take - take_pos - take_neg, rng)
+    )
 
 
 @dataclass
@@ -226,8 +232,15 @@ class PromptRounds:
     the pool it sees is exactly the reference's, whatever order the samples were generated in.
     """
 
-    def __init__(self, num_generations: int, round_repeat: int, max_rounds: int, choice: str,
-                 positive_threshold: float, rng: random.Random | None = None):
+    def __init__(
+        self,
+        num_generations: int,
+        round_repeat: int,
+        max_rounds: int,
+        choice: str,
+        positive_threshold: float,
+        rng: random.Random | None = None,
+    ):
         self.num_generations, self.round_repeat, self.max_rounds = num_generations, round_repeat, max_rounds
         self.choice, self.positive_threshold, self.rng = choice, positive_threshold, rng
         self.result = PromptResult()
@@ -249,12 +262,14 @@ class PromptRounds:
         num_pos, num_neg = count_signs(result.pool_rewards, self.positive_threshold)
         if exit_rule(num_pos, num_neg, self.num_generations, self.choice):
             result.finished = True
-            result.selected = select_at_exit(result.pool_rewards, self.num_generations, self.positive_threshold,
-                                             self.rng)
+            result.selected = select_at_exit(
+                result.pool_rewards, self.num_generations, self.positive_threshold, self.rng
+            )
             self.retired = True
         elif result.rounds == self.max_rounds:
-            result.selected = select_fallback(result.pool_rewards, self.num_generations, self.positive_threshold,
-                                              self.choice, self.rng)
+            result.selected = select_fallback(
+                result.pool_rewards, self.num_generations, self.positive_threshold, self.choice, self.rng
+            )
             self.retired = True
         return self.retired
 
@@ -305,8 +320,9 @@ def run_adaptive_sampling(
     """
     choice = check_sampling_args(choice, selection, num_generations, round_repeat, max_rounds)
     prompts = [
-        PromptRounds(num_generations, round_repeat, max_rounds, choice, positive_threshold,
-                     selection_rng(selection, seed, p))
+        PromptRounds(
+            num_generations, round_repeat, max_rounds, choice, positive_threshold, selection_rng(selection, seed, p)
+        )
         for p in range(num_prompts)
     ]
     active = list(range(num_prompts))

@@ -71,9 +71,11 @@ def demonstration(problem: str, answer: str, use_tool: bool, tool: str = "calcul
         return [{"role": "assistant", "content": f"The answer is {a * b + 10}."}]
     arguments = {"a": a, "b": b} if tool == "multiply" else {}
     call = {"type": "function", "function": {"name": tool, "arguments": arguments}}
-    return [{"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "name": tool, "content": str(a * b)},
-            {"role": "assistant", "content": f"The answer is {answer}."}]
+    return [
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "name": tool, "content": str(a * b)},
+        {"role": "assistant", "content": f"The answer is {answer}."},
+    ]
 
 
 def tool_warm_start(base_model: str, output_dir: str, steps: int = 400, seed: int = 0, tool_share: float = 0.5) -> str:
@@ -86,14 +88,27 @@ def tool_warm_start(base_model: str, output_dir: str, steps: int = 400, seed: in
 
     rng = random.Random(seed)
     problems = product_problems(2048, seed=seed + 1000)
-    messages = [row["prompt"] + demonstration(row["prompt"][0]["content"], row["answer"], rng.random() < tool_share)
-                for row in problems]
+    messages = [
+        row["prompt"] + demonstration(row["prompt"][0]["content"], row["answer"], rng.random() < tool_share)
+        for row in problems
+    ]
     schema = get_json_schema(CalculatorEnv.calculator)
     dataset = Dataset.from_dict({"messages": messages, "tools": [[schema]] * len(messages)})
     args = SFTConfig(
-        output_dir=output_dir, max_steps=steps, per_device_train_batch_size=32, learning_rate=3e-3,
-        lr_scheduler_type="cosine", warmup_steps=10, logging_steps=25, save_strategy="no", report_to="none",
-        use_cpu=True, bf16=False, seed=seed, disable_tqdm=False, max_length=None,
+        output_dir=output_dir,
+        max_steps=steps,
+        per_device_train_batch_size=32,
+        learning_rate=3e-3,
+        lr_scheduler_type="cosine",
+        warmup_steps=10,
+        logging_steps=25,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=seed,
+        disable_tqdm=False,
+        max_length=None,
     )
     trainer = SFTTrainer(model=base_model, args=args, train_dataset=dataset)
     print(f"[tool warm start] {steps} supervised steps on tool-use demonstrations")

@@ -68,8 +68,10 @@ def word_problem(rng: random.Random, difficulty: int = 1) -> tuple[str, str]:
         a, b = rng.randint(2, 9 * scale), rng.randint(2, 9)
         return f"There are {a} bags with {b} {item} in each bag. How many {item} are there in total?", str(a * b)
     per, people = rng.randint(2, 9 * scale), rng.randint(2, 6)
-    return (f"{name} shares {per * people} {item} equally among {people} friends. How many {item} does each friend "
-            f"get?", str(per))
+    return (
+        f"{name} shares {per * people} {item} equally among {people} friends. How many {item} does each friend get?",
+        str(per),
+    )
 
 
 def word_problems(num_examples: int = 256, difficulty: int = 1, seed: int = 0) -> Dataset:
@@ -128,18 +130,23 @@ def arithmetic_problems(num_examples: int = 2048, seed: int = 0, split: str = "t
         for kind in questions:
             needed = kinds.count(kind)
             if needed > len(questions[kind]):
-                raise ValueError(f"arithmetic_problems: the test split has only {len(questions[kind])} distinct "
-                                 f"{kind!r} questions, {needed} asked for ({num_examples} rows in equal shares).")
+                raise ValueError(
+                    f"arithmetic_problems: the test split has only {len(questions[kind])} distinct "
+                    f"{kind!r} questions, {needed} asked for ({num_examples} rows in equal shares)."
+                )
             rng.shuffle(questions[kind])
         taken = {kind: iter(questions[kind]) for kind in questions}
         rows = [(*next(taken[kind]), kind) for kind in kinds]
     else:
         rows = [(*rng.choice(questions[kind]), kind) for kind in kinds]
-    return Dataset.from_dict({
-        "prompt": [[{"role": "user", "content": problem}] for problem, _, _ in rows],
-        "answer": [answer for _, answer, _ in rows], "problem": [problem for problem, _, _ in rows],
-        "kind": [kind for _, _, kind in rows],
-    })
+    return Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": problem}] for problem, _, _ in rows],
+            "answer": [answer for _, answer, _ in rows],
+            "problem": [problem for problem, _, _ in rows],
+            "kind": [kind for _, _, kind in rows],
+        }
+    )
 
 
 # --- Hard chat arithmetic: harder kinds and the screened hard prompt set ----------------------------------------
@@ -150,14 +157,14 @@ def arithmetic_problems(num_examples: int = 2048, seed: int = 0, split: str = "t
 # held-out question is never a training question of either set.
 
 HARD_ARITHMETIC_KINDS = (
-    "2-digit + carry",    # 47 + 38: the units carry
-    "2-digit -",          # 83 - 27: first operand larger
-    "2-digit - borrow",   # 83 - 27 where the units borrow (3 < 7)
+    "2-digit + carry",  # 47 + 38: the units carry
+    "2-digit -",  # 83 - 27: first operand larger
+    "2-digit - borrow",  # 83 - 27 where the units borrow (3 < 7)
     "2-digit x 1-digit",  # 47 x 6
-    "3-term 1-digit +",   # 7 + 5 + 8
-    "3-term 2-digit +",   # 47 + 38 + 12
-    "3-digit +",          # 472 + 386
-    "2-digit + no carry", # 43 + 25: easier than a carry (harder kinds are almost never right at T=1.0)
+    "3-term 1-digit +",  # 7 + 5 + 8
+    "3-term 2-digit +",  # 47 + 38 + 12
+    "3-digit +",  # 472 + 386
+    "2-digit + no carry",  # 43 + 25: easier than a carry (harder kinds are almost never right at T=1.0)
     "2-digit + 1-digit",  # 47 + 8
 )
 _TERMS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "x": lambda a, b: a * b}
@@ -236,13 +243,17 @@ def hard_arithmetic(split: str = "train", directory: str | None = None, num_exam
     if not os.path.exists(path):
         raise FileNotFoundError(
             f"hard_arithmetic: {path} does not exist. It ships in the package (trl_ada/examples/resources/hard_arithmetic); "
-            "rebuild it from a checkout with: OMP_NUM_THREADS=1 python benchmarks/hard_set/hard_set.py --deadline_s 3600")
+            "rebuild it from a checkout with: OMP_NUM_THREADS=1 python benchmarks/hard_set/hard_set.py --deadline_s 3600"
+        )
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     if num_examples is not None:
         rows = rows[:num_examples]
-    return Dataset.from_dict({
-        "prompt": [[{"role": "user", "content": row["problem"]}] for row in rows],
-        "answer": [row["answer"] for row in rows], "problem": [row["problem"] for row in rows],
-        "kind": [row["kind"] for row in rows],
-    })
+    return Dataset.from_dict(
+        {
+            "prompt": [[{"role": "user", "content": row["problem"]}] for row in rows],
+            "answer": [row["answer"] for row in rows],
+            "problem": [row["problem"] for row in rows],
+            "kind": [row["kind"] for row in rows],
+        }
+    )

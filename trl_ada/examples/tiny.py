@@ -45,7 +45,10 @@ def _corpus(seed: int = 0, size: int = 4000, fixed: tuple[str, ...] = ()) -> lis
 
 
 def build_tokenizer(
-    vocab_size: int = 512, seed: int = 0, chat_template: str = CHATML_TEMPLATE, fixed_text: tuple[str, ...] = (),
+    vocab_size: int = 512,
+    seed: int = 0,
+    chat_template: str = CHATML_TEMPLATE,
+    fixed_text: tuple[str, ...] = (),
     added_tokens: tuple[str, ...] = (),
 ) -> PreTrainedTokenizerFast:
     tokenizer = Tokenizer(models.BPE())
@@ -123,8 +126,9 @@ def build_tool_tokenizer(vocab_size: int = 512, seed: int = 0) -> PreTrainedToke
     plain = build_tokenizer(vocab_size, seed, chat_template=template)
     # The template's fixed text (default system prompt, tool instructions), rendered once, joins the BPE corpus.
     rendered = plain.apply_chat_template([{"role": "user", "content": "x"}], tools=[_schema_example], tokenize=False)
-    return build_tokenizer(vocab_size, seed, chat_template=template, fixed_text=tuple(rendered.split("\n")),
-                           added_tokens=TOOL_TOKENS)
+    return build_tokenizer(
+        vocab_size, seed, chat_template=template, fixed_text=tuple(rendered.split("\n")), added_tokens=TOOL_TOKENS
+    )
 
 
 def _schema_example(a: int, b: int) -> int:
@@ -162,16 +166,34 @@ def build_tiny_vlm(output_dir: str, seed: int = 0) -> str:
     tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
     processor = LlavaProcessor(
         image_processor=CLIPImageProcessor(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28}),
-        tokenizer=tokenizer, chat_template=template, patch_size=14, vision_feature_select_strategy="default",
+        tokenizer=tokenizer,
+        chat_template=template,
+        patch_size=14,
+        vision_feature_select_strategy="default",
         num_additional_image_tokens=1,  # CLIP's class token, dropped by the "default" feature strategy
     )
     config = LlavaConfig(
-        vision_config=CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                                       image_size=28, patch_size=14),
-        text_config=Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                                eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id),
-        image_token_id=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_select_strategy="default",
+        vision_config=CLIPVisionConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=28,
+            patch_size=14,
+        ),
+        text_config=Qwen2Config(
+            vocab_size=len(tokenizer),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        ),
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        vision_feature_select_strategy="default",
         vision_feature_layer=-1,
     )
     model = LlavaForConditionalGeneration(config)
@@ -207,17 +229,38 @@ def build_tiny_qwen2_vl(output_dir: str, seed: int = 0) -> str:
     torch.manual_seed(seed)
     tokenizer = build_tokenizer(seed=seed, chat_template=QWEN2_VL_TEMPLATE)
     tokenizer.add_special_tokens(
-        {"additional_special_tokens": ["<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>"]})
+        {"additional_special_tokens": ["<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>"]}
+    )
     ids = tokenizer.convert_tokens_to_ids
     config = Qwen2VLConfig(
-        vision_config=dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14,
-                           spatial_merge_size=2, temporal_patch_size=2, in_chans=3),
-        text_config=dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}, bos_token_id=None,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id),
-        image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
-        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+        vision_config=dict(
+            depth=1,
+            embed_dim=32,
+            hidden_size=64,
+            num_heads=2,
+            mlp_ratio=2,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            in_chans=3,
+        ),
+        text_config=dict(
+            vocab_size=len(tokenizer),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+            bos_token_id=None,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        ),
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
     )
     model = Qwen2VLForConditionalGeneration(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -225,8 +268,9 @@ def build_tiny_qwen2_vl(output_dir: str, seed: int = 0) -> str:
     os.makedirs(output_dir, exist_ok=True)
     tokenizer.save_pretrained(output_dir)
     # 28x28 to 56x56 pixels: one to four merged image tokens per image
-    Qwen2VLImageProcessor(min_pixels=28 * 28, max_pixels=56 * 56, patch_size=14, merge_size=2,
-                          temporal_patch_size=2).save_pretrained(output_dir)
+    Qwen2VLImageProcessor(
+        min_pixels=28 * 28, max_pixels=56 * 56, patch_size=14, merge_size=2, temporal_patch_size=2
+    ).save_pretrained(output_dir)
     model.save_pretrained(output_dir)
     return output_dir
 
@@ -243,5 +287,8 @@ def tiny_qwen2_vl_processor(path: str):
             self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
             ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
 
-    return ImageOnlyQwen2VLProcessor(image_processor=Qwen2VLImageProcessor.from_pretrained(path),
-                                     tokenizer=AutoTokenizer.from_pretrained(path), chat_template=QWEN2_VL_TEMPLATE)
+    return ImageOnlyQwen2VLProcessor(
+        image_processor=Qwen2VLImageProcessor.from_pretrained(path),
+        tokenizer=AutoTokenizer.from_pretrained(path),
+        chat_template=QWEN2_VL_TEMPLATE,
+    )

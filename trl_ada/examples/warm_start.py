@@ -27,15 +27,32 @@ def warm_start(base_model: str, output_dir: str, steps: int, seed: int, schedule
         print(f"[warm start] reusing the warm-started model in {output_dir}")
         return output_dir
     dataset = synthetic_arithmetic(4096, difficulty=1, seed=seed + 1000)
-    dataset = dataset.map(lambda row: {"completion": [
-        {"role": "assistant", "content": synthetic_solution(row["problem"], row["answer"])}]})
-    args = SFTConfig(
-        output_dir=output_dir, max_steps=max(steps, schedule_steps or steps), per_device_train_batch_size=32,
-        learning_rate=3e-3, lr_scheduler_type="cosine", warmup_steps=10, logging_steps=25, save_strategy="no",
-        report_to="none", use_cpu=True, bf16=False, seed=seed, disable_tqdm=False,
+    dataset = dataset.map(
+        lambda row: {
+            "completion": [{"role": "assistant", "content": synthetic_solution(row["problem"], row["answer"])}]
+        }
     )
-    trainer = SFTTrainer(model=base_model, args=args, train_dataset=dataset.select_columns(["prompt", "completion"]),
-                         callbacks=[StopAtStep(steps)])
+    args = SFTConfig(
+        output_dir=output_dir,
+        max_steps=max(steps, schedule_steps or steps),
+        per_device_train_batch_size=32,
+        learning_rate=3e-3,
+        lr_scheduler_type="cosine",
+        warmup_steps=10,
+        logging_steps=25,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=seed,
+        disable_tqdm=False,
+    )
+    trainer = SFTTrainer(
+        model=base_model,
+        args=args,
+        train_dataset=dataset.select_columns(["prompt", "completion"]),
+        callbacks=[StopAtStep(steps)],
+    )
     print(f"[warm start] {steps} supervised steps on worked solutions")
     trainer.train()
     trainer.save_model(output_dir)

@@ -19,16 +19,21 @@ from trl_ada.core.sampling import PromptResult
 logger = get_logger(__name__)
 
 
-def step_advantages(args, rewards: list[float], num_generations: int,
-                    results: list[PromptResult] | None) -> list[list[float]]:
+def step_advantages(
+    args, rewards: list[float], num_generations: int, results: list[PromptResult] | None
+) -> list[list[float]]:
     """Advantages of the kept samples, one list per chosen prompt (`rewards`: the kept samples' weighted rewards, in
     TRL's order; `results`: the chosen prompts' sampling, None when sampling is off)."""
     estimator, n = args.advantage_estimator, num_generations
     if estimator == "est":  # every sample of the prompt, N_x of them: the kept group is the whole pool
         return [est_advantages(r.pool_rewards, args.est_epsilon, 1.0 - args.est_exponent) for r in results]
     if estimator == "reinforce_ada":
-        return [pooled_advantages(r.selected_rewards, r.pool_rewards, args.positive_threshold, args.pool_std_scaling,
-                                  args.pool_baseline) for r in results]
+        return [
+            pooled_advantages(
+                r.selected_rewards, r.pool_rewards, args.positive_threshold, args.pool_std_scaling, args.pool_baseline
+            )
+            for r in results
+        ]
     groups = [rewards[i : i + n] for i in range(0, len(rewards), n)]
     if estimator == "reinforce_rej":
         return [reinforce_rej_advantages(group) for group in groups]

@@ -65,8 +65,11 @@ class GenerationCount:
         self._pending = [0, 0, 0]
 
     def metrics(self) -> dict[str, int]:
-        return {COMPLETIONS_METRIC: self.completions, TOKENS_METRIC: self.tokens,
-                TRAINED_TOKENS_METRIC: self.trained_tokens}
+        return {
+            COMPLETIONS_METRIC: self.completions,
+            TOKENS_METRIC: self.tokens,
+            TRAINED_TOKENS_METRIC: self.trained_tokens,
+        }
 
     def state_dict(self) -> dict[str, int]:
         return {"completions": self.completions, "tokens": self.tokens, "trained_tokens": self.trained_tokens}
@@ -82,7 +85,6 @@ def model_tokens(completion_ids: Sequence[Sequence[int]], model_mask: Sequence[S
     if model_mask is None:
         return sum(len(ids) for ids in completion_ids)
     return sum(sum(mask) for mask in model_mask)
-
 
 
 @contextlib.contextmanager
@@ -107,4 +109,11 @@ def counting_rollout_func(trainer, counting: bool):
         trainer.rollout_func = rollout_func
 
 
-__all__ = ["COMPLETIONS_METRIC", "TOKENS_METRIC", "TRAINED_TOKENS_METRIC", "GenerationCount", "counting_rollout_func", "model_tokens"]
+__all__ = [
+    "COMPLETIONS_METRIC",
+    "TOKENS_METRIC",
+    "TRAINED_TOKENS_METRIC",
+    "GenerationCount",
+    "counting_rollout_func",
+    "model_tokens",
+]

@@ -54,19 +54,33 @@ def sample_pipelined(trainer, step: StepSampling, prompts: list[int], seed: int)
         extra_logs = trainer._take_extra_logs(len(keys))
         for offset, key in enumerate(keys):
             step.generated[key] = Sample(
-                prompt=texts[offset], prompt_ids=step.prompt_ids[key[0]], completion_ids=completion_ids[offset],
-                completion=completions[offset], logprobs=None if logprobs is None else logprobs[offset],
-                tool_mask=None, images=None, tool_images=[], extra_logs=extra_logs[offset],
+                prompt=texts[offset],
+                prompt_ids=step.prompt_ids[key[0]],
+                completion_ids=completion_ids[offset],
+                completion=completions[offset],
+                logprobs=None if logprobs is None else logprobs[offset],
+                tool_mask=None,
+                images=None,
+                tool_images=[],
+                extra_logs=extra_logs[offset],
             )
             reward_rows[key] = rewards_per_func[offset].tolist()
         return weighted_sum(rewards_per_func, trainer.reward_weights).tolist()
 
     with stream:
         out = run_pipelined_sampling(
-            len(mine), stream, score, num_generations=n, round_repeat=args.round_repeat,
-            max_rounds=args.max_rounds, choice=args.reinforce_ada_choice,
-            positive_threshold=args.positive_threshold, selection=args.pool_selection, seed=seed,
-            speculative=args.pipelined_speculation, prompt_numbers=positions,
+            len(mine),
+            stream,
+            score,
+            num_generations=n,
+            round_repeat=args.round_repeat,
+            max_rounds=args.max_rounds,
+            choice=args.reinforce_ada_choice,
+            positive_threshold=args.positive_threshold,
+            selection=args.pool_selection,
+            seed=seed,
+            speculative=args.pipelined_speculation,
+            prompt_numbers=positions,
         )
     stats = out.stats
     trainer.generation_count.add(tokens=stream.aborted_tokens)  # aborted requests ran, though they returned no row
@@ -76,17 +90,29 @@ def sample_pipelined(trainer, step: StepSampling, prompts: list[int], seed: int)
         key = (mine[i], slot)
         wasted_tokens += len(step.generated.pop(key).completion_ids)
         del reward_rows[key]
-    mine_stats = {"seconds": time.perf_counter() - start, "engine_steps": float(stats.polls),
-                  "early_samples": float(stats.early_samples), "max_running": float(stats.max_running),
-                  "speculative_samples": float(stats.speculative_samples),
-                  "wasted_samples": float(stats.wasted_samples), "wasted_tokens": float(wasted_tokens)}
+    mine_stats = {
+        "seconds": time.perf_counter() - start,
+        "engine_steps": float(stats.polls),
+        "early_samples": float(stats.early_samples),
+        "max_running": float(stats.max_running),
+        "speculative_samples": float(stats.speculative_samples),
+        "wasted_samples": float(stats.wasted_samples),
+        "wasted_tokens": float(wasted_tokens),
+    }
     results: dict[int, PromptResult] = {}
     device = trainer.accelerator.device
     eos_and_pad = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
     mine_set = set(mine)
-    shapes = [(slot // args.round_repeat, len(step.prompt_ids[p]), len(s.completion_ids),
-               bool(s.completion_ids) and s.completion_ids[-1] not in eos_and_pad)
-              for (p, slot), s in step.generated.items() if p in mine_set]
+    shapes = [
+        (
+            slot // args.round_repeat,
+            len(step.prompt_ids[p]),
+            len(s.completion_ids),
+            bool(s.completion_ids) and s.completion_ids[-1] not in eos_and_pad,
+        )
+        for (p, slot), s in step.generated.items()
+        if p in mine_set
+    ]
     parts = gather_object([(mine, out.results, reward_rows, mine_stats, shapes)])
     log_round_lengths(trainer, step, [shape for part in parts for shape in part[4]])
     for ranks_prompts, ranks_results, ranks_rows, *_ in parts:
@@ -102,8 +128,9 @@ def sample_pipelined(trainer, step: StepSampling, prompts: list[int], seed: int)
         batch_stats[name] = sum(part[3][name] for part in parts)
     for name, value in batch_stats.items():
         step.pipelined[name] = step.pipelined.get(name, 0.0) + value
-    step.pipelined["max_running"] = max([step.pipelined.get("max_running", 0.0)] +
-                                        [part[3]["max_running"] for part in parts])
+    step.pipelined["max_running"] = max(
+        [step.pipelined.get("max_running", 0.0)] + [part[3]["max_running"] for part in parts]
+    )
     return [results[p] for p in prompts]
 
 
@@ -138,8 +165,11 @@ def check_reward_models_unsharded(trainer) -> None:
     under FSDP it prepares them in evaluation mode, which accelerate leaves whole on every process."""
     if not trainer.args.pipelined_rounds:
         return
-    sharded = [name for name, func in zip(trainer.reward_func_names, trainer.reward_funcs)
-               if isinstance(func, torch.nn.Module) and any(is_sharded(p) for p in func.parameters())]
+    sharded = [
+        name
+        for name, func in zip(trainer.reward_func_names, trainer.reward_funcs)
+        if isinstance(func, torch.nn.Module) and any(is_sharded(p) for p in func.parameters())
+    ]
     if sharded:
         raise ValueError(
             f"pipelined_rounds=True scores each process's samples on their own, but the reward model(s) {sharded} "
@@ -154,9 +184,10 @@ def decode(trainer, prompts, prompt_ids, completion_ids):
     which run without tools, environments, rollout_func and images)."""
     if not is_conversational({"prompt": prompts[0]}):
         return trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
-    if getattr(trainer._tokenizer, "response_template", None) is not None or getattr(
-        trainer._tokenizer, "response_schema", None
-    ) is not None:
+    if (
+        getattr(trainer._tokenizer, "response_template", None) is not None
+        or getattr(trainer._tokenizer, "response_schema", None) is not None
+    ):
         return [
             [parse_response(trainer._tokenizer, ids, prefix=prefix, tools=trainer.tools)]
             for prefix, ids in zip(prompt_ids, completion_ids)

@@ -22,8 +22,16 @@ def row_key(row: dict[str, Any], prompt_ids: list[int], with_environment: bool) 
     return prompt_key(prompt_ids, images=images, context=context)
 
 
-def observe(step: StepSampling, keys: list[int], memory: PromptMemory | None, group_prior: GroupPrior | None,
-            group_column: str | None, threshold: float, num_generations: int, global_step: int) -> dict[str, float]:
+def observe(
+    step: StepSampling,
+    keys: list[int],
+    memory: PromptMemory | None,
+    group_prior: GroupPrior | None,
+    group_column: str | None,
+    threshold: float,
+    num_generations: int,
+    global_step: int,
+) -> dict[str, float]:
     """Fold every scored completion of the step into the memory and the group prior; return their metrics.
 
     `keys`: the memory key of each sampled prompt, in `step.results` order. Only scorable completions are trials (an
@@ -33,17 +41,20 @@ def observe(step: StepSampling, keys: list[int], memory: PromptMemory | None, gr
     if group_prior is not None:
         # Only the first n samples of each pool: drawn before any sampling rule saw a reward, so unbiased. A visit
         # with fewer than two scorable ones among them tells nothing of the spread: left out.
-        visits = [(step.rows[p][group_column], *count_signs(r.pool_rewards[:n], threshold))
-                  for p, r in step.results.items()]
+        visits = [
+            (step.rows[p][group_column], *count_signs(r.pool_rewards[:n], threshold)) for p, r in step.results.items()
+        ]
         visits = [(label, pos + neg, pos) for label, pos, neg in visits if pos + neg >= 2]
-        group_prior.update([label for label, _, _ in visits], [trials for _, trials, _ in visits],
-                           [pos for _, _, pos in visits])
+        group_prior.update(
+            [label for label, _, _ in visits], [trials for _, trials, _ in visits], [pos for _, _, pos in visits]
+        )
         metrics["sampling/groups_known"] = float(sum(s is not None for s in group_prior.table()["strength"]))
     if memory is None:
         return metrics
     signs = [count_signs(r.pool_rewards, threshold) for r in step.results.values()]
-    return metrics | observe_step(memory, keys, [pos + neg for pos, neg in signs], [pos for pos, _ in signs],
-                                  step=global_step)
+    return metrics | observe_step(
+        memory, keys, [pos + neg for pos, neg in signs], [pos for pos, _ in signs], step=global_step
+    )
 
 
 def memory_texts(dataset, tokenize, key) -> dict[str, str]:

@@ -115,8 +115,11 @@ def sampling_state(args, train_dataset, shuffle: bool):
         memory = PromptMemory(args.prompt_memory_decay, args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta)
     group_prior = GroupPrior() if args.prompt_memory_group_column is not None else None
     # A sampler of the user's may draw refills too (SamplingContext.draw), from a map-style dataset
-    refills = args.dynamic_sampling or args.sampling_budget is not None or (
-        args.sampler not in BUILT_IN and isinstance(train_dataset, Dataset))
+    refills = (
+        args.dynamic_sampling
+        or args.sampling_budget is not None
+        or (args.sampler not in BUILT_IN and isinstance(train_dataset, Dataset))
+    )
     return memory, group_prior, PromptStream(len(train_dataset), args.seed, shuffle=shuffle) if refills else None
 
 
@@ -124,18 +127,22 @@ def save_trainer_state(trainer, folder: str) -> None:
     """What an `AdaGRPOTrainer` adds to the checkpoint TRL just wrote in `folder`."""
     save_generation_count(folder, trainer.generation_count)  # sampling off too: a GRPO run's cost continues as well
     if trainer.args.sampling_active:
-        save_sampling_state(folder, trainer._prompts_drawn, trainer._refill, trainer.group_prior,
-                            trainer.prompt_memory)
+        save_sampling_state(
+            folder, trainer._prompts_drawn, trainer._refill, trainer.group_prior, trainer.prompt_memory
+        )
 
 
 def load_trainer_state(trainer, checkpoint: str, warn) -> None:
     """Restore what `save_trainer_state` wrote into an `AdaGRPOTrainer` resuming from `checkpoint`."""
     if not load_generation_count(checkpoint, trainer.generation_count):
-        warn(f"{checkpoint} holds no generated totals (written by an earlier trl-ada): "
-             "sampling/generated_*_total count from 0 in this run.")
+        warn(
+            f"{checkpoint} holds no generated totals (written by an earlier trl-ada): "
+            "sampling/generated_*_total count from 0 in this run."
+        )
     if trainer._refill is not None or trainer.prompt_memory is not None:
-        trainer._prompts_drawn = load_sampling_state(checkpoint, trainer._refill, trainer.group_prior,
-                                                     trainer.prompt_memory)
+        trainer._prompts_drawn = load_sampling_state(
+            checkpoint, trainer._refill, trainer.group_prior, trainer.prompt_memory
+        )
 
 
 def export_at_end(trainer) -> None:
@@ -147,6 +154,19 @@ def export_at_end(trainer) -> None:
             json.dump(trainer.group_prior.table(), f, indent=1)
 
 
-__all__ = ["GENERATION_COUNT_FILE", "GROUP_EXPORT_FILE", "MEMORY_EXPORT_FILE", "MEMORY_STATE_FILE",
-           "SAMPLING_STATE_FILE", "export_at_end", "export_memory", "load_trainer_state", "sampling_state", "save_trainer_state", "load_generation_count", "load_sampling_state",
-           "save_generation_count", "save_sampling_state"]
+__all__ = [
+    "GENERATION_COUNT_FILE",
+    "GROUP_EXPORT_FILE",
+    "MEMORY_EXPORT_FILE",
+    "MEMORY_STATE_FILE",
+    "SAMPLING_STATE_FILE",
+    "export_at_end",
+    "export_memory",
+    "load_trainer_state",
+    "sampling_state",
+    "save_trainer_state",
+    "load_generation_count",
+    "load_sampling_state",
+    "save_generation_count",
+    "save_sampling_state",
+]

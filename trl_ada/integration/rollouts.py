@@ -62,8 +62,11 @@ def split_rollout(prompts: list, generated: Rollout) -> list[Sample]:
 
     def extra_of(i: int) -> dict[str, Any]:
         # GRPOTrainer's rule for rollout_func's extra fields: a list gives row i its i-th value, anything else is shared
-        return {key: (values[i] if isinstance(values, list) else values)
-                for key, values in extra_fields.items() if not isinstance(values, list) or i < len(values)}
+        return {
+            key: (values[i] if isinstance(values, list) else values)
+            for key, values in extra_fields.items()
+            if not isinstance(values, list) or i < len(values)
+        }
 
     return [
         Sample(
@@ -109,7 +112,9 @@ def join_rollout(samples: list[Sample], expected: int | None = None) -> Rollout:
     if not samples:
         raise RuntimeError("AdaGRPOTrainer: no samples to train on.")
     if expected is not None and len(samples) != expected:
-        raise RuntimeError(f"AdaGRPOTrainer: TRL asked for {expected} completions, {len(samples)} were kept for this rank.")
+        raise RuntimeError(
+            f"AdaGRPOTrainer: TRL asked for {expected} completions, {len(samples)} were kept for this rank."
+        )
     has_logprobs = all(s.logprobs is not None for s in samples)
     has_tool_mask = any(s.tool_mask is not None for s in samples)
     has_images = any(s.images is not None for s in samples)
@@ -119,7 +124,8 @@ def join_rollout(samples: list[Sample], expected: int | None = None) -> Rollout:
         [s.completion_ids for s in samples],
         # a sample without a mask (no tool call in a batch that had some) is all model tokens, as TRL's loop makes it
         [s.tool_mask if s.tool_mask is not None else [1] * len(s.completion_ids) for s in samples]
-        if has_tool_mask else None,
+        if has_tool_mask
+        else None,
         [s.completion for s in samples],
         [s.logprobs for s in samples] if has_logprobs else None,
         {key: [s.extra.get(key) for s in samples] for key in keys},
@@ -137,7 +143,7 @@ def merge_round_metrics(metrics: dict[str, list], before: dict[str, int], sizes:
     (`sizes`, all processes) and, for `tools/failure_frequency`, by each round's tool calls.
     """
     calls = None
-    new = {key: values[before.get(key, 0):] for key, values in metrics.items()}
+    new = {key: values[before.get(key, 0) :] for key, values in metrics.items()}
     frequencies = new.get("tools/call_frequency")
     if frequencies is not None and len(frequencies) == len(sizes):
         calls = [f * s for f, s in zip(frequencies, sizes)]
@@ -153,7 +159,7 @@ def merge_round_metrics(metrics: dict[str, list], before: dict[str, int], sizes:
             weights = calls if key == "tools/failure_frequency" and calls is not None else sizes
             total = sum(weights)
             merged = sum(v * w for v, w in zip(values, weights)) / total if total else sum(values) / len(values)
-        del metrics[key][before.get(key, 0):]
+        del metrics[key][before.get(key, 0) :]
         metrics[key].append(merged)
 
 
@@ -191,15 +197,18 @@ class StepSampling:
     sampler_metrics: dict[str, float] = field(default_factory=dict)  # the sampler's own (Selection.metrics)
     local_samples: list[Sample] | None = None  # this rank's kept samples, while TRL builds the training batch
     selected_rewards_per_func: torch.Tensor | None = None
-    rounds: dict[int, tuple[float, int]] = field(default_factory=dict)  # round -> (seconds, active prompts), all batches
+    rounds: dict[int, tuple[float, int]] = field(
+        default_factory=dict
+    )  # round -> (seconds, active prompts), all batches
     round_index: int = 0  # round of the batch being sampled
     padding_samples: int = 0
     rollout_sizes: list[int] = field(default_factory=list)  # samples per `_generate` call, all ranks (metric weights)
     pipelined: dict[str, float] = field(default_factory=dict)  # pipelined_rounds: engine statistics, all batches
 
 
-def step_metrics(step: StepSampling, advantages: torch.Tensor, num_generations: int, budget: bool,
-                 epochs_drawn: float | None) -> dict[str, float]:
+def step_metrics(
+    step: StepSampling, advantages: torch.Tensor, num_generations: int, budget: bool, epochs_drawn: float | None
+) -> dict[str, float]:
     """The step's `sampling/*` metrics (docs/knobs.md lists them), from its bookkeeping and the global
     advantages of the kept completions, then the sampler's own (`epochs_drawn`: None when it draws no refills)."""
     results = list(step.results.values())  # every prompt sampled this step, refills included
@@ -207,8 +216,11 @@ def step_metrics(step: StepSampling, advantages: torch.Tensor, num_generations: 
     rounds = [r.rounds for r in results]
     # Round one: the budget's first round is num_generations per prompt and its top-ups are smaller; the reference's
     # rounds are all round_repeat.
-    round_one = [x for r in results
-                 for x in r.pool_rewards[: num_generations if budget else len(r.pool_rewards) // max(r.rounds, 1)]]
+    round_one = [
+        x
+        for r in results
+        for x in r.pool_rewards[: num_generations if budget else len(r.pool_rewards) // max(r.rounds, 1)]
+    ]
     sizes = [len(step.results[p].selected) for p in step.chosen]  # num_generations each; N_x under Est
     signal = torch.stack([group.abs().amax() > 1e-8 for group in torch.split(advantages, sizes)])
     # Every sample generated: the pools, and the speculative samples whose round did not happen (pipelined).
@@ -259,8 +271,15 @@ def plan_round(state: StepSampling, active: list[int], k: int | list[int], world
     return Round(items, padded, counts, len(active), world)
 
 
-def record_round(state: StepSampling, round_: Round, rank: int, samples: list[Sample], rewards_per_func: torch.Tensor,
-                 rewards: torch.Tensor, seconds: float) -> list[list[float]]:
+def record_round(
+    state: StepSampling,
+    round_: Round,
+    rank: int,
+    samples: list[Sample],
+    rewards_per_func: torch.Tensor,
+    rewards: torch.Tensor,
+    seconds: float,
+) -> list[list[float]]:
     """Keep a round's samples (this rank's share, padding left out) and rewards (all ranks) in the step's
     bookkeeping; return each prompt's rewards."""
     state.rollout_sizes.append(len(round_.padded))
@@ -316,5 +335,13 @@ def _nanmean(values: list[float]) -> float:
     return sum(finite) / len(finite) if finite else float("nan")
 
 
-__all__ = ["Sample", "StepSampling", "check_rollout_rows", "join_rollout", "merge_round_metrics", "split_rollout",
-           "step_metrics", "weighted_sum"]
+__all__ = [
+    "Sample",
+    "StepSampling",
+    "check_rollout_rows",
+    "join_rollout",
+    "merge_round_metrics",
+    "split_rollout",
+    "step_metrics",
+    "weighted_sum",
+]

@@ -60,9 +60,16 @@ SEAMS: tuple[Seam, ...] = (
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "vllm_generation", kind="instance"),
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "reward_func_names", kind="instance"),  # names a sharded reward model
     # Environments: the memory key and the prompt tokenization follow TRL's per-row environment choice.
-    *(Seam("trl.trainer.grpo_trainer.GRPOTrainer", name, kind="instance") for name in (
-        "environment_factories", "_multi_environment", "_batch_environments", "_pending_extra_logs",
-        "_pending_metrics")),
+    *(
+        Seam("trl.trainer.grpo_trainer.GRPOTrainer", name, kind="instance")
+        for name in (
+            "environment_factories",
+            "_multi_environment",
+            "_batch_environments",
+            "_pending_extra_logs",
+            "_pending_metrics",
+        )
+    ),
     # The vLLM backend: built as ReloadingVLLMGeneration through the grpo_trainer module's global.
     Seam("trl.trainer.grpo_trainer", "VLLMGeneration", kind="attribute"),
     Seam("trl.trainer.grpo_trainer", "gather", kind="attribute"),  # made rank-local while pipelined rounds score
@@ -73,9 +80,21 @@ SEAMS: tuple[Seam, ...] = (
     Seam("trl.generation.vllm_generation.VLLMGeneration", "enable_sleep_mode", kind="instance"),
     # What trl_ada.integration.vllm_stream reads to sample exactly as TRL's colocate branch does.
     Seam("trl.generation.vllm_generation", "extract_logprobs", kind="attribute"),
-    *(Seam("trl.generation.vllm_generation.VLLMGeneration", name, kind="instance") for name in (
-        "repetition_penalty", "temperature", "top_p", "top_k", "min_p", "max_completion_length", "logprobs",
-        "generation_kwargs", "structured_outputs_regex", "llm")),
+    *(
+        Seam("trl.generation.vllm_generation.VLLMGeneration", name, kind="instance")
+        for name in (
+            "repetition_penalty",
+            "temperature",
+            "top_p",
+            "top_k",
+            "min_p",
+            "max_completion_length",
+            "logprobs",
+            "generation_kwargs",
+            "structured_outputs_regex",
+            "llm",
+        )
+    ),
 )
 
 
@@ -163,5 +182,13 @@ def require_trl_internals() -> None:
         ) from error
 
 
-__all__ = ["SEAMS", "SUPPORTED_TRL", "Seam", "check_seams", "require_trl_internals", "seam_problems",
-           "trl_is_supported", "warn_if_unsupported_trl"]
+__all__ = [
+    "SEAMS",
+    "SUPPORTED_TRL",
+    "Seam",
+    "check_seams",
+    "require_trl_internals",
+    "seam_problems",
+    "trl_is_supported",
+    "warn_if_unsupported_trl",
+]

@@ -88,7 +88,8 @@ def check_prompt_column(dataset, environment_factory=None) -> None:
             "AdaGRPOTrainer train on a 'prompt' column: text, or a list of chat messages such as [{'role': 'user', "
             "'content': ...}]. Rename your column (dataset.rename_column('question', 'prompt')) or build one with "
             "dataset.map; the recipe loader's dataset_prompt_template does it from a problem column. (Only with an "
-            "environment_factory may the prompt come from each environment's reset() instead.)")
+            "environment_factory may the prompt come from each environment's reset() instead.)"
+        )
 
 
 def checked_reward(func, name: str):
@@ -98,18 +99,25 @@ def checked_reward(func, name: str):
 
     def check(rewards, completions):
         if rewards is None or isinstance(rewards, (str, bytes)) or not hasattr(rewards, "__len__"):
-            raise TypeError(f"reward function {name!r} returned {type(rewards).__name__} {rewards!r:.80}; a reward "
-                            "function returns a list with one float (or None) per completion.")
+            raise TypeError(
+                f"reward function {name!r} returned {type(rewards).__name__} {rewards!r:.80}; a reward "
+                "function returns a list with one float (or None) per completion."
+            )
         for index, value in enumerate(rewards):
-            if value is not None and not isinstance(value, numbers.Real) and not (
-                    isinstance(value, torch.Tensor) and value.numel() == 1):
+            if (
+                value is not None
+                and not isinstance(value, numbers.Real)
+                and not (isinstance(value, torch.Tensor) and value.numel() == 1)
+            ):
                 raise TypeError(
                     f"reward function {name!r} returned {type(value).__name__} {value!r:.80} for completion {index} "
                     f"(of {len(completions)}); a reward is a float, or None where the completion cannot be scored. "
-                    "Convert it, e.g. float(...).")
+                    "Convert it, e.g. float(...)."
+                )
         return rewards
 
     if inspect.iscoroutinefunction(func):
+
         @functools.wraps(func)
         async def checked_async(*args, **kwargs):
             return check(await func(*args, **kwargs), kwargs.get("completions", args[1] if len(args) > 1 else []))
@@ -133,9 +141,15 @@ def warn_if_threshold_outside(threshold: float, rewards: torch.Tensor) -> bool:
     if threshold >= high or threshold < low:
         warnings.warn(
             f"positive_threshold={threshold} lies outside the rewards seen so far ({low:g} to {high:g}): "
-            + ("no completion counts as positive (reward > positive_threshold), so no prompt can meet the exit rule "
-               "and no group has a positive. " if threshold >= high else "every completion counts as positive. ")
-            + "Set positive_threshold between your reward's values (0.5 for 0/1 rewards).", stacklevel=3)
+            + (
+                "no completion counts as positive (reward > positive_threshold), so no prompt can meet the exit rule "
+                "and no group has a positive. "
+                if threshold >= high
+                else "every completion counts as positive. "
+            )
+            + "Set positive_threshold between your reward's values (0.5 for 0/1 rewards).",
+            stacklevel=3,
+        )
     return True
 
 
@@ -147,7 +161,7 @@ def requested_processes(pid: int | None = None) -> int | None:
             argv = f.read().decode(errors="replace").split("\0")
     except OSError:
         return None
-    if "launch" not in argv or not any(part.endswith("accelerate") for part in argv[:argv.index("launch")]):
+    if "launch" not in argv or not any(part.endswith("accelerate") for part in argv[: argv.index("launch")]):
         return None
     for index, part in enumerate(argv):
         if part.startswith("--num_processes="):
@@ -169,11 +183,17 @@ def warn_if_fewer_processes(world_size: int) -> None:
             "a CPU, `--cpu --num_processes N` starts one; these start N: accelerate launch --config_file "
             "recipes/accelerate_configs/fsdp_cpu.yaml ... (data-parallel on CPU), or torchrun "
             f"--nproc_per_node {asked} -m trl_ada.cli.train ...",
-            stacklevel=3)
+            stacklevel=3,
+        )
 
 
-__all__ = ["check_prompt_column", "check_trainer_arguments", "checked_reward", "warn_if_fewer_processes",
-           "warn_if_threshold_outside"]
+__all__ = [
+    "check_prompt_column",
+    "check_trainer_arguments",
+    "checked_reward",
+    "warn_if_fewer_processes",
+    "warn_if_threshold_outside",
+]
 
 
 def environment_names(rows: list[dict], factories: dict, multi_environment: bool) -> list:

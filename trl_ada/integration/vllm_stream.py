@@ -74,8 +74,10 @@ class VLLMStream:
         from vllm.sampling_params import RequestOutputKind
 
         if sampling_params.n != 1:
-            raise ValueError(f"sampling_params.n={sampling_params.n} (generation_kwargs?): a pipelined sample is one "
-                             "request of n=1.")
+            raise ValueError(
+                f"sampling_params.n={sampling_params.n} (generation_kwargs?): a pipelined sample is one "
+                "request of n=1."
+            )
         self.engine = llm.llm_engine
         if self.engine.has_unfinished_requests():
             raise RuntimeError("VLLMStream: the vLLM engine already holds requests; a stream needs it to itself.")

@@ -34,16 +34,20 @@ def sampler_class(name: str) -> type:
     elif "." in name:
         module, _, attribute = name.rpartition(".")
     else:
-        raise ValueError(f"sampler={name!r}: use one of {sorted(BUILT_IN)} or an import path 'module.Class' (a class "
-                         "with sample(context, target): trl_ada.samplers.protocol, docs/samplers.md).")
+        raise ValueError(
+            f"sampler={name!r}: use one of {sorted(BUILT_IN)} or an import path 'module.Class' (a class "
+            "with sample(context, target): trl_ada.samplers.protocol, docs/samplers.md)."
+        )
     if os.getcwd() not in sys.path:  # a user's module in the current folder, as TRL's scripts find reward functions
         sys.path.append(os.getcwd())
     try:
         found = getattr(importlib.import_module(module), attribute)
     except (ImportError, AttributeError) as error:
-        raise ValueError(f"sampler={name!r}: cannot import {attribute!r} from {module!r} ({error}). Give an import "
-                         "path importable from the current folder, e.g. sampler='my_sampler.MySampler' for "
-                         "my_sampler.py here.") from error
+        raise ValueError(
+            f"sampler={name!r}: cannot import {attribute!r} from {module!r} ({error}). Give an import "
+            "path importable from the current folder, e.g. sampler='my_sampler.MySampler' for "
+            "my_sampler.py here."
+        ) from error
     if not callable(getattr(found, "sample", None)):
         raise ValueError(f"sampler={name!r} has no sample(context, target) method: see trl_ada.samplers.protocol.")
     return found
@@ -55,8 +59,10 @@ def load_sampler(args) -> Sampler:
     try:
         inspect.signature(cls).bind(args, **kwargs)
     except TypeError as error:
-        raise ValueError(f"sampler_kwargs={kwargs!r} do not fit sampler={args.sampler!r} ({error}): its arguments are "
-                         f"{inspect.signature(cls)}.") from None
+        raise ValueError(
+            f"sampler_kwargs={kwargs!r} do not fit sampler={args.sampler!r} ({error}): its arguments are "
+            f"{inspect.signature(cls)}."
+        ) from None
     return cls(args, **kwargs)
 
 

@@ -33,8 +33,14 @@ class Budget:
         if context.memory is not None:
             context.memory.forget([context.prompt_key(prompt) for prompt in budgeted.skipped], args.budget_skip_decay)
         skipped = len(budgeted.skipped)
-        metrics = {"sampling/prompts_skipped": float(skipped),
-                   "sampling/candidate_batches": float(budgeted.candidate_batches),
-                   "sampling/top_up_rounds": float(budgeted.top_up_rounds)}
-        return Selection(results=dict(budgeted.sampled), chosen=[prompt for prompt, _ in budgeted.sampled],
-                         metrics=metrics, skipped=skipped)
+        metrics = {
+            "sampling/prompts_skipped": float(skipped),
+            "sampling/candidate_batches": float(budgeted.candidate_batches),
+            "sampling/top_up_rounds": float(budgeted.top_up_rounds),
+        }
+        return Selection(
+            results=dict(budgeted.sampled),
+            chosen=[prompt for prompt, _ in budgeted.sampled],
+            metrics=metrics,
+            skipped=skipped,
+        )

@@ -33,14 +33,21 @@ class Est:
         counts = [
             count
             for rank in range(world)
-            for count in allocate(pass_rates[rank * per_rank : (rank + 1) * per_rank], n * per_rank,
-                                  exponent=args.est_exponent, eps=args.est_epsilon, min_samples=args.est_min_samples,
-                                  max_samples=args.est_max_samples)
+            for count in allocate(
+                pass_rates[rank * per_rank : (rank + 1) * per_rank],
+                n * per_rank,
+                exponent=args.est_exponent,
+                eps=args.est_epsilon,
+                min_samples=args.est_min_samples,
+                max_samples=args.est_max_samples,
+            )
         ]
         context.begin_batch()
         pools = context.sample(list(range(target)), counts)
-        results = {prompt: PromptResult(pool_rewards=pool, selected=list(range(len(pool))), rounds=1, finished=True)
-                   for prompt, pool in enumerate(pools)}
+        results = {
+            prompt: PromptResult(pool_rewards=pool, selected=list(range(len(pool))), rounds=1, finished=True)
+            for prompt, pool in enumerate(pools)
+        }
         means = [nanmean(pool) for pool in pools]
         metrics = allocation_metrics(pass_rates, counts, means)
         # Round one is every sample here, N_x per prompt: weigh prompts equally, as GRPO's n per prompt does.

@@ -41,8 +41,10 @@ def value(samples: int, pass_rate: float) -> float:
 def allocate(pass_rates: list[float], budget: int, min_samples: int, max_samples: int) -> list[int]:
     """Sample counts that maximise the summed value under `sum == budget`, each within [min_samples, max_samples]."""
     if not min_samples * len(pass_rates) <= budget <= max_samples * len(pass_rates):
-        raise ValueError(f"a budget of {budget} samples cannot give {len(pass_rates)} prompts between {min_samples} "
-                         f"and {max_samples} each.")
+        raise ValueError(
+            f"a budget of {budget} samples cannot give {len(pass_rates)} prompts between {min_samples} "
+            f"and {max_samples} each."
+        )
     counts = [min_samples] * len(pass_rates)
 
     def gain(i: int) -> float:
@@ -75,13 +77,16 @@ class Knapsack:
         n = args.num_generations
         max_samples = 8 * n if max_samples is None else max_samples
         if not 1 <= min_samples <= n <= max_samples:
-            raise ValueError(f"sampler='knapsack' needs 1 <= sampler_kwargs min_samples ({min_samples}) <= "
-                             f"num_generations ({n}) <= max_samples ({max_samples}): the budget is num_generations "
-                             "samples per prompt on average. Set sampler_kwargs={'min_samples': 2, 'max_samples': "
-                             f"{8 * n}}}.")
+            raise ValueError(
+                f"sampler='knapsack' needs 1 <= sampler_kwargs min_samples ({min_samples}) <= "
+                f"num_generations ({n}) <= max_samples ({max_samples}): the budget is num_generations "
+                "samples per prompt on average. Set sampler_kwargs={'min_samples': 2, 'max_samples': "
+                f"{8 * n}}}."
+            )
         if not args.prompt_memory:
-            raise ValueError("sampler='knapsack' values each prompt by its remembered pass rate: set "
-                             "prompt_memory=True.")
+            raise ValueError(
+                "sampler='knapsack' values each prompt by its remembered pass rate: set prompt_memory=True."
+            )
         self.args, self.min_samples, self.max_samples = args, min_samples, max_samples
 
     def sample(self, context: SamplingContext, target: int) -> Selection:
@@ -90,16 +95,24 @@ class Knapsack:
         for prompt in range(target):
             a, b, _ = context.pass_rate_posterior(prompt)
             pass_rates.append(a / (a + b))
-        counts = [count for start in range(0, target, per_rank)
-                  for count in allocate(pass_rates[start : start + per_rank], n * per_rank, self.min_samples,
-                                        self.max_samples)]
+        counts = [
+            count
+            for start in range(0, target, per_rank)
+            for count in allocate(
+                pass_rates[start : start + per_rank], n * per_rank, self.min_samples, self.max_samples
+            )
+        ]
         context.begin_batch()
         pools = context.sample(list(range(target)), counts)
         scale = self.args.scale_rewards != "none"
-        results = {p: PromptResult(pool_rewards=pool, selected=list(range(len(pool))), rounds=1, finished=True)
-                   for p, pool in enumerate(pools)}
+        results = {
+            p: PromptResult(pool_rewards=pool, selected=list(range(len(pool))), rounds=1, finished=True)
+            for p, pool in enumerate(pools)
+        }
         advantages = {p: group_advantages(pool, scale) for p, pool in enumerate(pools)}
-        metrics = {"sampling/knapsack/samples_max": float(max(counts)),
-                   "sampling/knapsack/samples_min": float(min(counts)),
-                   "sampling/knapsack/value": sum(value(c, p) for c, p in zip(counts, pass_rates)) / target}
+        metrics = {
+            "sampling/knapsack/samples_max": float(max(counts)),
+            "sampling/knapsack/samples_min": float(min(counts)),
+            "sampling/knapsack/value": sum(value(c, p) for c, p in zip(counts, pass_rates)) / target,
+        }
         return Selection(results=results, chosen=list(range(target)), advantages=advantages, metrics=metrics)

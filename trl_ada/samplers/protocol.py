@@ -118,23 +118,31 @@ def check_selection(selection: Selection, target: int, num_generations: int, wor
     """Refuse a selection the trainer cannot hand to GRPOTrainer, naming what is wrong (a user sampler's bug)."""
     chosen, results = selection.chosen, selection.results
     if len(chosen) != target or len(set(chosen)) != target or not set(chosen) <= set(results):
-        raise ValueError(f"a sampler chose {len(chosen)} prompts ({len(set(chosen))} distinct, "
-                         f"{len(set(chosen) - set(results))} never sampled); it must choose {target} distinct sampled "
-                         "prompts (Selection.chosen).")
+        raise ValueError(
+            f"a sampler chose {len(chosen)} prompts ({len(set(chosen))} distinct, "
+            f"{len(set(chosen) - set(results))} never sampled); it must choose {target} distinct sampled "
+            "prompts (Selection.chosen)."
+        )
     per_rank = target // world_size
     for rank in range(world_size):
         kept = sum(len(results[p].selected) for p in chosen[rank * per_rank : (rank + 1) * per_rank])
         if kept != num_generations * per_rank:
-            raise ValueError(f"a sampler kept {kept} samples for rank {rank}'s {per_rank} prompts; each rank trains "
-                             f"num_generations x its prompts = {num_generations * per_rank} rows, as GRPOTrainer does.")
+            raise ValueError(
+                f"a sampler kept {kept} samples for rank {rank}'s {per_rank} prompts; each rank trains "
+                f"num_generations x its prompts = {num_generations * per_rank} rows, as GRPOTrainer does."
+            )
     for p in chosen:
         pool = results[p].pool_rewards
         if any(not 0 <= i < len(pool) for i in results[p].selected):
-            raise ValueError(f"a sampler kept sample indices {results[p].selected} of prompt {p}, whose pool holds "
-                             f"{len(pool)} samples.")
+            raise ValueError(
+                f"a sampler kept sample indices {results[p].selected} of prompt {p}, whose pool holds "
+                f"{len(pool)} samples."
+            )
         if selection.advantages is not None and len(selection.advantages.get(p, ())) != len(results[p].selected):
-            raise ValueError(f"Selection.advantages must hold one value per kept sample of each chosen prompt "
-                             f"(prompt {p}: {len(results[p].selected)} kept).")
+            raise ValueError(
+                f"Selection.advantages must hold one value per kept sample of each chosen prompt "
+                f"(prompt {p}: {len(results[p].selected)} kept)."
+            )
 
 
 __all__ = ["Sampler", "SamplingContext", "Selection", "check_selection"]

@@ -33,11 +33,14 @@ class Rounds:
         )
         metrics = {}
         if args.dynamic_sampling:
-            metrics = {"sampling/prompts_dropped": float(len(filled.sampled) - target),
-                       "sampling/refill_batches": float(filled.refill_batches),
-                       "sampling/groups_without_signal": float(filled.without_signal)}
-        return Selection(results=dict(filled.sampled), chosen=[filled.sampled[i][0] for i in filled.chosen],
-                         metrics=metrics)
+            metrics = {
+                "sampling/prompts_dropped": float(len(filled.sampled) - target),
+                "sampling/refill_batches": float(filled.refill_batches),
+                "sampling/groups_without_signal": float(filled.without_signal),
+            }
+        return Selection(
+            results=dict(filled.sampled), chosen=[filled.sampled[i][0] for i in filled.chosen], metrics=metrics
+        )
 
     def sample_prompts(self, context: SamplingContext, prompts: list[int]) -> list[PromptResult]:
         """Sample one batch of prompts (the first, or a refill) to the end of their rounds."""
