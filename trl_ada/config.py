@@ -570,11 +570,12 @@ class AdaGRPOConfig(GRPOConfig):
                     f"prompt_memory_group_column={self.prompt_memory_group_column!r} must be the name of a dataset "
                     "column (a string), or None."
                 )
-            if self.sampling_budget is None and not self.reinforce_ada_est:
+            if self.rounds_sampler:
                 raise ValueError(
-                    f"prompt_memory_group_column={self.prompt_memory_group_column!r} only informs budgeted sampling's "
-                    "screening and Est's allocation: set sampling_budget (e.g. sampling_budget=4.0 for GRPO parity) "
-                    "or reinforce_ada_est=True, or drop it."
+                    f"prompt_memory_group_column={self.prompt_memory_group_column!r} only informs a sampler that reads "
+                    "the prompt memory (budgeted sampling's screening, Est's and the knapsack's allocation, "
+                    "SamplingContext.pass_rate_posterior): set sampler='budget' (e.g. sampling_budget=4.0 for GRPO parity), "
+                    "'est', 'knapsack' or your own, or drop it."
                 )
         if self.sampler != "grpo":
             if self.multi_objective_aggregation != "sum_then_normalize":
@@ -642,6 +643,19 @@ class AdaGRPOConfig(GRPOConfig):
                 f"{conflicts[0]!r}."
             )
         sampler_class(self.sampler)  # an unknown name or an import path that does not import fails here, named
+        if self.sampler in ("reinforce_ada", "budget") and not self.multiround_adaptive_downsampling:
+            raise ValueError(
+                f"sampler={self.sampler!r} conflicts with multiround_adaptive_downsampling=False, which selects "
+                "sampler='grpo'. Drop multiround_adaptive_downsampling=False, or set sampler='grpo'."
+            )
+        if not self.rounds_sampler:  # the rounds' extensions, which another sampler would silently skip
+            for name, on in (("dynamic_sampling", self.dynamic_sampling), ("pipelined_rounds", self.pipelined_rounds)):
+                if on and not (name == "pipelined_rounds" and self.sampler == "est"):  # Est refuses it, naming why
+                    raise ValueError(
+                        f"{name}=True extends Reinforce-Ada's rounds; sampler={self.sampler!r} allocates its own "
+                        f"samples and would ignore it. Set {name}=False (a sampler of your own can draw refills with "
+                        "SamplingContext.draw)."
+                    )
         if self.sampler == "grpo":
             self.multiround_adaptive_downsampling = False
             if self.dynamic_sampling:

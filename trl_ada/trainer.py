@@ -165,6 +165,14 @@ class AdaGRPOTrainer(GRPOTrainer):
             with awake_for_rounds(self):
                 selection = self._sampler.sample(self._sampling_context(step), target)
             check_selection(selection, target, n, world)
+            if selection.advantages is None and not self.args.replaces_grpo_advantages:
+                if any(len(selection.results[p].selected) != n for p in selection.chosen):
+                    raise ValueError(
+                        f"sampler={self.args.sampler!r} kept groups of other sizes than num_generations and gave no "
+                        "advantages: TRL's group statistics read groups of num_generations rows. Return "
+                        "Selection.advantages, or set advantage_estimator='reinforce_ada' (the pooled baseline reads "
+                        "groups of any size)."
+                    )
             step.results, step.chosen, step.skipped = selection.results, selection.chosen, selection.skipped
             step.advantages, step.sampler_metrics = selection.advantages, selection.metrics
             merge_round_metrics(self._metrics["train"], metrics_before, step.rollout_sizes)
@@ -183,8 +191,9 @@ class AdaGRPOTrainer(GRPOTrainer):
                 [dict(step.rows[p]) for p in local for _ in step.results[p].selected]
             )
             self._replace_advantages(output, results=[step.results[p] for p in step.chosen])
-            if any(len(step.results[p].selected) != n for p in step.chosen):  # TRL's frac_reward_zero_std read
-                # groups of n rows; these hold N_x (Est, Knapsack)
+            unequal = any(len(step.results[p].selected) != n for p in step.chosen)
+            if self.args.reinforce_ada_est or step.advantages is not None or unequal:  # TRL's frac_reward_zero_std
+                # read groups of n rows and its own std scaling; these groups hold N_x (Est, Knapsack)
                 self._metrics["train"]["frac_reward_zero_std"][-1] = estimators.zero_std_fraction(
                     weighted_sum(self._last_rewards_per_func, self.reward_weights), step
                 )
@@ -377,12 +386,6 @@ class AdaGRPOTrainer(GRPOTrainer):
             )
             return
         if not self.args.replaces_grpo_advantages:
-            if results is not None and any(len(r.selected) != self.num_generations for r in results):
-                raise ValueError(
-                    f"sampler={self.args.sampler!r} kept groups of other sizes than num_generations and "
-                    "gave no advantages: TRL's group statistics read groups of num_generations rows. "
-                    "Return Selection.advantages, or set advantage_estimator='est' or 'reinforce_ada'."
-                )
             self._last_advantages = None  # TRL's own group statistics, already in `output`
             return
         if not self._warned_non_binary:
@@ -396,8 +399,7 @@ class AdaGRPOTrainer(GRPOTrainer):
     def _log_sampling_metrics(self, output: dict[str, Any], memory_metrics: dict[str, float]) -> None:
         advantages = self._last_advantages  # None: TRL's statistics, of which only this rank's slice is at hand
         advantages = self.accelerator.gather(output["advantages"]) if advantages is None else advantages
-        refills = self.args.sampling_budget is not None or self.args.dynamic_sampling
-        epochs_drawn = self._prompts_drawn / len(self.train_dataset) if refills else None
+        epochs_drawn = self._prompts_drawn / len(self.train_dataset) if self._refill is not None else None
         metrics = step_metrics(
             self._step_sampling, advantages, self.num_generations, self.args.sampling_budget is not None, epochs_drawn
         )

@@ -124,6 +124,9 @@ def test_every_built_in_sampler_decides_a_batch_from_the_context_alone(name, wor
         )
     else:
         assert sizes == [4] * 4
+    if name in ("est", "knapsack"):  # round one is every sample: prompts weighed equally, as GRPO's n per prompt
+        means = [sum(selection.results[p].pool_rewards) / len(selection.results[p].pool_rewards) for p in range(4)]
+        assert selection.metrics["sampling/iid_reward"] == pytest.approx(sum(means) / 4)
     if name == "dapo":  # the all-wrong and all-right prompts were dropped and refilled
         assert not {0, 1} & set(selection.chosen) and selection.metrics["sampling/refill_batches"] >= 1
 
@@ -302,11 +305,25 @@ def test_the_older_switches_map_onto_the_selector(fields, name, tmp_path):
         ({"sampler": "thompson"}, r"sampler='thompson': use one of \['budget', 'dapo'"),
         ({"sampler": "no_such_module.Sampler"}, "cannot import 'Sampler' from 'no_such_module'"),
         ({"sampler_kwargs": "[1, 2]"}, "sampler_kwargs=.* must be a dict"),
+        ({"sampler_kwargs": "{max_samples: 3}"}, "sampler_kwargs=.* is not JSON"),
+        ({"sampler": "reinforce_ada", "multiround_adaptive_downsampling": False}, "which selects sampler='grpo'"),
+        ({"sampler": "knapsack", "dynamic_sampling": True}, "dynamic_sampling=True extends Reinforce-Ada's rounds"),
+        ({"sampler": "knapsack", "pipelined_rounds": True}, "pipelined_rounds=True extends Reinforce-Ada's rounds"),
+        (
+            {"prompt_memory_group_column": "kind", "prompt_memory": True},
+            "only informs a sampler that reads the prompt",
+        ),
     ],
 )
 def test_a_conflicting_or_unknown_sampler_is_refused_naming_the_fix(fields, match, tmp_path):
     with pytest.raises(ValueError, match=match):
         config(tmp_path, **fields)
+
+
+def test_a_group_column_informs_every_sampler_that_reads_the_memory(tmp_path):
+    assert config(tmp_path, sampler="knapsack", prompt_memory_group_column="kind").prompt_memory_group_column == "kind"
+    custom = config(tmp_path, sampler="trl_ada.samplers.est.Est", prompt_memory=True, prompt_memory_group_column="k")
+    assert custom.prompt_memory_group_column == "k"
 
 
 def test_a_sampler_with_unequal_groups_and_no_advantages_is_refused(tiny_model, tmp_path, monkeypatch):

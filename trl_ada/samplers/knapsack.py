@@ -16,6 +16,8 @@ and chooses the N_i that maximise the sum of values under a total budget. Where 
 - **Solver**: value(N, p) is concave in N (its increments p^N (1 - p) + (1 - p)^N p shrink as N grows), so handing
   out the budget one sample at a time to the largest increment is an exact solution of this separable knapsack; ties
   go to the lower prompt number, so every rank computes the same allocation.
+- **Per rank**: each rank allocates over its own prompts (as Est), so that it hands GRPOTrainer its usual rows; with
+  few prompts per rank the knapsack has little to move (one prompt per rank is GRPO's allocation exactly).
 - **Advantages**: GRPO's within each group of N_i samples, (r - mean) / (std + 1e-4) (`scale_rewards="none"`: not
   scaled; "batch" reads as "group" here); an unscorable sample gets 0.
 
@@ -58,6 +60,11 @@ def allocate(pass_rates: list[float], budget: int, min_samples: int, max_samples
         if counts[i] < max_samples:
             heapq.heappush(heap, (-gain(i), i))
     return counts
+
+
+def nanmean(values: list[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return sum(finite) / len(finite) if finite else float("nan")
 
 
 def group_advantages(rewards: list[float], scale: bool) -> list[float]:
@@ -111,6 +118,8 @@ class Knapsack:
         }
         advantages = {p: group_advantages(pool, scale) for p, pool in enumerate(pools)}
         metrics = {
+            # Every sample is round one here, N_x per prompt: weigh prompts equally, as GRPO's n per prompt does.
+            "sampling/iid_reward": nanmean([nanmean(pool) for pool in pools]),
             "sampling/knapsack/samples_max": float(max(counts)),
             "sampling/knapsack/samples_min": float(min(counts)),
             "sampling/knapsack/value": sum(value(c, p) for c, p in zip(counts, pass_rates)) / target,
