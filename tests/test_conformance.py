@@ -691,7 +691,7 @@ def comparable_logs(trainer) -> list[dict]:
 
 
 # CI's newest and oldest sets run every cell but these, which the lock set runs: the loss-time and logging options
-# of issue 52 (sampling never touches the loss: their rows are the rows of any other cell) and Est beyond its
+# of GRPOConfig (sampling never touches the loss: their rows are the rows of any other cell) and Est beyond its
 # conversational cell (our allocation, not the release's behaviour). Both sets run the same TRL (>=1.16,<1.17).
 LOCK_ONLY = pytest.mark.lock_only
 

@@ -1,4 +1,4 @@
-"""The hard prompt set (issue 50): the harder kinds, the sequential screen's early stop and resume, the loader."""
+"""The hard prompt set: the harder kinds, the sequential screen's early stop and resume, the loader."""
 
 import json
 import os

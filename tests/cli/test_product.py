@@ -98,18 +98,18 @@ def test_recipe_parses(recipe):
         assert training_args.use_cpu and not training_args.use_vllm
         assert (training_args.epsilon, training_args.epsilon_high, training_args.beta) == (0.2, 0.28, 0.0)
         assert model_args.model_name_or_path == "runs/models/SmolLM2-135M-Instruct"
-    if "SmolLM2" in recipe and variant.startswith(("arith_", "hard_")):  # chat arithmetic, the settings of issue 21
-        task = "hard_arithmetic" if variant.startswith("hard_") else "arithmetic"  # hard_: its hard set (issue 50)
+    if "SmolLM2" in recipe and variant.startswith(("arith_", "hard_")):  # chat arithmetic, the SmolLM2 recipes' task
+        task = "hard_arithmetic" if variant.startswith("hard_") else "arithmetic"  # hard_: its hard set
         assert script_args.dataset_name == task and script_args.reward_funcs == ["last_number_reward"]
         assert not model_args.use_peft and model_args.dtype == "float32" and not training_args.bf16
-        # the hard set's rate (issue 50): GRPO n=4 lost held-out accuracy there at 3e-5 and climbed at 1e-5
+        # the hard set's rate: GRPO n=4 lost held-out accuracy there at 3e-5 and climbed at 1e-5
         rate = 1e-5 if variant.startswith("hard_") else 3e-5
         assert (training_args.learning_rate, training_args.lr_scheduler_type.value) == (rate, "constant")
         assert training_args.loss_type == "dapo" and training_args.per_device_train_batch_size == 16
         assert (training_args.max_completion_length, training_args.temperature) == (
             96,
             1.0,
-        )  # issue 32: 48 cut right prose
+        )  # 48 cut right prose
     elif "SmolLM2" in recipe:  # easy word problems with \boxed{} answers, LoRA over a bf16 base
         assert model_args.use_peft and script_args.dataset_name == "word_problems"
         assert training_args.max_completion_length == 192

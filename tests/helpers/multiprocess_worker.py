@@ -182,7 +182,7 @@ def main():
 
 
 def agents(model_paths, output_dir, common):
-    """Tools, an environment, rollout_func and image prompts with adaptive rounds on 2 processes (issue 30)."""
+    """Tools, an environment, rollout_func and image prompts with adaptive rounds on 2 processes."""
     import torch
 
     from tests.helpers.tool_policy import install

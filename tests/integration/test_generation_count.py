@@ -1,4 +1,4 @@
-"""The cost a comparison reports holds on every path (issue 50): the trainer's generated completions and tokens
+"""The cost a comparison reports holds on every path: the trainer's generated completions and tokens
 (`trl_ada.integration.generation_count`, logged as `sampling/generated_*_total`) against an independent count.
 
 The independent count sits below trl-ada, where the samples come from: the model's `generate` (each returned row cut

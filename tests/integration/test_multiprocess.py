@@ -176,7 +176,7 @@ def test_two_processes_pipeline_their_own_prompts(tiny_model, tmp_path, mode):
 @pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
 # bookkeeping across ranks, which depends on our code, not on the release (accelerate's gather_object aside)
 def test_two_processes_run_tools_environments_rollout_func_and_images(tmp_path):
-    """Issue 30 on 2 processes: every rank runs its share of each round through TRL's rollout path, the ranks agree."""
+    """Tools, environments, rollout_func and images on 2 processes: every rank runs its share of each round through TRL's rollout path, the ranks agree."""
     from trl_ada.examples.tiny import build_tiny_model, build_tiny_vlm
 
     models = ",".join(

@@ -1,4 +1,4 @@
-"""Every rollout GRPOTrainer runs, inside adaptive rounds: tools, rollout_func, environments (issue 30).
+"""Every rollout GRPOTrainer runs, inside adaptive rounds: tools, rollout_func, environments.
 
 The pure part (cutting `_generate`'s output into samples and back, merging per-round metrics) is tested
 exhaustively; the rest runs the real AdaGRPOTrainer and the real GRPOTrainer on the tiny offline model, with a

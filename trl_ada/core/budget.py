@@ -14,8 +14,7 @@ the surplus buys top-ups. What it optimises, step by step:
    policy starts to solve is seen again; a prompt nothing is known about (never sampled, and no group prior,
    `trl_ada.core.memory.GroupPrior`, for its kind yet) is always taken. With equal cost per prompt
    (n samples), accepting the prompts whose expected signal clears a bar is the knapsack optimum; a softer rule
-   (skip with probability P(uniform), as GRESO-like methods do) kept too many extreme prompts in our simulation
-   (benchmarks/CHANGELOG.md). If the candidates run out (`max_candidate_batches`), the skipped ones least likely to be
+   (skip with probability P(uniform), as GRESO-like methods do) kept too many extreme prompts in simulation. If the candidates run out (`max_candidate_batches`), the skipped ones least likely to be
    uniform fill the step. The caller should age what it remembers of the skipped prompts (the trainer multiplies
    their counts by `budget_skip_decay`, `PromptMemory.forget`): a prompt skipped for a while becomes uncertain and
    is sampled again, so one whose pass rate drifted into the middle is not starved (in the simulation, the floor

@@ -76,8 +76,8 @@ def word_problem(rng: random.Random, difficulty: int = 1) -> tuple[str, str]:
 
 def word_problems(num_examples: int = 256, difficulty: int = 1, seed: int = 0) -> Dataset:
     """Easy arithmetic word problems with the reference prompt (system + user suffix asking for \\boxed{}),
-    generated deterministically from `seed`: the task of the retired SmolLM2 word-problem benchmark
-    (benchmarks/CHANGELOG.md section 4: a 135M model learns nothing from it)."""
+    generated deterministically from `seed` (a 135M model learns next to nothing from it: the arithmetic tasks suit
+    it better)."""
     rng = random.Random(seed)
     rows = [word_problem(rng, difficulty) for _ in range(num_examples)]
     return Dataset.from_dict(

@@ -20,8 +20,7 @@ def warm_start(base_model: str, output_dir: str, steps: int, seed: int, schedule
     """Supervised warm start on worked solutions; skipped when <output_dir> already holds the result.
 
     `schedule_steps` (> steps) lays the cosine learning-rate schedule out over that many steps and stops after `steps`:
-    a model left part-way (the tiny model's equal-budget benchmark, benchmarks/CHANGELOG.md section 5, used it for a U-shaped
-    pass-rate distribution).
+    a model left part-way, e.g. for a U-shaped pass-rate distribution (some prompts solved, some never).
     """
     if os.path.exists(os.path.join(output_dir, "model.safetensors")):
         print(f"[warm start] reusing the warm-started model in {output_dir}")
