@@ -162,6 +162,25 @@ def test_the_installed_trl_has_every_seam():
     assert seams.trl_is_supported()
 
 
+def test_every_private_of_trl_or_transformers_the_code_touches_is_a_seam():
+    """A private attribute or method read on the trainer (`self._x` in the trainer, `trainer._x` in the glue) is
+    either trl-ada's own (assigned or defined in trl_ada) or listed in the seam registry, so a TRL release that
+    drops it fails at construction, named."""
+    import re
+
+    used, own = set(), set()
+    for path in (ROOT / "trl_ada").rglob("*.py"):
+        text = path.read_text()
+        used |= set(re.findall(r"\b(?:self|trainer)\.(_[a-zA-Z]\w*)", text))
+        own |= set(re.findall(r"\b(?:self|trainer)\.(_[a-zA-Z]\w*)\s*(?:=[^=]|:[^=])", text))
+        own |= set(re.findall(r"\bdef (_[a-zA-Z]\w*)", text)) | set(
+            re.findall(r"^\s+(_[a-zA-Z]\w*)\s*[:=]", text, re.M)
+        )
+    assert {"_metrics", "_generate"} <= used  # the scan reads the code it is meant to
+    missing = used - own - {seam.name for seam in seams.SEAMS}
+    assert not missing, f"trl_ada touches {sorted(missing)} of TRL or transformers: add them to seams.SEAMS"
+
+
 def test_a_changed_seam_is_named_at_construction(monkeypatch, tmp_path):
     from trl import GRPOTrainer
 

@@ -59,6 +59,14 @@ SEAMS: tuple[Seam, ...] = (
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "_last_loaded_step", kind="instance"),
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "vllm_generation", kind="instance"),
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "reward_func_names", kind="instance"),  # names a sharded reward model
+    # What the rounds merge into TRL's own logs, tokenize with, and count (eos ends a completion's model tokens).
+    *(
+        Seam("trl.trainer.grpo_trainer.GRPOTrainer", name, kind="instance")
+        for name in ("_metrics", "_logs", "_tokenizer", "eos_token_ids", "rollout_func")
+    ),
+    # transformers' Trainer: refilled rows pass the dataloader's column filter; checkpoints go where it writes them.
+    Seam("transformers.Trainer", "_get_collator_with_removed_columns", ("self", "data_collator", "description")),
+    Seam("transformers.Trainer", "_get_output_dir", ("self", "trial")),
     # Environments: the memory key and the prompt tokenization follow TRL's per-row environment choice.
     *(
         Seam("trl.trainer.grpo_trainer.GRPOTrainer", name, kind="instance")
