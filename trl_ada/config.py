@@ -12,7 +12,7 @@ from trl import GRPOConfig
 
 from trl_ada.core.advantages import BASELINES
 from trl_ada.core.sampling import CHOICES, SELECTIONS, normalize_choice
-from trl_ada.samplers import BUILT_IN, sampler_class
+from trl_ada.samplers import BUILT_IN, import_path, sampler_class
 
 
 PAPER = {  # what TRL's model card cites for a trainer trained with these defaults
@@ -228,8 +228,9 @@ class AdaGRPOConfig(GRPOConfig):
             "following `scale_rewards`), 'reinforce_rej' (raw reward for mixed groups, 0 for uniform ones) or 'raft' "
             "(max(r, 0)) or 'est' (Reinforce-Ada-Est's residual-weighted advantage over all of a prompt's samples; "
             "only with reinforce_ada_est). Default: 'est' with reinforce_ada_est, else 'reinforce_ada' with adaptive "
-            "sampling, 'grpo' without, so that multiround_adaptive_downsampling=False is exactly GRPOTrainer.",
-            "choices": list(ADVANTAGE_ESTIMATORS),
+            "sampling, 'grpo' without, so that multiround_adaptive_downsampling=False is exactly GRPOTrainer. Or an "
+            "import path 'module.function' to your own: function(pool_rewards, selected, positive_threshold) returns "
+            "one advantage per kept sample (docs/samplers.md)."
         },
     )
     pool_baseline: str = field(
@@ -448,7 +449,11 @@ class AdaGRPOConfig(GRPOConfig):
                 self.advantage_estimator = "grpo"  # a sampler's own (Selection.advantages), else TRL's per group
             else:
                 self.advantage_estimator = "reinforce_ada" if self.multiround_adaptive_downsampling else "grpo"
-        _check_one_of("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
+        if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:  # a function of the user's, `module.name`
+            if "." not in str(self.advantage_estimator):
+                _check_one_of("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
+            if not callable(import_path(self.advantage_estimator, "advantage_estimator")):
+                raise ValueError(f"advantage_estimator={self.advantage_estimator!r} is not a function.")
         _check_one_of("pool_baseline", self.pool_baseline, BASELINES)
         _check_one_of("pool_selection", self.pool_selection, SELECTIONS)
 

@@ -360,6 +360,41 @@ def test_a_sampler_with_unequal_groups_and_no_advantages_is_refused(tiny_model, 
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Your own advantages: a function from the pool to one advantage per kept sample.
+
+
+class KeepsResults(AdaGRPOTrainer):
+    def _replace_advantages(self, output, results):
+        super()._replace_advantages(output, results)
+        if results is not None:
+            self.kept_results = [list(r.pool_rewards) for r in results], [list(r.selected) for r in results]
+            self.installed = self._last_advantages.tolist()
+
+
+@pytest.mark.slow
+def test_an_advantage_function_of_the_users_gives_the_advantages(tiny_model, tmp_path, monkeypatch):
+    page = open(os.path.join(ROOT, "docs", "samplers.md")).read()
+    code = re.search(r"## Your own advantages.*?```python\n(.*?)```", page, re.S).group(1)
+    (tmp_path / "my_advantages.py").write_text(code)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(code, namespace)
+    trainer = KeepsResults(
+        model=tiny_model,
+        reward_funcs=make_recording_reward(),
+        train_dataset=pass_rate_dataset([0.5, 0.25]),
+        args=config(tmp_path, max_steps=1, round_repeat=4, advantage_estimator="my_advantages.leave_one_out"),
+    )
+    trainer.train()
+    pools, selected = trainer.kept_results
+    expected = [a for pool, kept in zip(pools, selected) for a in namespace["leave_one_out"](pool, kept, 0.7)]
+    assert trainer.installed == pytest.approx(expected)
+    assert any(len(pool) > 4 for pool in pools)  # a pool larger than the group: the function saw it whole
+    with pytest.raises(ValueError, match="advantage_estimator='my_advantages.nothing': cannot import 'nothing'"):
+        config(tmp_path, advantage_estimator="my_advantages.nothing")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # docs/samplers.md's example, as written, trained through trl-ada-train from the user's folder.
 
 

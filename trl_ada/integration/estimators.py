@@ -11,9 +11,11 @@ import math
 import torch
 from accelerate.logging import get_logger
 
+from trl_ada.config import ADVANTAGE_ESTIMATORS
 from trl_ada.core.advantages import pooled_advantages, raft_advantages, reinforce_rej_advantages
 from trl_ada.core.est import est_advantages
 from trl_ada.core.sampling import PromptResult
+from trl_ada.samplers import import_path
 
 
 logger = get_logger(__name__)
@@ -25,6 +27,8 @@ def step_advantages(
     """Advantages of the kept samples, one list per chosen prompt (`rewards`: the kept samples' weighted rewards, in
     TRL's order; `results`: the chosen prompts' sampling, None when sampling is off)."""
     estimator, n = args.advantage_estimator, num_generations
+    if estimator not in ADVANTAGE_ESTIMATORS:  # the user's: each kept group's advantages from its pool
+        return own_advantages(import_path(estimator, "advantage_estimator"), args, rewards, n, results)
     if estimator == "est":  # every sample of the prompt, N_x of them: the kept group is the whole pool
         return [est_advantages(r.pool_rewards, args.est_epsilon, 1.0 - args.est_exponent) for r in results]
     if estimator == "reinforce_ada":
@@ -38,6 +42,25 @@ def step_advantages(
     if estimator == "reinforce_rej":
         return [reinforce_rej_advantages(group) for group in groups]
     return [raft_advantages(group) for group in groups]
+
+
+def own_advantages(function, args, rewards: list[float], n: int, results: list[PromptResult] | None):
+    """`function(pool_rewards, selected, positive_threshold)` per chosen prompt (with sampling off, the pool is the
+    group of n), checked to give one finite-or-NaN number per kept sample."""
+    if results is None:
+        results = [PromptResult(rewards[i : i + n], list(range(n)), 1, True) for i in range(0, len(rewards), n)]
+    values = []
+    for result in results:
+        advantages = [
+            float(a) for a in function(list(result.pool_rewards), list(result.selected), args.positive_threshold)
+        ]
+        if len(advantages) != len(result.selected):
+            raise ValueError(
+                f"advantage_estimator={args.advantage_estimator!r} returned {len(advantages)} advantages for a group "
+                f"of {len(result.selected)} kept samples: return one per index in `selected`, in its order."
+            )
+        values.append(advantages)
+    return values
 
 
 def warn_if_not_binary(args, results: list[PromptResult]) -> bool:

@@ -27,27 +27,34 @@ BUILT_IN = {
 }
 
 
+def import_path(value: str, field: str):
+    """The object `module.name` names, importable from the current folder (as TRL's scripts find reward functions);
+    a ValueError naming `field` and the fix otherwise."""
+    module, _, attribute = value.rpartition(".")
+    if not module:
+        raise ValueError(f"{field}={value!r} is neither a built-in name nor an import path 'module.name'.")
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(
+            f"{field}={value!r}: cannot import {attribute!r} from {module!r} ({error}). Give an import path "
+            f"importable from the current folder, e.g. {field}='my_module.{attribute}' for my_module.py here."
+        ) from error
+
+
 def sampler_class(name: str) -> type:
     """The class a `sampler` value names: a built-in name or `module.Class`. Raises a ValueError naming the fix."""
     if name in BUILT_IN:
-        module, attribute = BUILT_IN[name]
+        found = getattr(importlib.import_module(BUILT_IN[name][0]), BUILT_IN[name][1])
     elif "." in name:
-        module, _, attribute = name.rpartition(".")
+        found = import_path(name, "sampler")
     else:
         raise ValueError(
             f"sampler={name!r}: use one of {sorted(BUILT_IN)} or an import path 'module.Class' (a class "
             "with sample(context, target): trl_ada.samplers.protocol, docs/samplers.md)."
         )
-    if os.getcwd() not in sys.path:  # a user's module in the current folder, as TRL's scripts find reward functions
-        sys.path.append(os.getcwd())
-    try:
-        found = getattr(importlib.import_module(module), attribute)
-    except (ImportError, AttributeError) as error:
-        raise ValueError(
-            f"sampler={name!r}: cannot import {attribute!r} from {module!r} ({error}). Give an import "
-            "path importable from the current folder, e.g. sampler='my_sampler.MySampler' for "
-            "my_sampler.py here."
-        ) from error
     if not callable(getattr(found, "sample", None)):
         raise ValueError(f"sampler={name!r} has no sample(context, target) method: see trl_ada.samplers.protocol.")
     return found
@@ -66,4 +73,13 @@ def load_sampler(args) -> Sampler:
     return cls(args, **kwargs)
 
 
-__all__ = ["BUILT_IN", "Sampler", "SamplingContext", "Selection", "check_selection", "load_sampler", "sampler_class"]
+__all__ = [
+    "BUILT_IN",
+    "Sampler",
+    "SamplingContext",
+    "Selection",
+    "check_selection",
+    "import_path",
+    "load_sampler",
+    "sampler_class",
+]
