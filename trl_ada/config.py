@@ -16,11 +16,11 @@ from trl_ada.samplers import BUILT_IN, import_path, sampler_class
 
 
 PAPER = {  # what TRL's model card cites for a trainer trained with these defaults
-    "title": "Reinforce-Ada: An Adaptive Sampling Framework for Reinforce-Style LLM Training",
+    "title": "Reinforce-Ada: An Adaptive Sampling Framework under Non-linear RL Objectives",
     "id": "2510.04996",
     "citation": (
         "@article{xiong2025reinforceada,\n"
-        "    title        = {{Reinforce-Ada: An Adaptive Sampling Framework for Reinforce-Style LLM Training}},\n"
+        "    title        = {{Reinforce-Ada: An Adaptive Sampling Framework under Non-linear RL Objectives}},\n"
         "    author       = {Wei Xiong and Chenlu Ye and Baohao Liao and Hanze Dong and Xinxing Xu and Christof Monz "
         "and Jiang Bian and Nan Jiang and Tong Zhang},\n"
         "    year         = 2025,\n"

@@ -298,7 +298,7 @@ def test_imports_run_one_way_no_package_module_imports_the_demo():
 @pytest.mark.slow
 @pytest.mark.parametrize("own_task", [False, True], ids=["as_shipped", "own_task"])
 def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch, own_task):
-    """As shipped, and with its switch to a user's own task (the README's capitals task, built in Python) turned on."""
+    """As shipped, and with its switch to a user's own task (docs/own-task.md's capitals task, built in Python) turned on."""
     nbformat = pytest.importorskip("nbformat")
     monkeypatch.setenv("TRL_ADA_NOTEBOOK_STEPS", "4")  # its default run (200 steps) learns: measured, in its text
     monkeypatch.setenv("TRL_ADA_NOTEBOOK_WARM_STEPS", "20")  # its default warm start: 300 supervised steps

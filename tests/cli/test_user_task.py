@@ -304,13 +304,12 @@ def upper(completions, solution, **kwargs):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# The README's own task, through every entry point, as written there.
+# docs/own-task.md's task (the README links it), through every entry point, as written there.
 
 
 def readme_blocks():
-    with open(os.path.join(ROOT, "README.md")) as f:
-        text = f.read()
-    section = text[text.index("## Your own task") : text.index("## Which sampling")]
+    with open(os.path.join(ROOT, "docs", "own-task.md")) as f:
+        section = f.read()
     blocks = re.findall(r"```(\w+)\n(.*?)```", section, flags=re.S)
     files = {
         body.split("\n", 1)[0].split(":")[0].removeprefix("# "): body
@@ -664,7 +663,7 @@ def test_an_async_reward_is_awaited_on_one_lasting_loop_also_where_a_loop_runs()
 
 
 def test_the_eval_command_scores_a_users_task_with_its_own_reward(tiny_model, tmp_path, monkeypatch, capsys):
-    """trl-ada-eval on the README's capitals task: the rows as written, the reward by import path from the current
+    """trl-ada-eval on docs/own-task.md's capitals task: the rows as written, the reward by import path from the current
     folder; a wrong reward name fails before the model loads, text prompts with the fix."""
     from trl_ada.cli.evaluate import main as eval_main
 

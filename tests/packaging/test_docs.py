@@ -109,3 +109,11 @@ def test_every_link_and_named_file_in_the_pages_exists():
                 if not glob.glob(os.path.join(ROOT, p))
             ]
     assert not broken, "\n".join(broken)
+
+
+def test_the_readme_cites_the_paper_the_model_card_cites():
+    from trl_ada.config import PAPER
+
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    assert f"title   = {{{PAPER['title']}}}" in readme and PAPER["id"] in readme
+    assert PAPER["title"] in PAPER["citation"]
