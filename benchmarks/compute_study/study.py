@@ -13,7 +13,7 @@ ones); run it from a clone pinned at the plan's commit, with the vLLM environmen
 `analyse` reads a `trl-ada-compare --output_dir`'s results (one JSON per arm and seed), writes `<out>.json` and
 `<out>.png` and prints the tables. A comparison whose arms are not both in the folder is reported as not run; a seed whose run stops
 short of the window (unfinished, or cut and not yet continued) is left out and named. Every number comes from
-`trl_ada.cli.endpoints` (windows, plateau, Holm) and `trl_ada.cli.paired` (the one interval method: the paired
+`endpoints.py` beside this file (windows, plateau, Holm) and `trl_ada.cli.paired` (the one interval method: the paired
 bootstrap over seeds and questions, 4000 replicates).
 """
 
@@ -33,7 +33,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if __name__ == "__main__":  # a study runs the package of the clone it is in (plan.md: pinned), not an installed copy
     sys.path.insert(0, REPO)
 
-from trl_ada.cli import endpoints, paired
+from trl_ada.cli import paired
+
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the study's own statistics, beside this file
+import endpoints  # noqa: E402 (windows, the plateau rule, Holm's correction)
+
 from trl_ada.cli.plotting import pyplot
 from trl_ada.cli.records import load_results
 from trl_ada.cli.report import compare

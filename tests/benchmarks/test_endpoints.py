@@ -1,4 +1,4 @@
-"""A study's endpoints (trl_ada.cli.endpoints): the window mean, the plateau rule and Holm's correction, on
+"""The compute study's endpoints (benchmarks/compute_study/endpoints.py): the window mean, the plateau rule and Holm's correction, on
 hand-built `trl-ada-compare` records whose answers are known."""
 
 import numpy as np
@@ -6,7 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_ada.cli import endpoints, paired
+from tests.helpers import load_script
+from trl_ada.cli import paired
+
+
+endpoints = load_script("benchmarks/compute_study/endpoints.py", "compute_study_endpoints")
 
 
 def record(tokens, greedy, reward=None, items=None):
