@@ -228,20 +228,39 @@ def test_an_unsupported_trl_warns_with_both_versions(monkeypatch):
         seams.warn_if_unsupported_trl()
 
 
-def test_console_scripts_exit_0_on_success():
-    """A console script exits with what its function returns: a dict (a report) would make the shell see status 1
-    and print the dict. Every entry point returns None or an int."""
-    import configparser
-    import importlib
-    import inspect
+@pytest.mark.slow
+def test_console_scripts_exit_0_on_success(tmp_path):
+    """A console script exits with what its function returns (pip's wrapper calls `sys.exit(function())`): a dict
+    (a report) would make the shell see status 1 and print the dict. Each entry point of setup.cfg runs for real,
+    at toy size, through that wrapper."""
+
+    from tests.cli.test_compare import RECIPE
+    from tests.helpers import launch_env
 
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")
-    scripts = [line.split("=", 1) for line in config["options.entry_points"]["console_scripts"].split("\n") if line]
-    assert len(scripts) == 4
-    for name, target in scripts:
-        module, function = target.strip().split(":")
-        annotation = inspect.signature(getattr(importlib.import_module(module), function)).return_annotation
-        assert annotation in (inspect.Signature.empty, None, "None", int, "int"), (
-            f"{name.strip()} returns {annotation}"
+    scripts = dict(
+        line.split("=", 1) for line in config["options.entry_points"]["console_scripts"].split("\n") if line
+    )
+    (tmp_path / "recipe.yaml").write_text(RECIPE + "report_to: none\n")
+    (tmp_path / "held_out.jsonl").write_text(
+        "".join(
+            f'{{"prompt": [{{"role": "user", "content": "What is {i} + 1?"}}], "answer": "{i + 1}"}}\n'
+            for i in range(4)
         )
+    )
+    arguments = {
+        "trl-ada-train": "--config recipe.yaml --max_steps 1 --output_dir trained",
+        "trl-ada-eval": "--model_name_or_path trained --datasets held_out.jsonl --prompt_template none --k 1 "
+        "--reward_funcs last_number_reward --max_new_tokens 8 --output_file eval.json",
+        "trl-ada-compare": "--config recipe.yaml --arm grpo sampler=grpo --seeds 0 --max_steps 1 --eval_every 1 "
+        "--eval_examples 6 --eval_min_examples 6 --eval_fraction 0.2 --eval_k 0 --output_dir compared",
+        "trl-ada-demo": "--model tiny --output_dir demo --max_steps 1 --warm_start_steps 2 --eval_examples 8 --eval_k 1",
+    }
+    assert set(map(str.strip, scripts)) == set(arguments)
+    for name, target in scripts.items():
+        module, function = target.strip().split(":")
+        code = f"import sys; from {module} import {function}; sys.exit({function}())"
+        argv = [sys.executable, "-c", code, *arguments[name.strip()].split()]
+        done = subprocess.run(argv, cwd=tmp_path, env=launch_env(), capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{name.strip()} exited {done.returncode}: {done.stderr[-2000:]}"
