@@ -344,7 +344,7 @@ def test_slim_wheel_drops_members_and_their_record_lines_and_keeps_the_rest_byte
 
 
 def test_call_one_measures_only_what_no_session_measured(kit, tmp_path, capsys):
-    """The first GPU session measured GRPO n=4 on both paths and ran out of time in balanced: a later call 1 measures
+    """With GRPO n=4 measured on both paths and balanced still missing in the committed record, call 1 measures
     TRL's GRPO n=4 again (the ratios compare arms of one call) and the arms still missing, and all of them once every
     one is in."""
 

@@ -219,7 +219,7 @@ def test_the_evaluation_before_training_is_scored_once_per_model_and_read_back_e
 
 def test_runs_starting_together_score_the_initial_model_once(tiny_model, tmp_path):
     """Runs that start at once (a parallel comparison's first wave) wait for the first to score the model they all
-    start from and read its scores: the first GPU session's ten runs each scored it, at the same time."""
+    start from and read its scores, instead of each scoring it at the same time."""
     import threading
     import time
 
@@ -386,8 +386,7 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, ca
 
 def test_a_final_cut_stops_early_enough_for_its_evaluation():
     """With --keep_cut a cut is evaluated where it stops, within the deadline: training stops 1.5 times the last grid
-    evaluation's duration before it (on the first GPU session ten cuts evaluated past the call's end and 8 of 10
-    records were lost). A cut that will be continued is not evaluated, so it trains up to the deadline."""
+    evaluation's duration before it, so that the evaluation ends before the call does and the record is kept. A cut that will be continued is not evaluated, so it trains up to the deadline."""
     import time
 
     from transformers import TrainerControl, TrainerState
