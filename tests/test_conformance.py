@@ -977,18 +977,12 @@ def _iterable():
 def _pipelined_with_a_sharded_reward_model():
     """What AdaGRPOTrainer.__init__ checks once TRL has prepared the reward models (DeepSpeed ZeRO-3 partitions
     them): a trainer whose reward model has a ZeRO-3 partitioned parameter."""
-    from types import SimpleNamespace
 
     from trl_ada.integration.pipelined_rank import check_reward_models_unsharded
 
     reward_model = torch.nn.Linear(2, 1)
     reward_model.weight.ds_tensor = torch.zeros(1)  # what deepspeed.zero.Init leaves on a partitioned parameter
-    trainer = SimpleNamespace(
-        args=AdaGRPOConfig(**{**BASE, "output_dir": "/nonexistent"}, pipelined_rounds=True, use_vllm=True),
-        reward_funcs=[rate_reward, reward_model],
-        reward_func_names=["rate_reward", "rm"],
-    )
-    check_reward_models_unsharded(trainer)
+    check_reward_models_unsharded(True, ["rate_reward", "rm"], [rate_reward, reward_model])
 
 
 _SAMPLED = lambda: {"train_dataset": conversational()}  # noqa: E731

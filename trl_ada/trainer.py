@@ -19,7 +19,6 @@ import collections
 import functools
 import inspect
 import os
-import time
 from typing import Any
 
 import torch
@@ -36,20 +35,14 @@ warn_if_unsupported_trl()
 require_trl_internals()  # before anything else imports them: a moved TRL internal fails here, named
 
 from trl_ada.config import PAPER, AdaGRPOConfig, trainer_config
-from trl_ada.core.budget import remembered_posterior
 from trl_ada.core.memory import text_only
 from trl_ada.core.sampling import PromptResult
 from trl_ada.integration import estimators, prompt_keys
+from trl_ada.integration.context import log_step, sampling_context, settle
 from trl_ada.integration.generation_count import GenerationCount, counting_rollout_func, model_tokens
-from trl_ada.integration.pipelined_rank import check_reward_models_unsharded, sample_pipelined
+from trl_ada.integration.pipelined_rank import RankEngine, check_reward_models_unsharded, decode, sample_pipelined
 from trl_ada.integration.refill import EpochSeededSampler
-from trl_ada.integration.resume import (
-    export_at_end,
-    export_memory,
-    load_trainer_state,
-    sampling_state,
-    save_trainer_state,
-)
+from trl_ada.integration.resume import SamplingState, export_memory
 from trl_ada.integration.rollouts import (
     Sample,
     StepSampling,
@@ -58,10 +51,7 @@ from trl_ada.integration.rollouts import (
     join_rollout,
     merge_logged_metrics,
     merge_round_metrics,
-    plan_round,
-    record_round,
     split_rollout,
-    step_metrics,
     take_extra_logs,
     weighted_sum,
 )
@@ -74,8 +64,7 @@ from trl_ada.integration.support import (
     warn_if_threshold_outside,
 )
 from trl_ada.integration.vllm_backend import ReloadingVLLMGeneration, awake_for_rounds, vllm_generation_for
-from trl_ada.integration.vllm_stream import colocated_stream
-from trl_ada.samplers import SamplingContext, check_selection, load_sampler
+from trl_ada.samplers import load_sampler
 
 
 logger = get_logger(__name__)
@@ -86,9 +75,8 @@ class AdaGRPOTrainer(GRPOTrainer):
     """
     Drop-in replacement for TRL's `GRPOTrainer` that samples with Reinforce-Ada (arXiv:2510.04996).
 
-    Takes exactly `GRPOTrainer`'s arguments; `args` must be an [`AdaGRPOConfig`]. With
-    `multiround_adaptive_downsampling=False` (and dynamic sampling and prompt memory off, their defaults) it behaves
-    exactly like `GRPOTrainer`.
+    Takes exactly `GRPOTrainer`'s arguments; `args` must be an [`AdaGRPOConfig`]. With `sampler="grpo"` (sampling
+    off) it behaves exactly like `GRPOTrainer`.
 
     Example:
 
@@ -128,29 +116,28 @@ class AdaGRPOTrainer(GRPOTrainer):
             func if isinstance(func, torch.nn.Module) else checked_reward(func, name)
             for func, name in zip(self.reward_funcs, self.reward_func_names)
         ]
+        check_reward_models_unsharded(args.pipelined_rounds, self.reward_func_names, self.reward_funcs)
+        warn_if_fewer_processes(self.accelerator.num_processes)
         self._threshold_checked = self._warned_non_binary = False
         self._reward_call_rows = 0  # completions of the reward call in progress (log_metric's weight)
         self._logged_metric_rows: dict[str, list[int]] = collections.defaultdict(list)
-        warn_if_fewer_processes(self.accelerator.num_processes)
-        self._check_pipelined_reward_models()
         self._last_rewards_per_func = self._last_advantages = None  # of the kept completions, all ranks
         self._warned_extra_columns: set[str] = set()
         # What sampling carries from step to step (and every checkpoint): the memory, group prior, refill stream
-        self.prompt_memory, self.group_prior, self._refill = sampling_state(
-            args, self.train_dataset, self.shuffle_dataset
-        )
+        self.sampling_state = SamplingState.for_settings(args, self.train_dataset, self.shuffle_dataset)
+        self.prompt_memory, self.group_prior = self.sampling_state.memory, self.sampling_state.group_prior
         # Refilled rows pass the column filter the dataloader's rows pass (`remove_unused_columns`, the Trainer's own
         # collator wrapper): a reward function gets the same keyword arguments for a refilled row as for any other.
         self._as_dataloader_rows = self._get_collator_with_removed_columns(lambda rows: rows, description="training")
-        self._prompts_drawn = 0  # every prompt drawn so far (TRL's, refills, skipped): the honest consumption count
         self.generation_count = GenerationCount()
+        self.rollout_func = counting_rollout_func(self.rollout_func, self.generation_count, self._counting_generation)
 
     # --- Seam 1: the whole generation batch ---------------------------------------------------------------------
 
-    def _generate_and_score_completions(self, inputs):
+    def _generate_and_score_completions(self, inputs, *args, **kwargs):
         self._logged_metric_rows.clear()  # TRL flushes its pending log_metric values at the end of every batch
         if not self.model.training or not self.args.sampling_active:  # TRL's plain sampling (always in evaluation)
-            output = super()._generate_and_score_completions(inputs)
+            output = super()._generate_and_score_completions(inputs, *args, **kwargs)
             if self.model.training:
                 self._replace_advantages(output, results=None)
             return output
@@ -162,24 +149,15 @@ class AdaGRPOTrainer(GRPOTrainer):
         self._step_sampling = step
         metrics_before = {key: len(values) for key, values in self._metrics["train"].items()}
         try:
-            with awake_for_rounds(self):
-                selection = self._sampler.sample(self._sampling_context(step), target)
-            check_selection(selection, target, n, world)
-            if selection.advantages is None and not self.args.replaces_grpo_advantages:
-                if any(len(selection.results[p].selected) != n for p in selection.chosen):
-                    raise ValueError(
-                        f"sampler={self.args.sampler!r} kept groups of other sizes than num_generations and gave no "
-                        "advantages: TRL's group statistics read groups of num_generations rows. Return "
-                        "Selection.advantages, or set advantage_estimator='reinforce_ada' (the pooled baseline reads "
-                        "groups of any size)."
-                    )
-            step.results, step.chosen, step.skipped = selection.results, selection.chosen, selection.skipped
-            step.advantages, step.sampler_metrics = selection.advantages, selection.metrics
+            context = self._sampling_context(step)
+            new_step = self.use_vllm and self.state.global_step != self._last_loaded_step
+            with awake_for_rounds(self.vllm_generation if self.use_vllm else None, sync=new_step):
+                if new_step:
+                    self._last_loaded_step = self.state.global_step
+                selection = self._sampler.sample(context, target)
+            memory_metrics = settle(step, selection, context, self.sampling_state, self.args, target)
             merge_round_metrics(self._metrics["train"], metrics_before, step.rollout_sizes)
             merge_logged_metrics(self._pending_metrics, self._logged_metric_rows)
-            self._prompts_drawn += len(step.results) + step.skipped
-            memory_metrics = self._update_prompt_memory(step)
-
             local = step.chosen[rank * (target // world) : (rank + 1) * (target // world)]
             # TRL asks for these rewards next (global order: rank-major, prompt, then group position).
             step.selected_rewards_per_func = torch.stack(
@@ -187,97 +165,57 @@ class AdaGRPOTrainer(GRPOTrainer):
             )
             step.local_samples = self._collect_selected(step, local)
             # One row per kept sample: num_generations per prompt, except under Est (N_x per prompt).
-            output = super()._generate_and_score_completions(
-                [dict(step.rows[p]) for p in local for _ in step.results[p].selected]
-            )
+            rows = [dict(step.rows[p]) for p in local for _ in step.results[p].selected]
+            output = super()._generate_and_score_completions(rows, *args, **kwargs)
             self._replace_advantages(output, results=[step.results[p] for p in step.chosen])
-            unequal = any(len(step.results[p].selected) != n for p in step.chosen)
-            if self.args.reinforce_ada_est or step.advantages is not None or unequal:  # TRL's frac_reward_zero_std
-                # read groups of n rows and its own std scaling; these groups hold N_x (Est, Knapsack)
-                self._metrics["train"]["frac_reward_zero_std"][-1] = estimators.zero_std_fraction(
-                    weighted_sum(self._last_rewards_per_func, self.reward_weights), step
-                )
-            self._log_sampling_metrics(output, memory_metrics)
+            advantages = self._last_advantages  # None: TRL's statistics, of which only this rank's slice is at hand
+            advantages = self.accelerator.gather(output["advantages"]) if advantages is None else advantages
+            rewards = weighted_sum(self._last_rewards_per_func, self.reward_weights)
+            metrics, state = self._metrics["train"], self.sampling_state
+            log_step(metrics, step, advantages, rewards, self.args, state, self.train_dataset, memory_metrics)
         finally:
             self._step_sampling = None
         return output
 
-    def _sampling_context(self, step: StepSampling) -> SamplingContext:
+    def _sampling_context(self, step: StepSampling):
         """What the sampler sees of this trainer for one generation batch (trl_ada.samplers.protocol)."""
-        args, column = self.args, self.args.prompt_memory_group_column
-        posterior = remembered_posterior(
-            args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta, self.prompt_memory, self.group_prior
-        )
-        keys: dict[int, int] = {}
-
-        def prompt_key(prompt: int) -> int:
-            if prompt not in keys:
-                keys[prompt] = self._prompt_key(step, prompt)
-            return keys[prompt]
-
-        def begin_batch() -> int:
-            batch, step.batches, step.round_index = step.batches, step.batches + 1, 0
-            return batch
-
-        return SamplingContext(
-            num_generations=self.num_generations,
-            world_size=self.accelerator.num_processes,
-            global_step=self.state.global_step,
-            seed=args.seed,
-            sample=functools.partial(self._sample_round, step),
-            draw=functools.partial(self._draw, step),
-            row=lambda prompt: step.rows[prompt],
-            prompt_key=prompt_key,
-            pass_rate_posterior=lambda p: posterior(prompt_key(p), step.rows[p][column] if column else None),
-            begin_batch=begin_batch,
-            memory=self.prompt_memory,
-            run_rounds=functools.partial(sample_pipelined, self, step) if args.pipelined_rounds else None,
-        )
-
-    def _draw(self, step: StepSampling, count: int) -> list[int]:
-        """`count` prompts from the refill stream (the same ones on every rank) into the step, as the dataloader's
-        rows (the Trainer's column filter applied); returns their numbers."""
-        if self._refill is None:
-            raise ValueError(
-                f"sampler={self.args.sampler!r} draws prompts from the training set, which needs a "
-                "map-style datasets.Dataset as train_dataset."
+        run_rounds = None
+        if self.args.pipelined_rounds:  # the rounds on this rank's colocated engine (trl_ada.core.pipelined)
+            engine = RankEngine(
+                self.args,
+                self.accelerator,
+                self.vllm_generation,
+                self._score,
+                functools.partial(decode, self.processing_class, self._tokenizer, self.tools),
+                self.reward_weights,
+                {*self.eos_token_ids, self._tokenizer.pad_token_id},
+                self.generation_count,
+                self._metrics["train"],
+                self.state,
             )
-        first = len(step.rows)
-        rows = [dict(self.train_dataset[index]) for index in self._refill.draw(count)]
-        step.rows += self._as_dataloader_rows(rows)
-        step.prompt_ids += self._tokenize(step.rows[first:])
-        step.pool_rewards_per_func += [[] for _ in range(count)]
-        return list(range(first, len(step.rows)))
+            run_rounds = functools.partial(sample_pipelined, step, engine)
+        return sampling_context(
+            step,
+            self.sampling_state,
+            self.args,
+            accelerator=self.accelerator,
+            global_step=self.state.global_step,
+            rollout=self._rollout,
+            reward_weights=self.reward_weights,
+            tokenize=self._tokenize,
+            as_dataloader_rows=self._as_dataloader_rows,
+            train_dataset=self.train_dataset,
+            with_environment=self.environment_factories is not None,
+            run_rounds=run_rounds,
+        )
 
     def _tokenize(self, rows: list[dict[str, Any]]) -> list[list[int]]:
         """The rows' prompts as TRL tokenizes them, text only (memory keys, pipelining): before any environment
-        observation, image placeholders left out (the memory key hashes the images themselves, `_row_key`)."""
+        observation, image placeholders left out (the memory key hashes the images themselves, `row_key`)."""
         if self.environment_factories is not None:  # TRL renders each row with its own environment's tools
             self._batch_environments = environment_names(rows, self.environment_factories, self._multi_environment)
         prompt_ids, _, _ = self._tokenize_prompts([text_only(row.get("prompt", _EMPTY_PROMPT)) for row in rows])
         return [list(ids) for ids in prompt_ids]
-
-    def _row_key(self, row: dict[str, Any], prompt_ids: list[int]) -> int:
-        return prompt_keys.row_key(row, prompt_ids, with_environment=self.environment_factories is not None)
-
-    def _prompt_key(self, step: StepSampling, prompt: int) -> int:
-        return self._row_key(step.rows[prompt], step.prompt_ids[prompt])
-
-    def _sample_round(self, state: StepSampling, active: list[int], k: int | list[int]) -> list[list[float]]:
-        """k samples for each active prompt (or k[i]: Est), split evenly over the ranks; every reward, all ranks."""
-        world, rank = self.accelerator.num_processes, self.accelerator.process_index
-        round_ = plan_round(state, active, k, world)
-        start = time.perf_counter()
-        samples, rewards_per_func = self._rollout([state.rows[p] for p, _ in round_.share(rank)])
-        return record_round(
-            state,
-            round_,
-            rank,
-            samples,
-            rewards_per_func,
-            weighted_sum(rewards_per_func, self.reward_weights),
-            time.perf_counter() - start,
-        )
 
     def _rollout(self, rows: list[dict[str, Any]]) -> tuple[list[Sample], torch.Tensor]:
         """One sample per row through GRPOTrainer's own rollout path; returns the samples and every rank's rewards.
@@ -297,21 +235,17 @@ class AdaGRPOTrainer(GRPOTrainer):
         if self.rollout_func is not None:  # the user's function placed each completion on its own row
             check_rollout_rows(prompts, generated[0])
         inputs = [{**row, **sample.extra} for row, sample in zip(rows, samples)]  # as TRL merges rollout_func's fields
-        rewards_per_func = self._calculate_rewards(
-            inputs, prompts, [s.completion for s in samples], [s.completion_ids for s in samples]
-        )
-        for sample, logs in zip(samples, self._take_extra_logs(len(samples))):
+        completions, completion_ids = [s.completion for s in samples], [s.completion_ids for s in samples]
+        rewards_per_func, extra_logs = self._score(inputs, prompts, completions, completion_ids)
+        for sample, logs in zip(samples, extra_logs):
             sample.extra_logs = logs
         return samples, rewards_per_func
 
-    def _take_extra_logs(self, count: int) -> list[dict[str, Any]]:
-        return take_extra_logs(self._pending_extra_logs, count, self._warned_extra_columns, logger.warning)
-
-    def _check_pipelined_reward_models(self) -> None:
-        check_reward_models_unsharded(self)
-
-    def _open_stream(self, prompt_ids: list[list[int]]):
-        return colocated_stream(self.vllm_generation, prompt_ids)  # the engine the pipelined rounds drive
+    def _score(self, inputs, prompts, completions, completion_ids) -> tuple[torch.Tensor, list[dict[str, Any]]]:
+        """Every reward function's reward for each sample, and the log_extra values they wrote for it."""
+        rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids)
+        warned, warn = self._warned_extra_columns, logger.warning
+        return rewards_per_func, take_extra_logs(self._pending_extra_logs, len(prompts), warned, warn)
 
     def _collect_selected(self, state: StepSampling, local: list[int]) -> list[Sample]:
         samples = collect_selected(state, local)  # this rank's kept samples; their log_extra values follow them
@@ -321,7 +255,7 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     # --- Seam 2: generation: a round keeps TRL's output; for the training batch TRL gets the kept samples ---------
 
-    def _generate(self, prompts):
+    def _generate(self, prompts, *args, **kwargs):
         step = self._step_sampling
         if step is not None and step.local_samples is not None:  # TRL builds the training batch: the kept samples
             samples, step.local_samples = step.local_samples, None
@@ -329,9 +263,8 @@ class AdaGRPOTrainer(GRPOTrainer):
             self.generation_count.add(trained_tokens=model_tokens(kept[1]))
             self.generation_count.flush(self.accelerator)  # the step's sampling is over, on every rank at once
             return kept
+        generated = super()._generate(prompts, *args, **kwargs)
         counting = self._counting_generation()
-        with counting_rollout_func(self, counting):
-            generated = super()._generate(prompts)
         if counting:  # the rows returned are the completions (with tools: one per sample, whatever its turns)
             self.generation_count.add(completions=len(generated[1]))
         if self._rollout_capture is not None:  # a round (_rollout): keep it, skip the rest
@@ -342,11 +275,11 @@ class AdaGRPOTrainer(GRPOTrainer):
             self.generation_count.flush(self.accelerator)
         return generated
 
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
         if self._rollout_capture is not None:
             num_generations = 1  # a round's rows are single samples, not groups of num_generations (vLLM server mode)
         completion_ids, logprobs = super()._generate_single_turn(
-            prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
         )
         if self._counting_generation():  # every turn as written, also one the tool loop then cuts to length
             self.generation_count.add(tokens=model_tokens(completion_ids))
@@ -357,13 +290,15 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     # --- Seam 3: rewards and advantages -------------------------------------------------------------------------
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list, *args, **kwargs):
         state = self._step_sampling
         if state is not None and state.selected_rewards_per_func is not None:
             rewards_per_func = state.selected_rewards_per_func  # scored during the rounds: never score twice
         else:
             self._reward_call_rows = len(prompts)
-            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            rewards_per_func = super()._calculate_rewards(
+                inputs, prompts, completions, completion_ids_list, *args, **kwargs
+            )
             # the threshold decides what counts as positive in the exit rules, the selection and the memory
             if not self._threshold_checked and (self.args.multiround_adaptive_downsampling or self.args.prompt_memory):
                 self._threshold_checked = warn_if_threshold_outside(
@@ -372,91 +307,66 @@ class AdaGRPOTrainer(GRPOTrainer):
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
 
-    def _log_metric(self, name: str, value: float):
-        super()._log_metric(name, value)
+    def _log_metric(self, name: str, value: float, *args, **kwargs):
+        super()._log_metric(name, value, *args, **kwargs)
         self._logged_metric_rows[name].append(self._reward_call_rows)  # the step's value weighs each call by it
 
     def _replace_advantages(self, output: dict[str, Any], results: list[PromptResult] | None) -> None:
-        """Swap TRL's GRPO advantages for the configured estimator's (`results`: the chosen prompts' sampling)."""
+        """Swap TRL's GRPO advantages for the sampler's or the configured estimator's (`results`: the chosen
+        prompts' sampling)."""
         step = self._step_sampling
         if step is not None and step.advantages is not None:  # the sampler's own
             values = [step.advantages[p] for p in step.chosen]
-            self._last_advantages = estimators.install(
-                output, values, self.accelerator.process_index, self._logs["advantages"]
-            )
-            return
-        if not self.args.replaces_grpo_advantages:
+        elif self.args.replaces_grpo_advantages:
+            if not self._warned_non_binary:
+                self._warned_non_binary = estimators.warn_if_not_binary(self.args, results or [])
+            rewards = weighted_sum(self._last_rewards_per_func, self.reward_weights).tolist()
+            values = estimators.step_advantages(self.args, rewards, self.num_generations, results)
+        else:
             self._last_advantages = None  # TRL's own group statistics, already in `output`
             return
-        if not self._warned_non_binary:
-            self._warned_non_binary = estimators.warn_if_not_binary(self.args, results or [])
-        rewards = weighted_sum(self._last_rewards_per_func, self.reward_weights).tolist()
-        values = estimators.step_advantages(self.args, rewards, self.num_generations, results)
-        self._last_advantages = estimators.install(
-            output, values, self.accelerator.process_index, self._logs["advantages"]
-        )
+        rank = self.accelerator.process_index
+        self._last_advantages = estimators.install(output, values, rank, self._logs["advantages"])
 
-    def _log_sampling_metrics(self, output: dict[str, Any], memory_metrics: dict[str, float]) -> None:
-        advantages = self._last_advantages  # None: TRL's statistics, of which only this rank's slice is at hand
-        advantages = self.accelerator.gather(output["advantages"]) if advantages is None else advantages
-        epochs_drawn = self._prompts_drawn / len(self.train_dataset) if self._refill is not None else None
-        metrics = step_metrics(
-            self._step_sampling, advantages, self.num_generations, self.args.sampling_budget is not None, epochs_drawn
-        )
-        for name, value in {**metrics, **memory_metrics}.items():
-            self._metrics["train"][name].append(value)
+    # --- Logs and the checkpoint (which carries the sampling state) ------------------------------------------------
 
-    # --- Logs, the prompt memory and the checkpoint (which carries the memory and the refill stream) --------------
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
         # The generated totals are cumulative: added to every training log as they stand, not averaged over the
         # logging window with TRL's per-step metrics (and present whichever sampling path made the step's samples).
         if self.generation_count is not None and self.model.training:
             logs.update(self.generation_count.metrics())  # in place, as TRL adds its own metrics
-        super().log(logs, start_time)
+        super().log(logs, *args, **kwargs)
 
-    def _get_train_sampler(self, dataset=None):
-        return EpochSeededSampler(super()._get_train_sampler(dataset))
+    def _get_train_sampler(self, *args, **kwargs):
+        return EpochSeededSampler(super()._get_train_sampler(*args, **kwargs))
 
-    def _update_prompt_memory(self, step: StepSampling) -> dict[str, float]:
-        keys = [self._prompt_key(step, prompt) for prompt in step.results] if self.prompt_memory is not None else []
-        return prompt_keys.observe(
-            step,
-            keys,
-            self.prompt_memory,
-            self.group_prior,
-            self.args.prompt_memory_group_column,
-            self.args.positive_threshold,
-            self.num_generations,
-            self.state.global_step,
-        )
-
-    def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+    def _save_checkpoint(self, model, trial, *args, **kwargs):
+        super()._save_checkpoint(model, trial, *args, **kwargs)
         if self.args.should_save:
-            step_folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            save_trainer_state(self, os.path.join(self._get_output_dir(trial=trial), step_folder))
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
+            self.sampling_state.save(folder, self.generation_count, self.args.sampling_active)
 
-    def _load_optimizer_and_scheduler(self, checkpoint):
+    def _load_optimizer_and_scheduler(self, checkpoint, *args, **kwargs):
         # TRL restores its own extra state (the adaptive entropy controller) here too: called once, on resume.
-        super()._load_optimizer_and_scheduler(checkpoint)
+        super()._load_optimizer_and_scheduler(checkpoint, *args, **kwargs)
         if checkpoint is not None:
-            load_trainer_state(self, checkpoint, logger.warning)
+            self.sampling_state.load(checkpoint, self.generation_count, logger.warning)
 
     def train(self, *args, **kwargs):
         output = super().train(*args, **kwargs)
         if self.args.should_save:
-            export_at_end(self)
+            self.sampling_state.export(self.args.output_dir, self._memory_texts)
         return output
 
     def export_prompt_memory(self, path: str) -> Dataset:
         """Write the prompt memory as a table (parquet; `trl_ada.integration.resume.export_memory` lists the
-        columns), with each prompt's text (the last message of the training row with that hash: the training set is
-        tokenized once for it). Sort by `pass_rate` to see solved, unsolved and frontier prompts."""
-        texts = {}
-        if isinstance(self.train_dataset, Dataset):
-            texts = prompt_keys.memory_texts(self.train_dataset, self._tokenize, self._row_key)
-        return export_memory(self.prompt_memory, texts, path)
+        columns), with each prompt's text. Sort by `pass_rate` to see solved, unsolved and frontier prompts."""
+        return export_memory(self.prompt_memory, self._memory_texts(), path)
+
+    def _memory_texts(self) -> dict[str, str]:  # the training set is tokenized once for it
+        return prompt_keys.memory_texts(self.train_dataset, self._tokenize, self.environment_factories is not None)
 
 
 class _RolloutTaken(Exception):

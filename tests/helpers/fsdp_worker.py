@@ -65,6 +65,7 @@ from torch.distributed.tensor import DTensor  # noqa: E402
 from tests.helpers.data import make_recording_reward, pass_rate_dataset  # noqa: E402
 from tests.helpers.processes import exit_worker, freeze_loaded_objects  # noqa: E402
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
+from trl_ada.integration.pipelined_rank import check_reward_models_unsharded  # noqa: E402
 
 
 freeze_loaded_objects()  # after the imports
@@ -76,8 +77,8 @@ class Recorder(AdaGRPOTrainer):
         if checkpoint is not None:  # what this rank restored, before any new step changes it
             self.restored = {
                 "memory": self.prompt_memory.table(),
-                "refill": self._refill.state_dict(),
-                "prompts_drawn": self._prompts_drawn,
+                "refill": self.sampling_state.refill.state_dict(),
+                "prompts_drawn": self.sampling_state.prompts_drawn,
             }
 
 
@@ -143,9 +144,9 @@ def run(name, model_path, output_dir, lora=False, resume=None, **overrides):
         if partitions is not None:
             record["optimizer_numel"] = sum(p.numel() for p in partitions)
     if trainer.prompt_memory is not None:
-        record.update(memory=trainer.prompt_memory.table(), prompts_drawn=trainer._prompts_drawn)
-    if trainer._refill is not None:
-        record["refill"] = trainer._refill.state_dict()
+        record.update(memory=trainer.prompt_memory.table(), prompts_drawn=trainer.sampling_state.prompts_drawn)
+    if trainer.sampling_state.refill is not None:
+        record["refill"] = trainer.sampling_state.refill.state_dict()
     if hasattr(trainer, "restored"):
         record["restored"] = trainer.restored
     return record
@@ -176,9 +177,8 @@ def pipelined_with_a_reward_model(model_path, output_dir, **overrides):
     )
     parameter = next(trainer.reward_funcs[1].parameters())
     record = {"sharded": isinstance(parameter, DTensor) or hasattr(parameter, "ds_tensor"), "message": None}
-    trainer.args.pipelined_rounds = True
     try:
-        trainer._check_pipelined_reward_models()
+        check_reward_models_unsharded(True, trainer.reward_func_names, trainer.reward_funcs)
     except ValueError as error:
         record["message"] = str(error)
     return record

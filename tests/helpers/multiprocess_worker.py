@@ -63,11 +63,11 @@ def main():
         from tests.helpers.standin_engine import install
 
         class Pipelined(Recorder):
-            def _update_prompt_memory(self, step):
+            def _collect_selected(self, step, local):
                 self.results = getattr(self, "results", []) + [
                     [(r.pool_rewards, r.selected, r.rounds, r.finished) for _, r in sorted(step.results.items())]
                 ]
-                return super()._update_prompt_memory(step)
+                return super()._collect_selected(step, local)
 
         rank = int(os.environ["RANK"])
         args = AdaGRPOConfig(
@@ -142,7 +142,7 @@ def main():
                 {
                     "reward_calls": len(reward.log),
                     "groups": trainer.groups,
-                    "refill": trainer._refill.state_dict(),
+                    "refill": trainer.sampling_state.refill.state_dict(),
                     "memory": trainer.prompt_memory.table(),
                     "advantages": trainer.advantages,
                     "logs": [h for h in trainer.state.log_history if "loss" in h],

@@ -154,5 +154,5 @@ def install(trainer, seed=0, pace=0.5, capacity=12):
         llm.streams.append(stream)
         return stream
 
-    trainer._open_stream = open_stream
+    generation.open_stream = open_stream
     return llm

@@ -58,7 +58,7 @@ def test_dynamic_sampling_trains_only_on_groups_with_signal(tiny_model, tmp_path
     assert sum(h["sampling/refill_batches"] for h in logs) > 0  # the hard and easy prompts had to be replaced
     # Refills come from the training set in the stream's order (unshuffled here: 0, 1, 2, ...), the same prompts
     # a resumed or parallel run draws.
-    assert trainer._refill.state_dict()["drawn"] == sum(h["sampling/prompts_dropped"] for h in logs)
+    assert trainer.sampling_state.refill.state_dict()["drawn"] == sum(h["sampling/prompts_dropped"] for h in logs)
 
 
 def test_steps_per_generation_above_one(tiny_model, tmp_path):
@@ -228,8 +228,8 @@ def test_memory_and_refill_survive_a_resume_exactly(tiny_model, tmp_path, mode):
     a, b = uninterrupted.prompt_memory.state_dict(), resumed.prompt_memory.state_dict()
     assert len(uninterrupted.prompt_memory) > 0 and max(a["visits"]) >= 2
     assert all(np.array_equal(a[k], b[k]) for k in a)  # the posterior after resume = the uninterrupted one
-    assert uninterrupted._refill.state_dict() == resumed._refill.state_dict()
-    assert uninterrupted._prompts_drawn == resumed._prompts_drawn
+    assert uninterrupted.sampling_state.refill.state_dict() == resumed.sampling_state.refill.state_dict()
+    assert uninterrupted.sampling_state.prompts_drawn == resumed.sampling_state.prompts_drawn
     if "prompt_memory_group_column" in mode:
         assert len(uninterrupted.group_prior) == 4
         assert uninterrupted.group_prior.state_dict() == resumed.group_prior.state_dict()

@@ -218,7 +218,7 @@ def test_vllm_colocate_and_pipelined_rounds_count_every_sample(tiny_model, tmp_p
         )
         llm = install(trainer, capacity=48)
         seen = {"rows": 0, "tokens": 0, "aborted_tokens": 0}
-        generate, open_stream = llm.generate, trainer._open_stream
+        generate, open_stream = llm.generate, trainer.vllm_generation.open_stream
 
         def counting_generate(prompts, sampling_params, use_tqdm=False):
             outputs = generate(prompts, sampling_params, use_tqdm)
@@ -239,7 +239,7 @@ def test_vllm_colocate_and_pipelined_rounds_count_every_sample(tiny_model, tmp_p
             stream.take = counting_take
             return stream
 
-        llm.generate, trainer._open_stream = counting_generate, counting_stream
+        llm.generate, trainer.vllm_generation.open_stream = counting_generate, counting_stream
         trainer.args.pipelined_rounds = pipelined  # after construction: use_vllm=True would start a real engine
         trainer.args.pipelined_speculation = pipelined
         logs = train(trainer)

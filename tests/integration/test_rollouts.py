@@ -29,6 +29,7 @@ from tests.helpers.tool_policy import (
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.core.memory import prompt_key
 from trl_ada.examples.tiny import build_tiny_model
+from trl_ada.integration.prompt_keys import row_key
 from trl_ada.integration.rollouts import join_rollout, merge_round_metrics, split_rollout
 
 
@@ -648,12 +649,12 @@ def test_image_placeholder_prompts_resume_with_their_memory_and_keep_the_keys_of
     ids = first._tokenize(text_rows)
     rendered, _, _ = first._tokenize_prompts([row["prompt"] for row in text_rows])
     assert ids == [list(x) for x in rendered]
-    assert [first._row_key(row, i) for row, i in zip(text_rows, ids)] == [
+    assert [row_key(row, i, with_environment=False) for row, i in zip(text_rows, ids)] == [
         prompt_key(i, images=[row["image"]]) for row, i in zip(text_rows, ids)
     ]
     # the same question with the placeholder in the message: a different prompt to the model, a different key
     placeholder_rows = list(placeholder_color_dataset())
-    keys = {first._row_key(row, i) for row, i in zip(placeholder_rows, first._tokenize(placeholder_rows))}
+    keys = {row_key(row, i, False) for row, i in zip(placeholder_rows, first._tokenize(placeholder_rows))}
     assert len(keys) == 4 and not keys & {prompt_key(i, images=[row["image"]]) for row, i in zip(text_rows, ids)}
 
 

@@ -163,7 +163,7 @@ def test_the_installed_trl_has_every_seam():
 
 
 def test_every_private_of_trl_or_transformers_the_code_touches_is_a_seam():
-    """A private attribute or method read on the trainer (`self._x` in the trainer, `trainer._x` in the glue) is
+    """A private attribute or method read on the trainer (`self._x` and `super()._x` in the trainer, `trainer._x`) is
     either trl-ada's own (assigned or defined in trl_ada) or listed in the seam registry, so a TRL release that
     drops it fails at construction, named."""
     import re
@@ -171,7 +171,7 @@ def test_every_private_of_trl_or_transformers_the_code_touches_is_a_seam():
     used, own = set(), set()
     for path in (ROOT / "trl_ada").rglob("*.py"):
         text = path.read_text()
-        used |= set(re.findall(r"\b(?:self|trainer)\.(_[a-zA-Z]\w*)", text))
+        used |= set(re.findall(r"\b(?:self|trainer|super\(\))\.(_[a-zA-Z]\w*)", text))
         own |= set(re.findall(r"\b(?:self|trainer)\.(_[a-zA-Z]\w*)\s*(?:=[^=]|:[^=])", text))
         own |= set(re.findall(r"\bdef (_[a-zA-Z]\w*)", text)) | set(
             re.findall(r"^\s+(_[a-zA-Z]\w*)\s*[:=]", text, re.M)
@@ -179,6 +179,24 @@ def test_every_private_of_trl_or_transformers_the_code_touches_is_a_seam():
     assert {"_metrics", "_generate"} <= used  # the scan reads the code it is meant to
     missing = used - own - {seam.name for seam in seams.SEAMS}
     assert not missing, f"trl_ada touches {sorted(missing)} of TRL or transformers: add them to seams.SEAMS"
+
+
+def test_every_override_of_a_trl_private_passes_through_what_it_does_not_name():
+    """A TRL release that adds a parameter to a private method it calls must not break the override: each takes and
+    hands on `*args, **kwargs` beyond the parameters it reads."""
+    import inspect
+
+    from trl import GRPOTrainer
+
+    overrides = [
+        name
+        for name, value in vars(AdaGRPOTrainer).items()
+        if name.startswith("_") and not name.startswith("__") and callable(value) and hasattr(GRPOTrainer, name)
+    ]
+    assert "_generate" in overrides and "_calculate_rewards" in overrides  # the scan finds the overrides
+    for name in overrides:
+        kinds = {p.kind for p in inspect.signature(getattr(AdaGRPOTrainer, name)).parameters.values()}
+        assert {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD} <= kinds, name
 
 
 def test_a_changed_seam_is_named_at_construction(monkeypatch, tmp_path):

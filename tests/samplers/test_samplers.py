@@ -146,6 +146,11 @@ def test_a_selection_the_trainer_cannot_train_is_named():
     with pytest.raises(ValueError, match="kept 10 samples for rank 0"):  # 6 + 4 on rank 0, 2 + 4 on rank 1
         check_selection(Selection(results=uneven, chosen=[0, 1, 2, 3]), 4, 4, 2)
     check_selection(Selection(results=uneven, chosen=[0, 2, 1, 3]), 4, 4, 2)  # 6 + 2 and 4 + 4: fine
+    # GRPO's group statistics read groups of num_generations: unequal groups need their own advantages
+    with pytest.raises(ValueError, match="groups of other sizes than num_generations"):
+        check_selection(Selection(results=uneven, chosen=[0, 2, 1, 3]), 4, 4, 2, groups_of_n=True)
+    given = {p: [0.0] * len(uneven[p].selected) for p in range(4)}
+    check_selection(Selection(results=uneven, chosen=[0, 2, 1, 3], advantages=given), 4, 4, 2, groups_of_n=True)
     with pytest.raises(ValueError, match="one value per kept sample"):
         check_selection(
             Selection(results=whole, chosen=[0, 1, 2, 3], advantages={p: [0.0] for p in range(4)}), 4, 4, 1

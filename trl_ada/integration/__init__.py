@@ -1,6 +1,7 @@
-"""The glue between the algorithm (`trl_ada.core`) and TRL/vLLM; `trl_ada.trainer` wires it into `GRPOTrainer`.
+"""The glue between the algorithm (`trl_ada.core`), the samplers (`trl_ada.samplers`) and TRL/vLLM; `trl_ada.trainer`
+wires it into `GRPOTrainer`. No module here receives the trainer: each takes the values and functions it needs.
 
-- `samplers`: the sampling strategies a trainer picks once (rounds, pipelined rounds, budget, Est).
+- `context`: the `SamplingContext` a sampler decides a generation batch with, and what the step keeps of it.
 - `rollouts`: a step's bookkeeping, samples as TRL's rollout returns them, the step's metrics.
 - `estimators`: the configured advantage estimator over a step's chosen prompts.
 - `prompt_keys`: the prompt memory's key of a training row, and folding a step into the memory.

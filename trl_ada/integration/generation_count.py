@@ -27,7 +27,7 @@ every checkpoint and restored on resume (`trl_ada.integration.resume`): a resume
 
 from __future__ import annotations
 
-import contextlib
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -87,26 +87,21 @@ def model_tokens(completion_ids: Sequence[Sequence[int]], model_mask: Sequence[S
     return sum(sum(mask) for mask in model_mask)
 
 
-@contextlib.contextmanager
-def counting_rollout_func(trainer, counting: bool):
-    """A rollout_func generates without `_generate_single_turn`: while `trainer._generate` runs, count the tokens it
-    returns (env_mask 1) there, before TRL's tool loop (if any) appends turns of its own."""
-    rollout_func = trainer.rollout_func
-    if not counting or rollout_func is None:
-        yield
-        return
+def counting_rollout_func(rollout_func, count: GenerationCount, counting):
+    """`rollout_func` (None stays None), counting into `count` the tokens it returns (env_mask 1) while `counting()`
+    holds (training, not evaluation). A rollout_func generates without `_generate_single_turn`, where the other
+    paths are counted, and this counts its turns before TRL's tool loop (if any) appends turns of its own."""
+    if rollout_func is None:
+        return None
 
+    @functools.wraps(rollout_func)
     def counted(prompts, caller):
         output = rollout_func(prompts, caller)
-        if isinstance(output, dict) and "completion_ids" in output:  # else TRL names what is missing
-            trainer.generation_count.add(tokens=model_tokens(output["completion_ids"], output.get("env_mask")))
+        if counting() and isinstance(output, dict) and "completion_ids" in output:  # else TRL names what is missing
+            count.add(tokens=model_tokens(output["completion_ids"], output.get("env_mask")))
         return output
 
-    trainer.rollout_func = counted
-    try:
-        yield
-    finally:
-        trainer.rollout_func = rollout_func
+    return counted
 
 
 __all__ = [

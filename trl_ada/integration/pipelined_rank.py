@@ -2,16 +2,18 @@
 one gather per batch.
 
 `trl_ada.core.pipelined` is the driver (pure Python: rounds, exit checks, speculation) and `trl_ada.integration.vllm_stream` the
-engine it steps; this module wires them to `AdaGRPOTrainer`: it opens the trainer's stream (`trainer._open_stream`),
-decodes and scores finished samples as GRPOTrainer does, keeps them in the step's bookkeeping and gathers every
+engine it steps; this module wires them to what the trainer hands over (`RankEngine`): it opens the colocated engine's
+stream, decodes and scores finished samples as GRPOTrainer does, keeps them in the step's bookkeeping and gathers every
 rank's pools once per batch, so that the rest of the step sees exactly what the synchronous rounds leave. It also
-counts what the engine generated (`trainer.generation_count`), since these rounds never pass through `_generate`.
+counts what the engine generated (`RankEngine.generation_count`), since these rounds never pass through `_generate`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 from accelerate.utils import gather_object
@@ -21,10 +23,27 @@ from trl.trainer import grpo_trainer as _grpo_module
 
 from trl_ada.core.pipelined import run_pipelined_sampling
 from trl_ada.core.sampling import PromptResult
+from trl_ada.integration.generation_count import GenerationCount
 from trl_ada.integration.rollouts import Sample, StepSampling, weighted_sum
 
 
-def sample_pipelined(trainer, step: StepSampling, prompts: list[int], seed: int) -> list[PromptResult]:
+@dataclass
+class RankEngine:
+    """What the pipelined rounds use of the trainer on this rank, handed over explicitly."""
+
+    args: Any  # the AdaGRPOConfig: the rounds' settings
+    accelerator: Any  # this process's place: `num_processes`, `process_index`, `device`
+    generation: Any  # the colocated engine (`ReloadingVLLMGeneration`): `open_stream(prompt_ids)`
+    score: Callable  # `score(inputs, prompts, completions, completion_ids)`: rewards per function, log_extra values
+    decode: Callable  # `decode(prompts, prompt_ids, completion_ids)`: completions as reward functions see them
+    reward_weights: torch.Tensor
+    stop_ids: set[int]  # EOS and padding: a completion ending otherwise was cut at max_completion_length
+    generation_count: GenerationCount
+    metrics: dict[str, list]  # GRPOTrainer's training metrics, where the rounds' completion lengths go
+    state: Any  # the TrainerState: `num_input_tokens_seen`
+
+
+def sample_pipelined(step: StepSampling, engine: RankEngine, prompts: list[int], seed: int) -> list[PromptResult]:
     """Barrier-free rounds (`pipelined_rounds=True`, trl_ada.core.pipelined) on this rank's colocated engine.
 
     Each rank pipelines whole prompts (positions rank, rank + world, ... of the batch: a pool never straddles two
@@ -33,25 +52,24 @@ def sample_pipelined(trainer, step: StepSampling, prompts: list[int], seed: int)
     every prompt's pool, as the synchronous rounds leave it. Completions stay on the rank that generated them
     until `_collect_selected` sends the kept ones where they are trained, as in the synchronous path.
     """
-    args, n = trainer.args, trainer.num_generations
-    world, rank = trainer.accelerator.num_processes, trainer.accelerator.process_index
-    positions = list(range(rank, len(prompts), world))
+    args, n = engine.args, engine.args.num_generations
+    accelerator = engine.accelerator
+    positions = list(range(accelerator.process_index, len(prompts), accelerator.num_processes))
     mine = [prompts[i] for i in positions]
     reward_rows: dict[tuple[int, int], list[float]] = {}
     start = time.perf_counter()
-    stream = trainer._open_stream([step.prompt_ids[p] for p in mine])
+    stream = engine.generation.open_stream([step.prompt_ids[p] for p in mine])
 
     def score(finished: list[tuple[int, int]]) -> list[float]:
         keys = [(mine[i], slot) for i, slot in finished]  # (prompt, slot): slot = position in the pool
         completion_ids, logprobs = stream.take(finished)
         # every finished sample, kept or (speculative) discarded later
-        trainer.generation_count.add(completions=len(completion_ids), tokens=sum(map(len, completion_ids)))
+        engine.generation_count.add(completions=len(completion_ids), tokens=sum(map(len, completion_ids)))
         rows = [step.rows[p] for p, _ in keys]
         texts = [row["prompt"] for row in rows]
-        completions = decode(trainer, texts, [step.prompt_ids[p] for p, _ in keys], completion_ids)
+        completions = engine.decode(texts, [step.prompt_ids[p] for p, _ in keys], completion_ids)
         with rank_local_rewards():
-            rewards_per_func = trainer._calculate_rewards(rows, texts, completions, completion_ids)
-        extra_logs = trainer._take_extra_logs(len(keys))
+            rewards_per_func, extra_logs = engine.score(rows, texts, completions, completion_ids)
         for offset, key in enumerate(keys):
             step.generated[key] = Sample(
                 prompt=texts[offset],
@@ -65,7 +83,7 @@ def sample_pipelined(trainer, step: StepSampling, prompts: list[int], seed: int)
                 extra_logs=extra_logs[offset],
             )
             reward_rows[key] = rewards_per_func[offset].tolist()
-        return weighted_sum(rewards_per_func, trainer.reward_weights).tolist()
+        return weighted_sum(rewards_per_func, engine.reward_weights).tolist()
 
     with stream:
         out = run_pipelined_sampling(
@@ -83,7 +101,7 @@ def sample_pipelined(trainer, step: StepSampling, prompts: list[int], seed: int)
             prompt_numbers=positions,
         )
     stats = out.stats
-    trainer.generation_count.add(tokens=stream.aborted_tokens)  # aborted requests ran, though they returned no row
+    engine.generation_count.add(tokens=stream.aborted_tokens)  # aborted requests ran, though they returned no row
     # A discarded speculative sample was generated and scored, but its round never happened: it leaves no trace.
     wasted_tokens = stream.aborted_tokens
     for i, slot in out.discarded:
@@ -100,21 +118,20 @@ def sample_pipelined(trainer, step: StepSampling, prompts: list[int], seed: int)
         "wasted_tokens": float(wasted_tokens),
     }
     results: dict[int, PromptResult] = {}
-    device = trainer.accelerator.device
-    eos_and_pad = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
+    device = accelerator.device
     mine_set = set(mine)
     shapes = [
         (
             slot // args.round_repeat,
             len(step.prompt_ids[p]),
             len(s.completion_ids),
-            bool(s.completion_ids) and s.completion_ids[-1] not in eos_and_pad,
+            bool(s.completion_ids) and s.completion_ids[-1] not in engine.stop_ids,
         )
         for (p, slot), s in step.generated.items()
         if p in mine_set
     ]
     parts = gather_object([(mine, out.results, reward_rows, mine_stats, shapes)])
-    log_round_lengths(trainer, step, [shape for part in parts for shape in part[4]])
+    log_round_lengths(engine, step, [shape for part in parts for shape in part[4]])
     for ranks_prompts, ranks_results, ranks_rows, *_ in parts:
         for p, result in zip(ranks_prompts, ranks_results):
             results[p] = result
@@ -134,19 +151,19 @@ def sample_pipelined(trainer, step: StepSampling, prompts: list[int], seed: int)
     return [results[p] for p in prompts]
 
 
-def log_round_lengths(trainer, step: StepSampling, shapes: list[tuple[int, int, int, bool]]) -> None:
+def log_round_lengths(engine: RankEngine, step: StepSampling, shapes: list[tuple[int, int, int, bool]]) -> None:
     """What GRPOTrainer's `_generate` logs for each call, once per round (every process's samples of it: the
     synchronous rounds' calls), since the pipelined rounds never call it: tokens seen (`num_tokens`,
     `num_input_tokens_seen`), completion lengths, clipped ratio, terminated lengths. The step then merges the rounds'
     values as it merges the synchronous ones (`rollout_sizes`). `shapes`: (round, prompt length, completion length,
     truncated) per pooled sample."""
-    metrics = trainer._metrics["train"]
+    metrics = engine.metrics
     for round_index in sorted({shape[0] for shape in shapes}):
         rows = [shape[1:] for shape in shapes if shape[0] == round_index]
         lengths = torch.tensor([completion for _, completion, _ in rows], dtype=torch.float32)
         truncated = torch.tensor([cut for _, _, cut in rows])
-        trainer.state.num_input_tokens_seen += sum(prompt + completion for prompt, completion, _ in rows)
-        metrics["num_tokens"] = [trainer.state.num_input_tokens_seen]
+        engine.state.num_input_tokens_seen += sum(prompt + completion for prompt, completion, _ in rows)
+        metrics["num_tokens"] = [engine.state.num_input_tokens_seen]
         metrics["completions/mean_length"].append(lengths.mean().item())
         metrics["completions/min_length"].append(lengths.min().item())
         metrics["completions/max_length"].append(lengths.max().item())
@@ -158,16 +175,16 @@ def log_round_lengths(trainer, step: StepSampling, shapes: list[tuple[int, int, 
         step.rollout_sizes.append(len(rows))
 
 
-def check_reward_models_unsharded(trainer) -> None:
+def check_reward_models_unsharded(pipelined_rounds: bool, names: list[str], reward_funcs: list) -> None:
     """Pipelined rounds score each process's samples on their own, whenever they finish. A reward model whose
     parameters are sharded needs every process in each of its forward passes, so the processes would wait on each
     other forever: refuse it here. TRL 1.16 shards reward models under DeepSpeed ZeRO-3 (`prepare_deepspeed`);
     under FSDP it prepares them in evaluation mode, which accelerate leaves whole on every process."""
-    if not trainer.args.pipelined_rounds:
+    if not pipelined_rounds:
         return
     sharded = [
         name
-        for name, func in zip(trainer.reward_func_names, trainer.reward_funcs)
+        for name, func in zip(names, reward_funcs)
         if isinstance(func, torch.nn.Module) and any(is_sharded(p) for p in func.parameters())
     ]
     if sharded:
@@ -179,20 +196,21 @@ def check_reward_models_unsharded(trainer) -> None:
         )
 
 
-def decode(trainer, prompts, prompt_ids, completion_ids):
+def decode(processing_class, tokenizer, tools, prompts, prompt_ids, completion_ids):
     """Completions as reward functions see them: the same decoding as GRPOTrainer._generate (pipelined rounds,
-    which run without tools, environments, rollout_func and images)."""
+    which run without tools, environments, rollout_func and images). `tokenizer`: the processing class's
+    tokenizer (itself for a text model)."""
     if not is_conversational({"prompt": prompts[0]}):
-        return trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+        return processing_class.batch_decode(completion_ids, skip_special_tokens=True)
     if (
-        getattr(trainer._tokenizer, "response_template", None) is not None
-        or getattr(trainer._tokenizer, "response_schema", None) is not None
+        getattr(tokenizer, "response_template", None) is not None
+        or getattr(tokenizer, "response_schema", None) is not None
     ):
         return [
-            [parse_response(trainer._tokenizer, ids, prefix=prefix, tools=trainer.tools)]
+            [parse_response(tokenizer, ids, prefix=prefix, tools=tools)]
             for prefix, ids in zip(prompt_ids, completion_ids)
         ]
-    contents = trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+    contents = processing_class.batch_decode(completion_ids, skip_special_tokens=True)
     return [[{"role": "assistant", "content": content}] for content in contents]
 
 
@@ -218,4 +236,4 @@ def rank_local_rewards():
         _grpo_module.gather = original
 
 
-__all__ = ["check_reward_models_unsharded", "decode", "rank_local_rewards", "sample_pipelined"]
+__all__ = ["RankEngine", "check_reward_models_unsharded", "decode", "rank_local_rewards", "sample_pipelined"]

@@ -57,12 +57,17 @@ def observe(
     )
 
 
-def memory_texts(dataset, tokenize, key) -> dict[str, str]:
+def memory_texts(dataset, tokenize, with_environment: bool) -> dict[str, str]:
     """Each training row's text by its memory key (hex), for the memory export: the last message of the row with
-    that key. `tokenize(rows)` and `key(row, ids)` are the trainer's; the set is tokenized 1024 rows at a time."""
+    that key (none for a dataset that is not a map-style `datasets.Dataset`). `tokenize(rows)` is the trainer's; the
+    set is tokenized 1024 rows at a time."""
+    from datasets import Dataset
+
+    if not isinstance(dataset, Dataset):
+        return {}
     texts: dict[str, str] = {}
     for start in range(0, len(dataset), 1024):
         rows = list(dataset.select(range(start, min(start + 1024, len(dataset)))))
         for row, ids in zip(rows, tokenize(rows)):
-            texts.setdefault(f"{key(row, ids):016x}", prompt_text(row.get("prompt", "")))
+            texts.setdefault(f"{row_key(row, ids, with_environment):016x}", prompt_text(row.get("prompt", "")))
     return texts

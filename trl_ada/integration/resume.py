@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 
 from datasets import Dataset
 
@@ -107,51 +108,58 @@ def export_memory(memory, texts: dict[str, str], path: str):
     return dataset
 
 
-def sampling_state(args, train_dataset, shuffle: bool):
-    """The state sampling carries from step to step for these settings: the prompt memory, the group prior and the
-    refill stream (None where the settings do not use one)."""
-    memory = None
-    if args.prompt_memory:
-        memory = PromptMemory(args.prompt_memory_decay, args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta)
-    group_prior = GroupPrior() if args.prompt_memory_group_column is not None else None
-    # A sampler of the user's may draw refills too (SamplingContext.draw), from a map-style dataset
-    refills = (
-        args.dynamic_sampling
-        or args.sampling_budget is not None
-        or (args.sampler not in BUILT_IN and isinstance(train_dataset, Dataset))
-    )
-    return memory, group_prior, PromptStream(len(train_dataset), args.seed, shuffle=shuffle) if refills else None
+@dataclass
+class SamplingState:
+    """What sampling carries from step to step and in every checkpoint: the prompt memory, the group prior and the
+    refill stream (None where the settings use none), and the prompts drawn so far (`sampling/epochs_drawn`)."""
 
+    memory: PromptMemory | None
+    group_prior: GroupPrior | None
+    refill: PromptStream | None
+    prompts_drawn: int = 0
 
-def save_trainer_state(trainer, folder: str) -> None:
-    """What an `AdaGRPOTrainer` adds to the checkpoint TRL just wrote in `folder`."""
-    save_generation_count(folder, trainer.generation_count)  # sampling off too: a GRPO run's cost continues as well
-    if trainer.args.sampling_active:
-        save_sampling_state(
-            folder, trainer._prompts_drawn, trainer._refill, trainer.group_prior, trainer.prompt_memory
+    @classmethod
+    def for_settings(cls, args, train_dataset, shuffle: bool) -> SamplingState:
+        memory = None
+        if args.prompt_memory:
+            memory = PromptMemory(
+                args.prompt_memory_decay, args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta
+            )
+        group_prior = GroupPrior() if args.prompt_memory_group_column is not None else None
+        # A sampler of the user's may draw refills too (SamplingContext.draw), from a map-style dataset
+        refills = (
+            args.dynamic_sampling
+            or args.sampling_budget is not None
+            or (args.sampler not in BUILT_IN and isinstance(train_dataset, Dataset))
         )
+        refill = PromptStream(len(train_dataset), args.seed, shuffle=shuffle) if refills else None
+        return cls(memory, group_prior, refill)
 
+    def save(self, folder: str, generation_count, sampling_active: bool) -> None:
+        """Write beside the checkpoint TRL just wrote in `folder`: the generated totals always (a GRPO run's cost
+        continues as well), the sampling state when sampling is on."""
+        save_generation_count(folder, generation_count)
+        if sampling_active:
+            save_sampling_state(folder, self.prompts_drawn, self.refill, self.group_prior, self.memory)
 
-def load_trainer_state(trainer, checkpoint: str, warn) -> None:
-    """Restore what `save_trainer_state` wrote into an `AdaGRPOTrainer` resuming from `checkpoint`."""
-    if not load_generation_count(checkpoint, trainer.generation_count):
-        warn(
-            f"{checkpoint} holds no generated totals (written by an earlier trl-ada): "
-            "sampling/generated_*_total count from 0 in this run."
-        )
-    if trainer._refill is not None or trainer.prompt_memory is not None:
-        trainer._prompts_drawn = load_sampling_state(
-            checkpoint, trainer._refill, trainer.group_prior, trainer.prompt_memory
-        )
+    def load(self, checkpoint: str, generation_count, warn) -> None:
+        """Restore what `save` wrote, resuming from `checkpoint`."""
+        if not load_generation_count(checkpoint, generation_count):
+            warn(
+                f"{checkpoint} holds no generated totals (written by an earlier trl-ada): "
+                "sampling/generated_*_total count from 0 in this run."
+            )
+        if self.refill is not None or self.memory is not None:
+            self.prompts_drawn = load_sampling_state(checkpoint, self.refill, self.group_prior, self.memory)
 
-
-def export_at_end(trainer) -> None:
-    """At the end of training, the readable tables of the prompt memory and the group prior, in output_dir."""
-    if trainer.prompt_memory is not None:
-        trainer.export_prompt_memory(os.path.join(trainer.args.output_dir, MEMORY_EXPORT_FILE))
-    if trainer.group_prior is not None:
-        with open(os.path.join(trainer.args.output_dir, GROUP_EXPORT_FILE), "w") as f:
-            json.dump(trainer.group_prior.table(), f, indent=1)
+    def export(self, output_dir: str, memory_texts) -> None:
+        """At the end of training, the readable tables of the prompt memory (`memory_texts()`: each prompt's text
+        by its key) and the group prior, in output_dir."""
+        if self.memory is not None:
+            export_memory(self.memory, memory_texts(), os.path.join(output_dir, MEMORY_EXPORT_FILE))
+        if self.group_prior is not None:
+            with open(os.path.join(output_dir, GROUP_EXPORT_FILE), "w") as f:
+                json.dump(self.group_prior.table(), f, indent=1)
 
 
 __all__ = [
@@ -160,11 +168,8 @@ __all__ = [
     "MEMORY_EXPORT_FILE",
     "MEMORY_STATE_FILE",
     "SAMPLING_STATE_FILE",
-    "export_at_end",
+    "SamplingState",
     "export_memory",
-    "load_trainer_state",
-    "sampling_state",
-    "save_trainer_state",
     "load_generation_count",
     "load_sampling_state",
     "save_generation_count",

@@ -18,6 +18,8 @@ from trl.generation import vllm_generation as _vllm_generation_module
 from trl.generation.vllm_generation import VLLMGeneration
 from trl.trainer import grpo_trainer as _grpo_module
 
+from trl_ada.integration.vllm_stream import colocated_stream
+
 
 if TYPE_CHECKING:  # no import of the config layer above: only its type
     from trl_ada.config import AdaGRPOConfig
@@ -58,6 +60,10 @@ class ReloadingVLLMGeneration(VLLMGeneration):
         worker.reload_weights(weights_iterator=self._iter_named_params(), is_checkpoint_format=True)
         _reprocess_tied_embeddings(worker.model_runner.get_model())
         self.llm.reset_prefix_cache()
+
+    def open_stream(self, prompt_ids: list[list[int]]):
+        """This colocated engine as a stream of one request per sample: the engine the pipelined rounds step."""
+        return colocated_stream(self, prompt_ids)
 
 
 def _reprocess_tied_embeddings(model: torch.nn.Module) -> None:
@@ -110,19 +116,18 @@ def vllm_generation_for(args: AdaGRPOConfig):
 
 
 @contextlib.contextmanager
-def awake_for_rounds(trainer):
-    """Push weights to vLLM once per step and keep a sleeping colocated engine awake across all of a step's rounds.
+def awake_for_rounds(generation: VLLMGeneration | None, sync: bool):
+    """Push weights to vLLM once per step (`sync`: the step changed since the last push) and keep a sleeping
+    colocated engine awake across all of a step's rounds (`generation`: None without vLLM).
 
     TRL's vLLM backend syncs weights when the global step changes and, in sleep mode, ends every generate call
     with sleep(level=2), which discards the weights: a plain round loop would push all weights every round.
     """
-    if not trainer.use_vllm:
+    if generation is None:
         yield
         return
-    generation = trainer.vllm_generation
-    if trainer.state.global_step != trainer._last_loaded_step:
+    if sync:
         generation.sync_weights()
-        trainer._last_loaded_step = trainer.state.global_step
     if not (generation.mode == "colocate" and generation.enable_sleep_mode):
         yield
         return

@@ -42,6 +42,7 @@ protocol only.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, runtime_checkable
 
@@ -109,13 +110,28 @@ class SamplingContext:
 @runtime_checkable
 class Sampler(Protocol):
     """An allocation rule. Built once per trainer as `Sampler(args)` (the `AdaGRPOConfig`), before the model
-    loads: check your own fields there and raise a ValueError naming the field and the fix."""
+    loads: check your own fields there and raise a ValueError naming the field and the fix. A built-in sampler whose
+    fields live on `AdaGRPOConfig` checks them in a static `check_fields(args)`, which the config calls at
+    construction whichever sampler is selected (a value no setting could use is a mistake)."""
 
     def sample(self, context: SamplingContext, target: int) -> Selection: ...
 
 
-def check_selection(selection: Selection, target: int, num_generations: int, world_size: int) -> None:
-    """Refuse a selection the trainer cannot hand to GRPOTrainer, naming what is wrong (a user sampler's bug)."""
+def is_number(value) -> bool:
+    """A finite int or float (not a bool): what a numeric field must hold."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def is_integer(value, low: int, high: float = math.inf) -> bool:
+    """An int (not a bool) in [low, high]."""
+    return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
+
+
+def check_selection(
+    selection: Selection, target: int, num_generations: int, world_size: int, groups_of_n: bool = False
+) -> None:
+    """Refuse a selection the trainer cannot hand to GRPOTrainer, naming what is wrong (a user sampler's bug).
+    `groups_of_n`: the configured advantages are GRPO's group statistics, which read groups of num_generations."""
     chosen, results = selection.chosen, selection.results
     if len(chosen) != target or len(set(chosen)) != target or not set(chosen) <= set(results):
         raise ValueError(
@@ -143,6 +159,16 @@ def check_selection(selection: Selection, target: int, num_generations: int, wor
                 f"Selection.advantages must hold one value per kept sample of each chosen prompt "
                 f"(prompt {p}: {len(results[p].selected)} kept)."
             )
+    if (
+        groups_of_n
+        and selection.advantages is None
+        and any(len(results[p].selected) != num_generations for p in chosen)
+    ):
+        raise ValueError(
+            "a sampler kept groups of other sizes than num_generations and gave no advantages: TRL's group statistics "
+            "read groups of num_generations rows. Return Selection.advantages, or set "
+            "advantage_estimator='reinforce_ada' (the pooled baseline reads groups of any size)."
+        )
 
 
-__all__ = ["Sampler", "SamplingContext", "Selection", "check_selection"]
+__all__ = ["Sampler", "SamplingContext", "Selection", "check_selection", "is_integer", "is_number"]

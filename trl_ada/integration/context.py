@@ -1,0 +1,135 @@
+"""One generation batch around its sampler: the `SamplingContext` it decides with, and what the step keeps of its
+decision.
+
+The trainer hands over what the context needs of it as plain values and functions: its rollout (one sample per row
+through GRPOTrainer's path, scored), how to tokenize rows as TRL does, the training set and the refill stream behind
+`draw`. The sampler sees only the context (`trl_ada.samplers.protocol`); `settle` checks what it returns and keeps it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from trl_ada.core.budget import remembered_posterior
+from trl_ada.integration import estimators
+from trl_ada.integration.prompt_keys import observe, row_key
+from trl_ada.integration.resume import SamplingState
+from trl_ada.integration.rollouts import StepSampling, plan_round, record_round, step_metrics, weighted_sum
+from trl_ada.samplers import SamplingContext, Selection, check_selection
+
+
+def sampling_context(
+    step: StepSampling,
+    state: SamplingState,
+    args,
+    *,
+    accelerator,
+    global_step: int,
+    rollout: Callable,
+    reward_weights,
+    tokenize: Callable[[list[dict[str, Any]]], list[list[int]]],
+    as_dataloader_rows: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+    train_dataset,
+    with_environment: bool,
+    run_rounds: Callable | None = None,
+) -> SamplingContext:
+    """The context of one generation batch (`step`). `rollout(rows)` generates one sample per row through TRL's path
+    and returns them with every rank's rewards per function; `tokenize` and `as_dataloader_rows` treat a drawn row as
+    TRL treats the dataloader's (its tokens, the Trainer's column filter); `with_environment`: an environment factory
+    is set, so a row's environment columns are part of its memory key."""
+    world, rank = accelerator.num_processes, accelerator.process_index
+    column = args.prompt_memory_group_column
+    posterior = remembered_posterior(
+        args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta, state.memory, state.group_prior
+    )
+    keys: dict[int, int] = {}
+
+    def prompt_key(prompt: int) -> int:
+        if prompt not in keys:
+            keys[prompt] = row_key(step.rows[prompt], step.prompt_ids[prompt], with_environment)
+        return keys[prompt]
+
+    def draw(count: int) -> list[int]:
+        if state.refill is None:
+            raise ValueError(
+                f"sampler={args.sampler!r} draws prompts from the training set, which needs a "
+                "map-style datasets.Dataset as train_dataset."
+            )
+        first = len(step.rows)
+        step.rows += as_dataloader_rows([dict(train_dataset[index]) for index in state.refill.draw(count)])
+        step.prompt_ids += tokenize(step.rows[first:])
+        step.pool_rewards_per_func += [[] for _ in range(count)]
+        return list(range(first, len(step.rows)))
+
+    def sample(active: list[int], k: int | list[int]) -> list[list[float]]:
+        # k samples for each active prompt (or k[i]: Est), split evenly over the ranks; every reward, all ranks
+        round_ = plan_round(step, active, k, world)
+        start = time.perf_counter()
+        samples, rewards_per_func = rollout([step.rows[p] for p, _ in round_.share(rank)])
+        rewards = weighted_sum(rewards_per_func, reward_weights)
+        return record_round(step, round_, rank, samples, rewards_per_func, rewards, time.perf_counter() - start)
+
+    def begin_batch() -> int:
+        batch, step.batches, step.round_index = step.batches, step.batches + 1, 0
+        return batch
+
+    return SamplingContext(
+        num_generations=args.num_generations,
+        world_size=world,
+        global_step=global_step,
+        seed=args.seed,
+        sample=sample,
+        draw=draw,
+        row=lambda prompt: step.rows[prompt],
+        prompt_key=prompt_key,
+        pass_rate_posterior=lambda p: posterior(prompt_key(p), step.rows[p][column] if column else None),
+        begin_batch=begin_batch,
+        memory=state.memory,
+        run_rounds=run_rounds,
+    )
+
+
+def settle(
+    step: StepSampling,
+    selection: Selection,
+    context: SamplingContext,
+    state: SamplingState,
+    args,
+    target: int,
+) -> dict[str, float]:
+    """Check the sampler's decision for the batch's `target` prompts and keep it in the step's bookkeeping; count the
+    prompts drawn, and fold every scored sample into the prompt memory and the group prior (returns their metrics)."""
+    n, groups_of_n = args.num_generations, not args.replaces_grpo_advantages
+    check_selection(selection, target, n, context.world_size, groups_of_n=groups_of_n)
+    step.results, step.chosen, step.skipped = selection.results, selection.chosen, selection.skipped
+    step.advantages, step.sampler_metrics = selection.advantages, selection.metrics
+    state.prompts_drawn += len(step.results) + step.skipped
+    keys = [context.prompt_key(prompt) for prompt in step.results] if state.memory is not None else []
+    column, threshold = args.prompt_memory_group_column, args.positive_threshold
+    return observe(step, keys, state.memory, state.group_prior, column, threshold, n, context.global_step)
+
+
+def log_step(
+    metrics: dict[str, list],
+    step: StepSampling,
+    advantages,
+    rewards,
+    args,
+    state: SamplingState,
+    train_dataset,
+    memory_metrics: dict[str, float],
+) -> None:
+    """Add the step's `sampling/*` metrics to GRPOTrainer's (`advantages`, `rewards`: of the kept samples, all ranks),
+    and correct its `frac_reward_zero_std` where the kept groups are not TRL's groups of num_generations."""
+    n = args.num_generations
+    unequal = any(len(step.results[p].selected) != n for p in step.chosen)
+    if args.reinforce_ada_est or step.advantages is not None or unequal:  # TRL reads groups of n with its own scaling
+        metrics["frac_reward_zero_std"][-1] = estimators.zero_std_fraction(rewards, step)
+    epochs_drawn = state.prompts_drawn / len(train_dataset) if state.refill is not None else None
+    budget = args.sampling_budget is not None
+    for name, value in {**step_metrics(step, advantages, n, budget, epochs_drawn), **memory_metrics}.items():
+        metrics[name].append(value)
+
+
+__all__ = ["log_step", "sampling_context", "settle"]
