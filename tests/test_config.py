@@ -119,6 +119,17 @@ def test_bad_values_name_the_field_and_the_fix(kwargs, words):
         assert word in str(excinfo.value)
 
 
+def test_global_stat_est_false_is_advantage_estimator_grpo():
+    """The verl name maps onto the selector: the kept group's own statistics are GRPO's, with the rounds on."""
+    mapped = make(global_stat_est=False)
+    assert (mapped.advantage_estimator, mapped.replaces_grpo_advantages) == ("grpo", False)
+    assert mapped.sampler == "reinforce_ada"
+    assert make(global_stat_est=False, advantage_estimator="reinforce_ada").advantage_estimator == "grpo"
+    for conflicting in ({"advantage_estimator": "raft"}, {"reinforce_ada_est": True, "num_generations": 8}):
+        with pytest.raises(ValueError, match="global_stat_est=False selects advantage_estimator='grpo'"):
+            make(global_stat_est=False, per_device_train_batch_size=16, **conflicting)
+
+
 def test_straddling_check_counts_steps_per_generation():
     # 2 rows per step * 2 steps per generation = 4 rows: whole groups of 4 on this process.
     args = make(per_device_train_batch_size=2, steps_per_generation=2)

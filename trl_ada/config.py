@@ -80,7 +80,7 @@ class AdaGRPOConfig(GRPOConfig):
         > Advantages
 
         global_stat_est (`bool`, *optional*, defaults to `True`):
-            Baseline from the prompt's whole pool (`False`: GRPO statistics of the kept group).
+            Baseline from the prompt's whole pool; `False` (the verl name) is `advantage_estimator="grpo"`.
         pool_std_scaling (`bool`, *optional*, defaults to `False`):
             Divide pooled advantages by the pool's standard deviation (a deviation from the reference).
         advantage_estimator (`str` or `None`, *optional*, defaults to `None`):
@@ -210,8 +210,9 @@ class AdaGRPOConfig(GRPOConfig):
     global_stat_est: bool = field(
         default=True,
         metadata={
-            "help": "With advantage_estimator='reinforce_ada': compute the baseline from the prompt's whole sampled "
-            "pool (True, the reference) or from the num_generations kept samples with TRL's GRPO statistics (False)."
+            "help": "The reference's switch of the baseline: from the prompt's whole sampled pool (True, the "
+            "reference) or from the num_generations kept samples with TRL's GRPO statistics (False, which sets "
+            "advantage_estimator='grpo')."
         },
     )
     pool_std_scaling: bool = field(
@@ -430,7 +431,10 @@ class AdaGRPOConfig(GRPOConfig):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False (a bool, not a string).")
         self.reinforce_ada_choice = _normalize_field_choice(self.reinforce_ada_choice)
         self._select_sampler()
-        self._check_est_fields()
+        for name in BUILT_IN:  # the built-in samplers' own fields, each checked by its sampler
+            check_fields = getattr(sampler_class(name), "check_fields", None)
+            if check_fields is not None:
+                check_fields(self)
         if self.reinforce_ada_est:
             self._check_est()
         # The estimator's defaults: the authors' Ada-EMA for Est (docs/knobs.md says why), a flat prior otherwise.
@@ -442,6 +446,15 @@ class AdaGRPOConfig(GRPOConfig):
         ):
             if getattr(self, name) is None:
                 setattr(self, name, ada_ema if est else plain)
+        if not self.global_stat_est:  # the verl name of GRPO's statistics over the kept group: mapped
+            given = "est" if est else self.advantage_estimator
+            if given not in (None, "grpo", "reinforce_ada"):
+                raise ValueError(
+                    f"global_stat_est=False selects advantage_estimator='grpo' (the kept group's own statistics), "
+                    f"which conflicts with advantage_estimator={given!r}. Drop global_stat_est=False, or set "
+                    "advantage_estimator='grpo' without Est."
+                )
+            self.advantage_estimator = "grpo"
         if self.advantage_estimator is None:
             if est:
                 self.advantage_estimator = "est"
@@ -517,12 +530,6 @@ class AdaGRPOConfig(GRPOConfig):
             if not _is_number(value) or value <= 0:
                 raise ValueError(f"{name}={value!r} must be a finite number > 0 (1.0 with its pair: uniform prior).")
         if self.sampling_budget is not None:
-            if not _is_number(self.sampling_budget) or self.sampling_budget < self.num_generations:
-                raise ValueError(
-                    f"sampling_budget={self.sampling_budget!r} must be a number >= num_generations "
-                    f"({self.num_generations}): every trained prompt needs its group of num_generations samples. "
-                    f"Use sampling_budget={float(self.num_generations)} for GRPO parity."
-                )
             if not self.multiround_adaptive_downsampling:
                 raise ValueError(
                     "sampling_budget replaces the reference rounds and needs multiround_adaptive_downsampling=True. "
@@ -534,18 +541,6 @@ class AdaGRPOConfig(GRPOConfig):
                     "sampling, which a hard budget cannot pay for; the budget already skips prompts predicted to come "
                     "back uniform. Set dynamic_sampling=False."
                 )
-        # The budget's own fields, checked whether it is on or not: a value no setting could use is a mistake.
-        if isinstance(self.budget_top_up, bool) or not isinstance(self.budget_top_up, int) or self.budget_top_up < 1:
-            raise ValueError(f"budget_top_up={self.budget_top_up!r} must be an integer >= 1 (default 2).")
-        if not _is_number(self.budget_skip_threshold) or not 0 <= self.budget_skip_threshold <= 1:
-            raise ValueError(f"budget_skip_threshold={self.budget_skip_threshold!r} must be in [0, 1] (default 0.5).")
-        if not _is_number(self.budget_skip_decay) or not 0 < self.budget_skip_decay <= 1:
-            raise ValueError(f"budget_skip_decay={self.budget_skip_decay!r} must be in (0, 1] (default 0.9).")
-        if not _is_number(self.budget_explore_floor) or not 0 < self.budget_explore_floor <= 1:
-            raise ValueError(
-                f"budget_explore_floor={self.budget_explore_floor!r} must be in (0, 1] (default 0.05): a floor of "
-                "0 could starve a prompt forever."
-            )
         if self.pipelined_speculation and not self.pipelined_rounds:
             raise ValueError(
                 "pipelined_speculation=True speculates within barrier-free rounds: set pipelined_rounds=True too "
@@ -698,36 +693,6 @@ class AdaGRPOConfig(GRPOConfig):
                 )
         self.prompt_memory = True  # Est's estimator of p_x is the prompt memory
 
-    def _check_est_fields(self) -> None:
-        """Est's own fields, checked whether it is on or not: a value no setting could use is a mistake."""
-        if not _is_number(self.est_exponent) or not 0 <= self.est_exponent <= 1:
-            raise ValueError(
-                f"est_exponent={self.est_exponent!r} must be in [0, 1]: 0.5 is the paper's Est, 1.0 its implicit arm "
-                "(the exponent splits the weight 1/p between allocation and advantage)."
-            )
-        if not _is_number(self.est_epsilon) or self.est_epsilon <= 0:
-            raise ValueError(f"est_epsilon={self.est_epsilon!r} must be a finite number > 0 (default 1e-6).")
-        n = self.num_generations
-        if (
-            isinstance(self.est_min_samples, bool)
-            or not isinstance(self.est_min_samples, int)
-            or not (2 <= self.est_min_samples <= n)
-        ):
-            raise ValueError(
-                f"est_min_samples={self.est_min_samples!r} must be an integer in [2, num_generations={n}]: one sample "
-                "has no baseline, and every prompt must be able to get it out of an average of num_generations. "
-                "Set est_min_samples=2."
-            )
-        if self.est_max_samples is not None and (
-            isinstance(self.est_max_samples, bool)
-            or not isinstance(self.est_max_samples, int)
-            or self.est_max_samples < n
-        ):
-            raise ValueError(
-                f"est_max_samples={self.est_max_samples!r} must be None (no cap) or an integer >= num_generations "
-                f"({n}): the prompts get num_generations each on average."
-            )
-
     def _warn_of_ignored_fields(self) -> None:
         """Name the fields set away from their defaults that the chosen sampling does not read."""
         ignored = []
@@ -765,9 +730,8 @@ class AdaGRPOConfig(GRPOConfig):
     @property
     def replaces_grpo_advantages(self) -> bool:
         """Whether the advantages are the estimator's own, not TRL's group statistics over the kept samples (which
-        `advantage_estimator='reinforce_ada'` with `global_stat_est=False` and 'grpo' keep)."""
-        estimator = self.advantage_estimator
-        return not (estimator == "grpo" or (estimator == "reinforce_ada" and not self.global_stat_est))
+        `advantage_estimator='grpo'` keeps; `global_stat_est=False` maps onto it)."""
+        return self.advantage_estimator != "grpo"
 
     @property
     def sampling_active(self) -> bool:

@@ -11,7 +11,7 @@ import math
 
 from trl_ada.core.est import allocate, allocation_metrics
 from trl_ada.core.sampling import PromptResult
-from trl_ada.samplers.protocol import SamplingContext, Selection
+from trl_ada.samplers.protocol import SamplingContext, Selection, is_integer, is_number
 
 
 def nanmean(values: list[float]) -> float:
@@ -22,6 +22,29 @@ def nanmean(values: list[float]) -> float:
 class Est:
     def __init__(self, args):
         self.args = args
+
+    @staticmethod
+    def check_fields(args) -> None:
+        """The `est_*` fields (AdaGRPOConfig calls this at construction, whichever sampler is selected)."""
+        if not is_number(args.est_exponent) or not 0 <= args.est_exponent <= 1:
+            raise ValueError(
+                f"est_exponent={args.est_exponent!r} must be in [0, 1]: 0.5 is the paper's Est, 1.0 its implicit arm "
+                "(the exponent splits the weight 1/p between allocation and advantage)."
+            )
+        if not is_number(args.est_epsilon) or args.est_epsilon <= 0:
+            raise ValueError(f"est_epsilon={args.est_epsilon!r} must be a finite number > 0 (default 1e-6).")
+        n = args.num_generations
+        if not is_integer(args.est_min_samples, 2, n):
+            raise ValueError(
+                f"est_min_samples={args.est_min_samples!r} must be an integer in [2, num_generations={n}]: one sample "
+                "has no baseline, and every prompt must be able to get it out of an average of num_generations. "
+                "Set est_min_samples=2."
+            )
+        if args.est_max_samples is not None and not is_integer(args.est_max_samples, n):
+            raise ValueError(
+                f"est_max_samples={args.est_max_samples!r} must be None (no cap) or an integer >= num_generations "
+                f"({n}): the prompts get num_generations each on average."
+            )
 
     def sample(self, context: SamplingContext, target: int) -> Selection:
         args, n, world = self.args, context.num_generations, context.world_size
