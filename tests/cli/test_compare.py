@@ -346,7 +346,7 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, ca
     assert report["cost"]["balanced"]["generated_per_step"] >= 16  # M=4 for each of 2 prompts, at least one round
     assert "| grpo | 2 (1) |" in capsys.readouterr().out
 
-    compare_main(argv + ["--keep_cut"])  # sessions of a fixed length keep the cut run: nothing to train
+    compare_main(argv + ["--keep_cut"])  # a job with a hard time limit keeps the cut run: nothing to train
     assert "0 runs to train (4 already" in capsys.readouterr().out
     report = compare_main(argv)  # the rerun continues the cut run, and only it
     printed = capsys.readouterr().out
@@ -365,7 +365,9 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, ca
     assert again["eval_seconds"] > cut["eval_seconds"] > 0  # the cut part's evaluations are counted, not dropped
     assert [row["seeds"] for row in report["arms"]["balanced"]["equal_steps"]] == [2, 2, 2]
 
-    final = tmp_path / "final"  # --keep_cut (a lent GPU's session): the cut is final, scored greedily, not saved
+    final = (
+        tmp_path / "final"
+    )  # --keep_cut (a job with a hard time limit): the cut is final, scored greedily, not saved
     compare_main(
         argv[: argv.index("--eval_k") + 1]
         + ["1"]

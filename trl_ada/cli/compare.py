@@ -36,10 +36,10 @@ its own recipe: `--arm mine path/to/recipe.yaml field=value`); the first arm is 
   its evaluations count at the steps it reached, and it writes a checkpoint there; a rerun continues it from that
   checkpoint (weights, optimizer, data order, sampler state, counts: with transformers generation the run an uncut
   one would have been; a colocated vLLM engine starts its sampling stream again, so there the same run in
-  distribution), so a run longer than one session finishes over several; only the checkpoint a rerun continues from
+  distribution), so a run longer than one job finishes over several; only the checkpoint a rerun continues from
   is kept. The cut itself is not evaluated (the run's end will be), and a run may start while 20 minutes remain,
-  though it will not finish. With `--keep_cut` a cut run is final instead (sessions of a fixed length whose
-  checkpoints do not outlive them, such as a lent GPU's): no run starts that would end after the deadline, a run
+  though it will not finish. With `--keep_cut` a cut run is final instead (jobs with a hard time limit whose disk
+  does not outlive them, such as a notebook's or a lent machine's): no run starts that would end after the deadline, a run
   stops early enough for its cut's greedy evaluation (as long as its last one took, 1.5 times over) to end by the
   deadline, and no checkpoint is written. `--max_completions` and `--max_tokens` stop each run at the first step at
   which it has generated that many completions or tokens (every arm the same generation budget: a cheap arm runs
@@ -327,8 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--keep_cut",
         action="store_true",
-        help="a rerun trains only the missing runs and keeps those a deadline cut (sessions of a fixed "
-        "length add seeds instead of cutting the same runs again); a cut then stops early enough "
+        help="a rerun trains only the missing runs and keeps those a deadline cut (jobs with a hard time "
+        "limit add seeds instead of cutting the same runs again); a cut then stops early enough "
         "for its greedy evaluation to end by the deadline, and writes no checkpoint",
     )
     parser.add_argument(
@@ -371,8 +371,8 @@ def main(argv=None) -> dict:
     failed: list[str] = []
     if not args.report_only:
         done = load_results(args.output_dir)
-        # seed by seed, so that a cut session leaves whole pairs; a run cut by a deadline continues from its cut,
-        # unless --keep_cut (sessions of a fixed length that would rather add seeds)
+        # seed by seed, so that a deadline leaves whole pairs; a run cut by a deadline continues from its cut,
+        # unless --keep_cut (jobs with a hard time limit that would rather add seeds)
         pending = [
             (arm, seed)
             for seed in args.seeds

@@ -108,7 +108,7 @@ class Progress(TrainerCallback):
             self.end_seconds = self.training_seconds()
         cut = self.stopped == "deadline"
         if cut and self.continue_cut:
-            final = False  # its end, evaluated then, is a later session's: here only the grid's evaluation
+            final = False  # its end, evaluated then, is a later job's: here only the grid's evaluation
         if final or state.global_step % self.every == 0:
             # a final cut is scored greedily, as the grid is: avg@k over the held-out set would outlast the deadline
             self._point(state.global_step, model, final=final and not cut)
