@@ -1,22 +1,15 @@
-"""Training entry point, TRL style: one YAML recipe, overridable from the command line.
+"""Training entry point, TRL style: one YAML recipe, overridable from the command line: parse, load, train, save.
 
     accelerate launch --config_file recipes/accelerate_configs/zero2.yaml -m trl_ada.cli.train \\
         --config recipes/Qwen2.5-Math-1.5B/ada_balance.yaml [--max_steps 10 ...]
 
 The YAML keys are the fields of `ScriptArguments` below, `AdaGRPOConfig` and TRL's `ModelConfig` (peft LoRA with
-`use_peft: true`). `--model_name_or_path tiny` builds the tiny offline model and `--dataset_name synthetic` the
-offline arithmetic task, so every recipe can be smoke-tested on a CPU without a hub. `--model_name_or_path tiny-warm`
-starts from the tiny demo's warm-started model instead (built once, cached in <output_dir>/warm-model), so that the
-tiny recipe learns when run directly. `--dataset_name arithmetic` (chat arithmetic graded by `last_number_reward`) is
-the offline task of the SmolLM2 recipes; `--dataset_name word_problems` (easy arithmetic word problems, \\boxed{}
-answers) that of the retired word-problem benchmark, which a 135M model does not learn; `--dataset_name
-hard_arithmetic` the questions of harder kinds SmolLM2 answers right 1 or 2 times in 16 (benchmarks/hard_set/hard_set.py).
+`use_peft: true`). `dataset_name` and `model_name_or_path` are a Hub id or a local file or folder, or the name of an
+offline task or model (`trl_ada.examples.offline`: `--model_name_or_path tiny --dataset_name synthetic` smoke-tests
+any recipe on a CPU without a hub).
 
 Agents: `--tools pkg.module:f1 pkg.module:f2` (several after one flag; `pkg.module.f1` works too) hands tools to the
-trainer and `--environment_factory pkg.module:Class` an environment, as TRL's GRPOTrainer takes them. `--dataset_name
-products` is the offline tool-use task (`trl_ada.examples.agents`: "What is 47 x 8?" with a `multiply` tool) and
-`--model_name_or_path tiny-tools-warm` the tiny tool-calling model after a supervised warm start on tool-use
-demonstrations (recipes/tiny/tools_ada_pos.yaml).
+trainer and `--environment_factory pkg.module:Class` an environment, as TRL's GRPOTrainer takes them.
 """
 
 from __future__ import annotations
@@ -33,11 +26,8 @@ from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_ada.config import AdaGRPOConfig
 from trl_ada.data import PROMPT_TEMPLATES, load_raw_dataset, to_trl_dataset
-from trl_ada.examples.agents import product_problems, tool_warm_start
-from trl_ada.examples.arithmetic import arithmetic_problems, hard_arithmetic, synthetic_arithmetic, word_problems
 from trl_ada.examples.models import missing_model_message
-from trl_ada.examples.tiny import build_tiny_model
-from trl_ada.examples.warm_start import warm_start
+from trl_ada.examples.offline import TASKS, offline_model, offline_task
 from trl_ada.rewards import boxed_math_reward, check_gold_answers, last_number_reward
 from trl_ada.trainer import AdaGRPOTrainer
 
@@ -47,10 +37,9 @@ class ScriptArguments:
     dataset_name: str = field(
         default="synthetic",
         metadata={
-            "help": "Hub id (e.g. RLHFlow/reinforce_ada_hard_prompt), local json/jsonl/parquet file, "
-            "'synthetic' for the offline arithmetic task, 'word_problems' for easy arithmetic word problems or "
-            "'arithmetic' for chat arithmetic (offline, the real-model tasks) or 'hard_arithmetic' for its "
-            "screened hard set (benchmarks/hard_set)."
+            "help": "Hub id (e.g. RLHFlow/reinforce_ada_hard_prompt), local json/jsonl/parquet file, or an offline "
+            "task of trl_ada.examples.offline: 'synthetic' (arithmetic), 'word_problems', 'arithmetic' (chat "
+            "arithmetic, the real-model task), 'hard_arithmetic' (its screened hard set) or 'products' (tool use)."
         },
     )
     dataset_split: str = field(default="train", metadata={"help": "Split to train on."})
@@ -156,9 +145,8 @@ class ScriptArguments:
             )
 
 
-# The offline tasks `dataset_name` can name; they build their own prompts, so the fields below are for files only
-# (and dataset_num_examples for hard_arithmetic too, which it cuts).
-BUILT_IN_TASKS = ("synthetic", "word_problems", "arithmetic", "hard_arithmetic", "products")
+# The offline tasks (trl_ada.examples.offline) build their own prompts, so the fields below are for files only (and
+# dataset_num_examples for hard_arithmetic too, which it cuts).
 _FILE_ONLY_DEFAULTS = {
     "dataset_prompt_template": None,
     "dataset_problem_column": "problem",
@@ -170,7 +158,7 @@ _FILE_ONLY_DEFAULTS = {
 def file_only_fields(values) -> dict:
     """The data fields set away from their defaults that the built-in task `values.dataset_name` does not read."""
     values = values if isinstance(values, dict) else vars(values)
-    if values["dataset_name"] not in BUILT_IN_TASKS:
+    if values["dataset_name"] not in TASKS:
         return {}
     ignored = [
         n
@@ -257,16 +245,9 @@ def parse_recipe(argv=None, classes=RECIPE_CLASSES) -> tuple:
 
 
 def load_train_dataset(script_args: ScriptArguments, seed: int):
-    if script_args.dataset_name == "synthetic":
-        return synthetic_arithmetic(script_args.synthetic_num_examples, script_args.synthetic_difficulty, seed)
-    if script_args.dataset_name == "word_problems":
-        return word_problems(script_args.synthetic_num_examples, script_args.synthetic_difficulty, seed)
-    if script_args.dataset_name == "arithmetic":  # its mix of kinds is fixed: synthetic_difficulty does not apply
-        return arithmetic_problems(script_args.synthetic_num_examples, seed, split="train")
-    if script_args.dataset_name == "hard_arithmetic":  # the screened hard set: dataset_split train/test_hard/test_easy
-        return hard_arithmetic(script_args.dataset_split, num_examples=script_args.dataset_num_examples)
-    if script_args.dataset_name == "products":  # the tool-use task: synthetic_difficulty does not apply
-        return product_problems(script_args.synthetic_num_examples, seed)
+    dataset = offline_task(script_args, seed)
+    if dataset is not None:
+        return dataset
     raw = load_raw_dataset(script_args.dataset_name, script_args.dataset_split)
     if script_args.dataset_num_examples is not None:
         raw = raw.select(range(min(script_args.dataset_num_examples, len(raw))))
@@ -287,33 +268,12 @@ def _looks_local(name: str) -> bool:
 
 
 def resolve_model(name: str | None, training_args, warm_start_steps: int = 300) -> str:
-    """The model folder or Hub id to train: `tiny` / `tiny-warm` are built here (the warm start once, by the main
-    process first); a local folder that does not exist is an error that says how to create it. A folder is returned
-    as an absolute path: a LoRA run's saved adapter names its base model by it, so the adapter loads from anywhere."""
-    if name in ("tiny-tools", "tiny-tools-warm"):
-        with training_args.main_process_first(desc="building the tiny tool model"):
-            model = build_tiny_model(os.path.join(training_args.output_dir, "tiny-tool-model"), tools=True)
-            if name == "tiny-tools-warm":
-                model = tool_warm_start(
-                    model,
-                    os.path.join(training_args.output_dir, "tool-warm-model"),
-                    warm_start_steps,
-                    training_args.seed,
-                )
-        return os.path.abspath(model)
-    if name in (None, "tiny", "tiny-warm"):
-        with training_args.main_process_first(desc="building the tiny model"):
-            model = build_tiny_model(os.path.join(training_args.output_dir, "tiny-model"))
-        if name == "tiny-warm":
-            from accelerate import PartialState
-
-            # Every process runs the warm start together (it is a data-parallel SFT run when launched on several
-            # processes); the main process saves it, the others wait for the files.
-            model = warm_start(
-                model, os.path.join(training_args.output_dir, "warm-model"), warm_start_steps, training_args.seed
-            )
-            PartialState().wait_for_everyone()
-        return os.path.abspath(model)
+    """The model folder or Hub id to train: an offline model name is built (`trl_ada.examples.offline`); a local
+    folder that does not exist is an error that says how to create it. A folder is returned as an absolute path: a
+    LoRA run's saved adapter names its base model by it, so the adapter loads from anywhere."""
+    built = offline_model(name, training_args, warm_start_steps)
+    if built is not None:
+        return os.path.abspath(built)
     if not os.path.isdir(os.path.expanduser(name)) and (_looks_local(name) or missing_model_message(name)):
         raise FileNotFoundError(
             missing_model_message(name)
