@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: install install-vllm real-model smollm2 test test-lean test-vllm test-fast test-newest test-oldest test-sets \
-	lint format demo demo-tiny bench bench-real-model clean
+	lint format demo demo-tiny bench bench-real-model clean test-benchmarks
 
 $(STAMP): setup.cfg pyproject.toml .ci/constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -96,6 +96,12 @@ test-lean: $(REAL_STAMP) $(DS_STAMP)
 
 test-vllm: $(VLLM_STAMP)
 	$(TEST_ENV) $(VLLM_PY) -m pytest -m vllm --durations=10 tests
+
+# The checks of our own benchmark scripts and studies (benchmarks/checks: the GPU kit's plan, the compute study's
+# analysis and status table, the benchmark scripts at toy size). Not the product's suite: CI does not run them, so a
+# stale study table never fails a library change.
+test-benchmarks: $(REAL_STAMP)
+	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadgroup benchmarks/checks
 
 test-fast: $(REAL_STAMP) $(DS_STAMP)
 	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadgroup -m "not slow" tests

@@ -29,6 +29,7 @@ Prints markdown tables and writes benchmarks/simulation/sampling_efficiency.png.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 import zlib
@@ -579,6 +580,21 @@ def main(argv=None) -> None:
     print_multi_epoch(runs)
     plot_multi_epoch(runs, args.budget_output)
     print(f"\nwrote {args.budget_output} ({time.time() - start:.0f} s)")
+    # The numbers behind both plots, beside them: per distribution each method's row and the balanced sweep's
+    # (samples per prompt, share with signal) points; per method the multi-epoch run.
+    data = {
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "distributions": {name: {"rows": rows, "sweep": sweep} for name, (rows, sweep) in plot_data.items()},
+        "epochs": runs,
+    }
+    data_path = args.output.with_suffix(".json")
+    data_path.write_text(json.dumps(data, indent=1, default=_plain) + "\n")
+    print(f"wrote {data_path}")
+
+
+def _plain(value):
+    """numpy values and arrays as JSON numbers and lists."""
+    return value.tolist() if hasattr(value, "tolist") else float(value)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ Prints a markdown table and writes benchmarks/step_cost/reward_throughput.png.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import statistics
@@ -140,6 +141,21 @@ def main(argv=None) -> None:
     fig.tight_layout()
     fig.savefig(args.output, dpi=120)
     print(f"\nwrote {args.output}")
+    data = {  # the numbers behind the plot, beside it
+        "cpu_count": os.cpu_count(),
+        "reward_workers": workers,
+        "deadline_seconds": timeout,
+        "typical_completions": n,
+        "in_process_completions_per_second": n / t_in,
+        "pool_completions_per_second": n / t_pool,
+        "batch_size": args.batch_size,
+        "batch_wall_seconds": t_batch,
+        "adversarial_completions": len(adversarial),
+        "batch_with_adversarial_wall_seconds": t_mixed,
+        "timeouts": metrics["rewards/boxed_math/timeouts"],
+    }
+    args.output.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {args.output.with_suffix('.json')}")
 
 
 if __name__ == "__main__":

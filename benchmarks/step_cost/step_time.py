@@ -15,6 +15,7 @@ reward. Prints a markdown table and writes benchmarks/step_cost/step_time.png.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import statistics
@@ -170,6 +171,20 @@ def main(argv=None):
     fig.tight_layout()
     fig.savefig(args.plot)
     print(f"plot: {args.plot}")
+    data = {
+        "prompts_per_step": p,
+        "steps": args.steps,
+        "cpu_count": os.cpu_count(),
+        "rows": [{"trainer": name, "step_seconds": s, "generated_per_step": g} for name, (s, g) in rows],
+        "equal_work_step_time_ratio": equal,
+        "reference_vs_grpo_n8_time_per_completion_ratio": per_sample,
+        "sampling_core_ms_per_1000_prompts": 1000 * core,
+    }
+    data_path = os.path.splitext(args.plot)[0] + ".json"  # the numbers behind the plot, beside it
+    with open(data_path, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+    print(f"data: {data_path}")
     return 0
 
 

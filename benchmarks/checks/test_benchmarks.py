@@ -44,6 +44,8 @@ def test_step_time_benchmark_runs(tmp_path, capsys):
     assert load("step_time").main(["--steps", "1", "--prompts", "2", "--plot", str(tmp_path / "s.png")]) == 0
     rows = [r for r in tables(capsys.readouterr().out) if "Trainer" in r]
     assert len(rows) == 4 and (tmp_path / "s.png").exists()
+    data = json.loads((tmp_path / "s.json").read_text())  # the plotted numbers, beside the plot
+    assert [row["trainer"] for row in data["rows"]] == [r.split("|")[1].strip() for r in rows]
 
 
 def test_sampling_efficiency_benchmark_runs(tmp_path, capsys):
@@ -75,6 +77,8 @@ def test_sampling_efficiency_benchmark_runs(tmp_path, capsys):
     }  # method, 3 epochs, ratio, cost, extremes, coverage, starvation
     assert len(epoch_rows) == 3 and (tmp_path / "b.png").exists()
     assert float(epoch_rows["budget 4, memory"][5]) <= 4.0  # samples per trained prompt: the budget holds
+    data = json.loads((tmp_path / "e.json").read_text())  # the plotted numbers, beside the plots
+    assert "GRPO n=4" in data["distributions"]["calibrated"]["rows"] and "budget 4, memory" in data["epochs"]
 
 
 def test_reward_throughput_benchmark_runs(tmp_path, capsys):
@@ -83,6 +87,8 @@ def test_reward_throughput_benchmark_runs(tmp_path, capsys):
     )
     rows = tables(capsys.readouterr().out)
     assert len(rows) == 5 and "adversarial" in rows[-1] and (tmp_path / "r.png").exists()
+    data = json.loads((tmp_path / "r.json").read_text())  # the plotted numbers, beside the plot
+    assert data["typical_completions"] == 20 and data["batch_size"] == 10
 
 
 def test_grpo_and_ada_trainers_see_the_same_prompts_for_a_seed(tmp_path, tiny_model):
