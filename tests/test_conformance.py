@@ -33,8 +33,9 @@ from datasets import Dataset
 from packaging.version import Version
 from trl import GRPOConfig, GRPOTrainer
 
-from tests.helpers import ROOT
-from tests.helpers.tool_policy import ScriptedPolicy, calculator_dataset, install, multiply, product_reward  # noqa: E402
+from tests.helpers import ROOT, tool_policy
+from tests.helpers.tool_policy import ScriptedPolicy, calculator_dataset, install, multiply, product_reward
+from tests.helpers.trainers import SMALL
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 
 
@@ -218,7 +219,7 @@ class ProductEnv:
         return None
 
 
-class AskingEnv:
+class AskingEnv(tool_policy.MultiplyingEnv):
     """An environment that owns the data: the dataset row names only the environment, `reset()` supplies the question,
     `multiply` is the tool and `get_reward` scores the rollout (1 when it called the tool with the question's
     numbers)."""
@@ -228,20 +229,6 @@ class AskingEnv:
     def reset(self, **row):
         self.called_with = None
         return f"What is {self.a} x {self.b}?"
-
-    def multiply(self, a: int, b: int) -> int:
-        """
-        Multiplies two integers.
-
-        Args:
-            a: The first integer.
-            b: The second integer.
-
-        Returns:
-            The product of the two integers.
-        """
-        self.called_with = (a, b)
-        return a * b
 
     def get_reward(self) -> float:
         return 1.0 if self.called_with == (self.a, self.b) else 0.0
@@ -539,19 +526,7 @@ CELLS = [
     Cell("no-shuffle", "`shuffle_dataset=False`", config=dict(shuffle_dataset=False), lock_only=True),
 ]
 
-BASE = dict(
-    num_generations=4,
-    per_device_train_batch_size=8,
-    max_completion_length=8,
-    max_steps=1,
-    learning_rate=1e-3,
-    use_cpu=True,
-    report_to="none",
-    save_strategy="no",
-    logging_steps=1,
-    seed=0,
-    disable_tqdm=True,
-)
+BASE = dict(SMALL, max_steps=1, learning_rate=1e-3)
 
 
 def config_of(cell: Cell, config_class, tmp_path, **extra):

@@ -317,7 +317,8 @@ def _grpo_group_advantages(rewards):
 def test_end_to_end_unscorable_rows_get_trl_semantics(tiny_model, tmp_path, mode):
     from datasets import Dataset
 
-    from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+    from tests.helpers.trainers import tiny_args
+    from trl_ada import AdaGRPOTrainer
     from trl_ada.data import make_prompt
 
     class Recorder(AdaGRPOTrainer):
@@ -335,23 +336,7 @@ def test_end_to_end_unscorable_rows_get_trl_semantics(tiny_model, tmp_path, mode
         if mode == "budget"
         else dict(reinforce_ada_choice="balanced")
     )
-    args = AdaGRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        num_generations=4,
-        per_device_train_batch_size=16,
-        max_completion_length=12,
-        max_steps=2,
-        learning_rate=1e-2,
-        shuffle_dataset=False,
-        use_cpu=True,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        seed=0,
-        disable_tqdm=True,
-        prompt_memory=True,
-        **extra,
-    )
+    args = tiny_args(tmp_path, prompt_memory=True, **extra)
     trainer = Recorder(model=tiny_model, reward_funcs=reward, args=args, train_dataset=dataset)
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]

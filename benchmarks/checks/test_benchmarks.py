@@ -1,5 +1,6 @@
 """The benchmark scripts still run against the package, at toy sizes (their numbers come from full runs, not here)."""
 
+import argparse
 import importlib.util
 import json
 import os
@@ -299,6 +300,13 @@ def test_loops_parses_ci_logs_and_reports_against_the_budgets(tmp_path, capsys):
     assert (tmp_path / "loops.png").stat().st_size > 0
 
 
+def compare_args(**given):
+    """hard_set_compare.py's parsed arguments at toy size, with `given` (pilot, set, vllm, arms) in place."""
+    toy = dict(model="m", seeds=[0], max_steps=5, eval_every=5, eval_examples=8, eval_k=0, jobs=1, threads=1)
+    toy |= dict(output_dir="out", deadline_s=None, report_only=False)
+    return argparse.Namespace(**toy, **given)
+
+
 def test_hard_set_compare_sizes_the_design_from_the_pilot():
     """The pilot's arithmetic: seeds for a +/-5-point 95% interval, where GRPO n=4's curve flattened, the paired
     differences at the last common evaluation (the runs themselves are trl-ada-compare's, tested in test_compare)."""
@@ -360,68 +368,16 @@ def test_hard_set_compare_sizes_the_design_from_the_pilot():
     table = bench.cost_table(results, max_steps=36)  # the cut run's slow early steps (400 s) rate nothing
     assert "| grpo_n4 | 2 | 88 | 16 | - | 8.8 |" in table and "| grpo_n16 | 2 | 250 | 64 | 1800 | 30.0 |" in table
     assert table[-1] == "| all measured arms | | | | | 38.8 |"  # ada_balance holds no measured steps: left out
-    argv = bench.compare_argv(
-        bench.main.__globals__["argparse"].Namespace(
-            pilot=True,
-            model="m",
-            set=[],
-            seeds=[0],
-            max_steps=5,
-            eval_every=5,
-            eval_examples=8,
-            eval_k=0,
-            jobs=1,
-            threads=1,
-            output_dir="out",
-            deadline_s=None,
-            report_only=False,
-            vllm=False,
-            arms=None,
-        )
-    )
+    argv = bench.compare_argv(compare_args(pilot=True, set=[], vllm=False, arms=None))
     arms = [argv[i + 1] for i, token in enumerate(argv) if token == "--arm"]
     assert arms == ["grpo_n4", "grpo_n16", "ada_balance"] and "test_hard" in argv and "test_easy" in argv
     assert "use_vllm=true" not in argv
-    with_vllm = bench.compare_argv(
-        bench.main.__globals__["argparse"].Namespace(
-            pilot=False,
-            model="m",
-            set=["learning_rate=1e-4"],
-            seeds=[0],
-            max_steps=5,
-            eval_every=5,
-            eval_examples=8,
-            eval_k=0,
-            jobs=1,
-            threads=1,
-            output_dir="out",
-            deadline_s=None,
-            report_only=False,
-            vllm=True,
-            arms=None,
-        )
-    )
+    with_vllm = bench.compare_argv(compare_args(pilot=False, set=["learning_rate=1e-4"], vllm=True, arms=None))
     shared = with_vllm[with_vllm.index("--set") + 1 : with_vllm.index("--seeds")]  # every arm, before the user's own
     assert shared == ["model_name_or_path=m", *bench.VLLM_SET, "learning_rate=1e-4"]
     assert len([t for t in with_vllm if t == "--arm"]) == len(bench.ARMS)
     one = bench.compare_argv(
-        bench.main.__globals__["argparse"].Namespace(  # a newcomer's rerun of one arm-seed
-            pilot=False,
-            model="m",
-            set=[],
-            seeds=[0],
-            max_steps=5,
-            eval_every=5,
-            eval_examples=8,
-            eval_k=0,
-            jobs=1,
-            threads=1,
-            output_dir="out",
-            deadline_s=None,
-            report_only=False,
-            vllm=True,
-            arms=["ada_balance"],
-        )
+        compare_args(pilot=False, set=[], vllm=True, arms=["ada_balance"])  # a newcomer's rerun of one arm-seed
     )
     assert [one[i + 1] for i, token in enumerate(one) if token == "--arm"] == ["ada_balance"]
     assert bench.record_path(bench.OUTPUT_DIR) == os.path.join(bench.HERE, "hard_set_compare.json")

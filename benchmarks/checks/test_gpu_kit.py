@@ -209,6 +209,12 @@ def test_measure_calls_name_real_arms(kit):
     assert "measure_vllm vllm-a" in run_sh
 
 
+def measure_at_toy_size(measure, stage: str, arms: list[str], tmp_path, out) -> int:
+    """measure.py's `stage` for `arms` on the toy model, its results written to `out`."""
+    argv = ["--stage", stage, "--size", "toy", "--model_dir", str(tmp_path / "models"), "--arms", *arms]
+    return measure.main(argv + ["--json", str(out)])
+
+
 @pytest.mark.slow
 def test_transformers_path_measures_at_toy_size(tmp_path, capsys):
     measure = load("measure")
@@ -228,23 +234,7 @@ def test_transformers_path_measures_at_toy_size(tmp_path, capsys):
     except ValueError:
         refused = True
     arms = ["trl_grpo_n4", "ada_balanced", "ada_positive_focused"] + (["ada_balanced_continuous_batching"] * refused)
-    assert (
-        measure.main(
-            [
-                "--stage",
-                "transformers",
-                "--size",
-                "toy",
-                "--model_dir",
-                str(tmp_path / "models"),
-                "--arms",
-                *arms,
-                "--json",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    assert measure_at_toy_size(measure, "transformers", arms, tmp_path, out) == 0
     results = {r["arm"]: r for r in json.loads(out.read_text())["results"]}
     for arm in ("trl_grpo_n4", "ada_balanced", "ada_positive_focused"):
         r = results[arm]
@@ -274,23 +264,7 @@ def test_vllm_path_measures_at_toy_size(tmp_path, capfd):
         "ada_positive_focused_pipelined",
         "ada_balanced_speculative",
     ]
-    assert (
-        measure.main(
-            [
-                "--stage",
-                "vllm",
-                "--size",
-                "toy",
-                "--model_dir",
-                str(tmp_path / "models"),
-                "--arms",
-                *arms,
-                "--json",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    assert measure_at_toy_size(measure, "vllm", arms, tmp_path, out) == 0
     results = {r["arm"]: r for r in json.loads(out.read_text())["results"]}
     curve = results["decode_curve"]
     assert curve["status"] == "ok" and [r for r, _ in curve["curve"]] == [1, 2, 4]

@@ -83,18 +83,9 @@ def compare_argv(regime: str, args) -> list[str]:
         str(budget // 16 + 1),
         "--max_completions",
         str(budget),
-        "--eval_every",
-        str(args.eval_every),
-        "--eval_examples",
-        str(args.eval_examples),
-        "--eval_min_examples",
-        str(min(20, args.eval_examples)),  # its size is this script's own choice
-        "--eval_k",
-        str(args.eval_k),
-        "--jobs",
-        str(args.jobs),
-        "--threads",
-        str(args.threads),
+        *("--eval_every", str(args.eval_every), "--eval_examples", str(args.eval_examples)),
+        *("--eval_min_examples", str(min(20, args.eval_examples))),  # its size is this script's own choice
+        *("--eval_k", str(args.eval_k), "--jobs", str(args.jobs), "--threads", str(args.threads)),
         "--output_dir",
         os.path.join(args.output_dir, FOLDERS[regime]),
     ]

@@ -321,16 +321,9 @@ def compare_argv(args) -> list[str]:
         "test_hard",
         "--eval_extra_split",
         "test_easy",
-        "--eval_examples",
-        str(args.eval_examples),
-        "--eval_min_examples",
-        str(min(20, args.eval_examples)),  # its size is this script's own choice
-        "--eval_k",
-        str(args.eval_k),
-        "--jobs",
-        str(args.jobs),
-        "--threads",
-        str(args.threads),
+        *("--eval_examples", str(args.eval_examples)),
+        *("--eval_min_examples", str(min(20, args.eval_examples))),  # its size is this script's own choice
+        *("--eval_k", str(args.eval_k), "--jobs", str(args.jobs), "--threads", str(args.threads)),
         "--output_dir",
         args.output_dir,
     ]

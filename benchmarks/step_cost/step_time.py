@@ -94,58 +94,22 @@ def main(argv=None):
         ]
     )
     p = args.prompts
-    rows = [
-        (
-            "GRPOTrainer n=4",
-            run(
-                GRPOConfig,
-                GRPOTrainer,
-                model,
-                dataset,
-                args.steps,
-                num_generations=4,
-                per_device_train_batch_size=4 * p,
-            ),
-        ),
+    plans = [  # name, trainer, and its settings beyond the shared ones
+        ("GRPOTrainer n=4", GRPOConfig, GRPOTrainer, dict(num_generations=4)),
         (
             "AdaGRPOTrainer, 1 round of M=n=4",
-            run(
-                AdaGRPOConfig,
-                AdaGRPOTrainer,
-                model,
-                dataset,
-                args.steps,
-                num_generations=4,
-                per_device_train_batch_size=4 * p,
-                round_repeat=4,
-                max_rounds=1,
-            ),
+            AdaGRPOConfig,
+            AdaGRPOTrainer,
+            dict(num_generations=4, round_repeat=4, max_rounds=1),
         ),
-        (
-            "GRPOTrainer n=8",
-            run(
-                GRPOConfig,
-                GRPOTrainer,
-                model,
-                dataset,
-                args.steps,
-                num_generations=8,
-                per_device_train_batch_size=8 * p,
-            ),
-        ),
-        (
-            "AdaGRPOTrainer, reference (n=4, M=8, R=4)",
-            run(
-                AdaGRPOConfig,
-                AdaGRPOTrainer,
-                model,
-                dataset,
-                args.steps,
-                num_generations=4,
-                per_device_train_batch_size=4 * p,
-            ),
-        ),
+        ("GRPOTrainer n=8", GRPOConfig, GRPOTrainer, dict(num_generations=8)),
+        ("AdaGRPOTrainer, reference (n=4, M=8, R=4)", AdaGRPOConfig, AdaGRPOTrainer, dict(num_generations=4)),
     ]
+    rows = []
+    for name, config, trainer, fields in plans:
+        batch = fields["num_generations"] * p
+        timed = run(config, trainer, model, dataset, args.steps, per_device_train_batch_size=batch, **fields)
+        rows.append((name, timed))
     core = core_overhead()
 
     print(f"\n{p} prompts per step, median of {args.steps} steps, tiny model on CPU ({os.cpu_count()} cores)\n")

@@ -31,40 +31,22 @@ positive_threshold: 0.5
 """
 
 
+def grpo_against_balanced(recipe, out, max_steps: int, eval_every: int, eval_k: int) -> list[str]:
+    """trl-ada-compare's argv for GRPO against balanced on seeds 0 and 1, six held-out questions."""
+    return [
+        *("--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false"),
+        *("--arm", "balanced", "reinforce_ada_choice=balanced", "--seeds", "0", "1"),
+        *("--max_steps", str(max_steps), "--eval_every", str(eval_every), "--eval_examples", "6"),
+        *("--eval_min_examples", "6", "--eval_fraction", "0.2", "--eval_k", str(eval_k), "--output_dir", str(out)),
+    ]
+
+
 @pytest.mark.slow
 def test_compare_pairs_seeds_counts_every_completion_and_resumes(tmp_path, capsys):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(RECIPE)
     out = tmp_path / "compare"
-    argv = [
-        "--config",
-        str(recipe),
-        "--arm",
-        "grpo",
-        "multiround_adaptive_downsampling=false",
-        "--arm",
-        "balanced",
-        "reinforce_ada_choice=balanced",
-        "--seeds",
-        "0",
-        "1",
-        "--max_steps",
-        "2",
-        "--eval_every",
-        "1",
-        "--eval_examples",
-        "6",
-        "--eval_min_examples",
-        "6",
-        "--eval_fraction",
-        "0.2",
-        "--eval_k",
-        "2",
-        "--eval_extra_split",
-        "train",
-        "--output_dir",
-        str(out),
-    ]
+    argv = grpo_against_balanced(recipe, out, max_steps=2, eval_every=1, eval_k=2) + ["--eval_extra_split", "train"]
     report = compare_main(argv)
     results = {(r["arm"], r["seed"]): r for r in (json.load(open(p)) for p in (out / "results").glob("*.json"))}
     assert set(results) == {(arm, seed) for arm in ("grpo", "balanced") for seed in (0, 1)}
@@ -290,33 +272,7 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, ca
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(RECIPE)
     out = tmp_path / "compare"
-    argv = [
-        "--config",
-        str(recipe),
-        "--arm",
-        "grpo",
-        "multiround_adaptive_downsampling=false",
-        "--arm",
-        "balanced",
-        "reinforce_ada_choice=balanced",
-        "--seeds",
-        "0",
-        "1",
-        "--max_steps",
-        "3",
-        "--eval_every",
-        "2",
-        "--eval_examples",
-        "6",
-        "--eval_min_examples",
-        "6",
-        "--eval_fraction",
-        "0.2",
-        "--eval_k",
-        "0",
-        "--output_dir",
-        str(out),
-    ]
+    argv = grpo_against_balanced(recipe, out, max_steps=3, eval_every=2, eval_k=0)
     compare_main(argv + ["--only", "grpo", "1", "--stop_at", repr(time.time())])  # the deadline has passed
     cut = json.loads((out / "results" / "grpo-seed1.json").read_text())
     assert cut["cut"] and cut["stopped"] == "deadline" and cut["steps"] == 1 and cut["max_steps"] == 3

@@ -47,29 +47,16 @@ def lora_folders(root, with_tokenizer=True, template_prefix="", **model):
     return base, adapter, merged
 
 
+# trl-ada-eval on the prompts as written, scored by text_reward, one greedy answer of up to 8 tokens each.
+GREEDY = (
+    "--prompt_template none --reward_funcs tests.cli.test_evaluate_models.text_reward "
+    "--k 1 --temperature 0 --max_new_tokens 8"
+).split()
+
+
 def greedy_score(model_path, data, tmp_path, *flags):
     out = tmp_path / f"eval-{os.path.basename(model_path)}.json"
-    eval_main(
-        [
-            "--model_name_or_path",
-            model_path,
-            "--datasets",
-            data,
-            "--prompt_template",
-            "none",
-            "--reward_funcs",
-            "tests.cli.test_evaluate_models.text_reward",
-            "--k",
-            "1",
-            "--temperature",
-            "0",
-            "--max_new_tokens",
-            "8",
-            "--output_file",
-            str(out),
-            *flags,
-        ]
-    )
+    eval_main(["--model_name_or_path", model_path, "--datasets", data, *GREEDY, "--output_file", str(out), *flags])
     result = json.loads(out.read_text())
     return result["backend"], result["datasets"][data]["avg@1"]
 
@@ -218,25 +205,7 @@ def test_a_lora_adapter_on_the_hub_is_scored_as_the_same_folder(tmp_path, monkey
     assert greedy_score("user/tiny-lora", data, tmp_path, *flags) != greedy_score(base, data, tmp_path, *flags)
     # Without --output_file the JSON goes to the current folder, not into the Hub cache.
     monkeypatch.chdir(tmp_path)
-    eval_main(
-        [
-            "--model_name_or_path",
-            "user/tiny-lora",
-            "--datasets",
-            data,
-            "--prompt_template",
-            "none",
-            "--reward_funcs",
-            "tests.cli.test_evaluate_models.text_reward",
-            "--k",
-            "1",
-            "--temperature",
-            "0",
-            "--max_new_tokens",
-            "8",
-            *flags,
-        ]
-    )
+    eval_main(["--model_name_or_path", "user/tiny-lora", "--datasets", data, *GREEDY, *flags])
     assert json.loads((tmp_path / "eval_avg@1-user--tiny-lora.json").read_text())["backend"] == "transformers"
     assert not list(cache.rglob("eval_avg@*"))
     # A cache filled by loading the adapter alone (offline: no tokenizer files) falls back to the base's, and says so.
@@ -254,44 +223,16 @@ def test_a_folder_given_with_a_tilde_is_read_as_that_folder(tmp_path, monkeypatc
     monkeypatch.setenv("HOME", str(tmp_path))
     data, flags = held_out_file(tmp_path), ("--backend", "transformers")
     assert greedy_score("~/adapter", data, tmp_path, *flags) == greedy_score(adapter, data, tmp_path, *flags)
-    eval_main(
-        [
-            "--model_name_or_path",
-            "~/adapter",
-            "--datasets",
-            data,
-            "--prompt_template",
-            "none",
-            "--reward_funcs",
-            "tests.cli.test_evaluate_models.text_reward",
-            "--k",
-            "1",
-            "--temperature",
-            "0",
-            "--max_new_tokens",
-            "8",
-            *flags,
-        ]
-    )
+    eval_main(["--model_name_or_path", "~/adapter", "--datasets", data, *GREEDY, *flags])
     assert json.loads((tmp_path / "adapter" / "eval_avg@1.json").read_text())["backend"] == "transformers"
 
 
 @pytest.mark.skipif(is_vllm_available(), reason="checks the message where vLLM is not installed")
 def test_the_vllm_backend_without_vllm_names_the_install(tmp_path):
     with pytest.raises(ValueError, match=r"--backend vllm: vLLM is not installed"):
+        no_model = str(tmp_path / "no-model")
         eval_main(
-            [
-                "--model_name_or_path",
-                str(tmp_path / "no-model"),
-                "--datasets",
-                held_out_file(tmp_path),
-                "--prompt_template",
-                "none",
-                "--reward_funcs",
-                "tests.cli.test_evaluate_models.text_reward",
-                "--backend",
-                "vllm",
-            ]
+            ["--model_name_or_path", no_model, "--datasets", held_out_file(tmp_path), *GREEDY, "--backend", "vllm"]
         )
 
 

@@ -11,23 +11,12 @@ from trl import GRPOConfig, GRPOTrainer
 
 from tests.helpers import ROOT
 from tests.helpers.data import hash_reward_value
+from tests.helpers.trainers import SMALL
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.data import make_prompt
 
 
-BASE = dict(
-    num_generations=4,
-    per_device_train_batch_size=8,
-    max_completion_length=8,
-    learning_rate=1e-2,
-    shuffle_dataset=False,
-    use_cpu=True,
-    report_to="none",
-    save_strategy="no",
-    logging_steps=1,
-    seed=0,
-    disable_tqdm=True,
-)
+BASE = dict(SMALL, learning_rate=1e-2, shuffle_dataset=False)
 
 # Prompts whose text names their pass rate: always-right and always-wrong ones come back uniform, so dynamic
 # sampling and the budget must replace them from the refill stream. `answer` and `level` are extra columns, which
@@ -119,6 +108,12 @@ def write_jsonl(path, rows):
     with open(path, "w") as f:
         f.writelines(json.dumps(row) + "\n" for row in rows)
     return str(path)
+
+
+def eval_args(model, data, flags, output_file=None):
+    """trl-ada-eval's command line for `model` on the file `data`: `flags` as typed on a shell, then the output file."""
+    output = ["--output_file", str(output_file)] if output_file is not None else []
+    return ["--model_name_or_path", str(model), "--datasets", data, *flags.split(), *output]
 
 
 @pytest.mark.parametrize("form", ["conversational", "text"])
@@ -278,21 +273,8 @@ def test_the_comparison_refuses_a_held_out_set_too_small_to_compare_on(tmp_path)
         f"model_name_or_path: tiny\ndataset_name: {path}\nreward_funcs: [test_user_task.upper]\n"
         "use_cpu: true\nbf16: false\nmax_completion_length: 8\nper_device_train_batch_size: 8\n"
     )
-    argv = [
-        "--config",
-        str(recipe),
-        "--arm",
-        "grpo",
-        "multiround_adaptive_downsampling=false",
-        "--seeds",
-        "0",
-        "--max_steps",
-        "1",
-        "--eval_k",
-        "0",
-        "--output_dir",
-        str(tmp_path / "cmp"),
-    ]
+    arm = "--arm grpo multiround_adaptive_downsampling=false --seeds 0 --max_steps 1 --eval_k 0".split()
+    argv = ["--config", str(recipe), *arm, "--output_dir", str(tmp_path / "cmp")]
     with pytest.raises(ValueError, match=r"split 'test'.*single file"):
         compare_main([*argv, "--eval_split", "test", "--only", "grpo", "0"])
     with pytest.raises(ValueError, match=r"has 3 questions, fewer than --eval_min_examples 20.*interval"):
@@ -346,8 +328,14 @@ def test_the_readme_task_trains_through_every_entry_point(tmp_path):
         "PYTHONPATH": "",
         "PET_MASTER_PORT": port,
     }  # the console scripts must find task.py themselves
+
+    def run(command):
+        """A shell line or an argv list, run in the folder as a user runs it."""
+        shell = isinstance(command, str)
+        return subprocess.run(command, shell=shell, cwd=tmp_path, env=env, capture_output=True, text=True)
+
     for command in commands:
-        done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True)
+        done = run(command)
         assert done.returncode == 0, f"{command}\n{done.stderr[-3000:]}"
     assert (tmp_path / "out" / "upper" / "model.safetensors").exists()
     assert (tmp_path / "out" / "upper-2p" / "model.safetensors").exists()
@@ -357,55 +345,17 @@ def test_the_readme_task_trains_through_every_entry_point(tmp_path):
     assert scored["datasets"]["upper_test.jsonl"]["size"] == 32 and 0 <= scored["weighted_average"] <= 1
     # The reward sees the prompt as written, on both processes of a 2-process run.
     (tmp_path / "marker.py").write_text(MARKER)
-    done = subprocess.run(
-        [
-            os.path.join(bin_dir, "torchrun"),
-            "--nproc_per_node",
-            "2",
-            "-m",
-            "trl_ada.cli.train",
-            "--config",
-            "upper_ada.yaml",
-            "--reward_funcs",
-            "task.upper_reward",
-            "marker.seen",
-            "--max_steps",
-            "1",
-            "--output_dir",
-            "out/marked",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    train = "-m trl_ada.cli.train --config upper_ada.yaml --max_steps 1".split()
+    marker = ["--reward_funcs", "task.upper_reward", "marker.seen", "--output_dir", "out/marked"]
+    done = run([os.path.join(bin_dir, "torchrun"), "--nproc_per_node", "2", *train, *marker])
     assert done.returncode == 0, done.stderr[-3000:]
     written = [json.loads(line)["prompt"] for line in (tmp_path / "upper.jsonl").read_text().splitlines()]
     for rank in (0, 1):
         seen = [json.loads(line) for line in (tmp_path / f"seen-{rank}-of-2.jsonl").read_text().splitlines()]
         assert seen and all(prompt in written for prompt in seen)
     # One process where two were asked: said, not silent.
-    done = subprocess.run(
-        [
-            os.path.join(bin_dir, "accelerate"),
-            "launch",
-            "--cpu",
-            "--num_processes",
-            "2",
-            "-m",
-            "trl_ada.cli.train",
-            "--config",
-            "upper_ada.yaml",
-            "--max_steps",
-            "1",
-            "--output_dir",
-            "out/one",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    accelerate = [os.path.join(bin_dir, "accelerate"), "launch", "--cpu", "--num_processes", "2"]
+    done = run([*accelerate, *train, "--output_dir", "out/one"])
     assert done.returncode == 0 and "asked for --num_processes 2, but training runs on 1 process" in done.stderr
 
 
@@ -545,31 +495,19 @@ def test_held_out_accuracy_calls_a_users_reward_as_grpo_trainer_does(tiny_model)
         kwargs["log_metric"]("seen", 1.0)
         return [0.5] * len(completions)
 
-    assert held_out_accuracy(
-        model,
-        tokenizer,
-        Dataset.from_list(rows),
-        k=0,
-        max_new_tokens=4,
-        reward_func=[upper_reward, async_reward],
-        reward_weights=[1.0, 2.0],
-    ) == {"greedy": pytest.approx(1 / 3 + 1.0)}
+    greedy, both = dict(k=0, max_new_tokens=4), [upper_reward, async_reward]
+    weighted = held_out_accuracy(
+        model, tokenizer, Dataset.from_list(rows), **greedy, reward_func=both, reward_weights=[1.0, 2.0]
+    )
+    assert weighted == {"greedy": pytest.approx(1 / 3 + 1.0)}
 
     def short_reward(completions, **kwargs):
         return [1.0]
 
     with pytest.raises(ValueError, match="'short_reward' returned 1 values for 3 completions"):
-        held_out_accuracy(model, tokenizer, Dataset.from_list(rows), k=0, max_new_tokens=4, reward_func=short_reward)
+        held_out_accuracy(model, tokenizer, Dataset.from_list(rows), **greedy, reward_func=short_reward)
     with pytest.raises(ValueError, match="reward_weights has 1 values for 2 reward functions"):
-        held_out_accuracy(
-            model,
-            tokenizer,
-            Dataset.from_list(rows),
-            k=0,
-            max_new_tokens=4,
-            reward_func=[upper_reward, async_reward],
-            reward_weights=[1.0],
-        )
+        held_out_accuracy(model, tokenizer, Dataset.from_list(rows), **greedy, reward_func=both, reward_weights=[1.0])
 
 
 def test_evaluation_hands_a_reward_the_keys_and_token_ids_grpo_trainer_hands_it(tiny_model, tmp_path, monkeypatch):
@@ -618,24 +556,8 @@ def test_evaluation_hands_a_reward_the_keys_and_token_ids_grpo_trainer_hands_it(
     monkeypatch.syspath_prepend(str(tmp_path))
     data = write_jsonl(tmp_path / "held_out.jsonl", held_out.to_list())
     out = tmp_path / "eval.json"
-    eval_main(
-        [
-            "--model_name_or_path",
-            str(checkpoint),
-            "--datasets",
-            data,
-            "--prompt_template",
-            "none",
-            "--reward_funcs",
-            "ids_task.step_reward",
-            "--k",
-            "1",
-            "--max_new_tokens",
-            "4",
-            "--output_file",
-            str(out),
-        ]
-    )
+    flags = "--prompt_template none --reward_funcs ids_task.step_reward --k 1 --max_new_tokens 4"
+    eval_main(eval_args(checkpoint, data, flags, output_file=out))
     assert json.loads(out.read_text())["datasets"][data]["avg@1"] == 7.0  # the checkpoint's step, not 0
 
 
@@ -679,114 +601,32 @@ def test_the_eval_command_scores_a_users_task_with_its_own_reward(tiny_model, tm
     ]
     path = write_jsonl(tmp_path / "upper_test.jsonl", rows)
     out = tmp_path / "eval.json"
-    eval_main(
-        [
-            "--model_name_or_path",
-            tiny_model,
-            "--datasets",
-            path,
-            "--prompt_template",
-            "none",
-            "--reward_funcs",
-            "capitals.upper_reward",
-            "--k",
-            "2",
-            "--max_new_tokens",
-            "4",
-            "--output_file",
-            str(out),
-        ]
-    )
+    flags = "--prompt_template none --reward_funcs capitals.upper_reward --k 2 --max_new_tokens 4"
+    eval_main(eval_args(tiny_model, path, flags, output_file=out))
     result = json.loads(out.read_text())
     assert result["datasets"][path]["size"] == 3
     assert 0.25 <= result["datasets"][path]["avg@2"] <= 1.25  # the reward's own scale: it was the one called
     math = write_jsonl(tmp_path / "math.jsonl", [{"problem": "What is 1 + 1?", "answer": "2"}] * 2)
-    eval_main(
-        [
-            "--model_name_or_path",
-            tiny_model,
-            "--datasets",
-            math,
-            "--k",
-            "1",
-            "--max_new_tokens",
-            "4",
-            "--output_file",
-            str(out),
-        ]
-    )  # the default: the reference's prompt and boxed_math_reward
+    # the default: the reference's prompt and boxed_math_reward
+    eval_main(eval_args(tiny_model, math, "--k 1 --max_new_tokens 4", output_file=out))
     scored = json.loads(out.read_text())["datasets"][math]
     assert scored["size"] == 2 and scored["avg@1"] in (0.0, 0.5, 1.0)
-    with pytest.raises(ValueError, match="reward_funcs: cannot import 'capitals.no_such_reward'"):
-        eval_main(
-            [
-                "--model_name_or_path",
-                str(tmp_path / "no-model"),
-                "--datasets",
-                path,
-                "--prompt_template",
-                "none",
-                "--reward_funcs",
-                "capitals.no_such_reward",
-            ]
-        )
-    with pytest.raises(ValueError, match="--answer_column does not apply with --prompt_template none"):
-        eval_main(
-            [
-                "--model_name_or_path",
-                str(tmp_path / "no-model"),
-                "--datasets",
-                path,
-                "--prompt_template",
-                "none",
-                "--answer_column",
-                "solution",
-                "--reward_funcs",
-                "capitals.upper_reward",
-            ]
-        )
-    with pytest.raises(ValueError, match="--reward_weights has 2 values for 1 --reward_funcs"):
-        eval_main(
-            [
-                "--model_name_or_path",
-                str(tmp_path / "no-model"),
-                "--datasets",
-                path,
-                "--prompt_template",
-                "none",
-                "--reward_funcs",
-                "capitals.upper_reward",
-                "--reward_weights",
-                "1",
-                "2",
-            ]
-        )
-    with pytest.raises(ValueError, match="no rows to evaluate"):
-        eval_main(
-            [
-                "--model_name_or_path",
-                str(tmp_path / "no-model"),
-                "--datasets",
-                path,
-                "--prompt_template",
-                "none",
-                "--num_examples",
-                "0",
-                "--reward_funcs",
-                "capitals.upper_reward",
-            ]
-        )
     text = write_jsonl(tmp_path / "text.jsonl", [{**r, "prompt": r["prompt"][0]["content"]} for r in rows])
-    with pytest.raises(ValueError, match="holds text.*--prompt_template user --problem_column prompt"):
-        eval_main(
-            [
-                "--model_name_or_path",
-                str(tmp_path / "no-model"),
-                "--datasets",
-                text,
-                "--prompt_template",
-                "none",
-                "--reward_funcs",
-                "capitals.upper_reward",
-            ]
-        )
+    no_model = tmp_path / "no-model"
+    for data, flags, message in (  # each refused before the model loads
+        (path, "--reward_funcs capitals.no_such_reward", "reward_funcs: cannot import 'capitals.no_such_reward'"),
+        (
+            path,
+            "--answer_column solution --reward_funcs capitals.upper_reward",
+            "--answer_column does not apply with --prompt_template none",
+        ),
+        (
+            path,
+            "--reward_funcs capitals.upper_reward --reward_weights 1 2",
+            "--reward_weights has 2 values for 1 --reward_funcs",
+        ),
+        (path, "--num_examples 0 --reward_funcs capitals.upper_reward", "no rows to evaluate"),
+        (text, "--reward_funcs capitals.upper_reward", "holds text.*--prompt_template user --problem_column prompt"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            eval_main(eval_args(no_model, data, f"--prompt_template none {flags}"))

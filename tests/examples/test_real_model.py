@@ -12,7 +12,8 @@ import pytest
 from datasets import Dataset
 
 from tests.helpers import ROOT
-from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+from tests.helpers.trainers import small_args
+from trl_ada import AdaGRPOTrainer
 from trl_ada.data import SYSTEM_PROMPT, make_prompt
 from trl_ada.examples.arithmetic import word_problems
 from trl_ada.examples.models import gguf_path, materialize
@@ -150,22 +151,15 @@ def test_one_adaptive_step_on_the_real_model(smollm2, tmp_path):
         ]
         * 4
     )
-    args = AdaGRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=8,
-        num_generations=4,
+    args = small_args(
+        tmp_path,
         round_repeat=4,
         max_rounds=2,
         max_completion_length=32,
         temperature=0.7,
         max_steps=1,
         learning_rate=1e-4,
-        use_cpu=True,
         bf16=False,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        seed=0,
         model_init_kwargs={"dtype": "bfloat16"},
     )
     trainer = RecordingAdaTrainer(

@@ -64,6 +64,7 @@ from torch.distributed.tensor import DTensor  # noqa: E402
 
 from tests.helpers.data import make_recording_reward, pass_rate_dataset  # noqa: E402
 from tests.helpers.processes import exit_worker, freeze_loaded_objects  # noqa: E402
+from tests.helpers.trainers import SMALL  # noqa: E402
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
 from trl_ada.integration.pipelined_rank import check_reward_models_unsharded  # noqa: E402
 
@@ -83,23 +84,8 @@ class Recorder(AdaGRPOTrainer):
 
 
 def run(name, model_path, output_dir, lora=False, resume=None, **overrides):
-    args = dict(
-        output_dir=os.path.join(output_dir, name),
-        num_generations=4,
-        max_completion_length=8,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        save_strategy="no",
-        shuffle_dataset=False,
-        logging_steps=1,
-        seed=0,
-        disable_tqdm=True,
-        per_device_train_batch_size=8,
-        learning_rate=1e-2,
-        max_steps=2,
-    )
-    args.update(overrides)
+    args = dict(SMALL, bf16=False, shuffle_dataset=False, learning_rate=1e-2, max_steps=2)
+    args.update(output_dir=os.path.join(output_dir, name), **overrides)
     peft_config = None
     if lora:
         from peft import LoraConfig
@@ -152,6 +138,15 @@ def run(name, model_path, output_dir, lora=False, resume=None, **overrides):
     return record
 
 
+def budget_and_resumed(model_path, output_dir, **overrides):
+    """Budgeted sampling with prompt memory, 4 prompts revisited: a checkpoint at step 2, resumed for step 3."""
+    budget = dict(sampling_budget=4.0, prompt_memory=True, **overrides)
+    saved = run("budget", model_path, output_dir, save_strategy="steps", save_steps=2, **budget)
+    checkpoint = os.path.join(output_dir, "budget", "checkpoint-2")
+    resumed = run("budget", model_path, output_dir, max_steps=3, resume=checkpoint, **budget)
+    return {"budget": saved, "resumed": resumed}
+
+
 def pipelined_with_a_reward_model(model_path, output_dir, **overrides):
     """pipelined_rounds with a reward model: whether the engine shards it, and the error AdaGRPOTrainer then raises at
     construction. (The flag is set after construction here, as in tests/integration/test_pipelined_trainer.py: the config would
@@ -189,16 +184,7 @@ def main():
     if engine in ("zero3", "zero2"):  # use_cpu=True would make accelerate drop DeepSpeed (see the docstring)
         records = {"balanced": run("balanced", model_path, output_dir, use_cpu=False)}
         records["dynamic"] = run("dynamic", model_path, output_dir, use_cpu=False, dynamic_sampling=True)
-        budget = dict(sampling_budget=4.0, prompt_memory=True, use_cpu=False)
-        records["budget"] = run("budget", model_path, output_dir, save_strategy="steps", save_steps=2, **budget)
-        records["resumed"] = run(
-            "budget",
-            model_path,
-            output_dir,
-            max_steps=3,
-            resume=os.path.join(output_dir, "budget", "checkpoint-2"),
-            **budget,
-        )
+        records.update(budget_and_resumed(model_path, output_dir, use_cpu=False))
         records["reward_model"] = pipelined_with_a_reward_model(model_path, output_dir, use_cpu=False)
     elif engine == "fsdp-vllm":  # a colocated vLLM engine per rank (TRL's external launcher), weights pushed from FSDP
         colocated = dict(
@@ -216,17 +202,7 @@ def main():
         records["reward_model"] = pipelined_with_a_reward_model(model_path, output_dir)
         records["lora"] = run("lora", model_path, output_dir, lora=True)
         records["dynamic"] = run("dynamic", model_path, output_dir, dynamic_sampling=True)
-        # Budgeted sampling with prompt memory, 4 prompts revisited: a checkpoint at step 2, resumed for step 3.
-        budget = dict(sampling_budget=4.0, prompt_memory=True)
-        records["budget"] = run("budget", model_path, output_dir, save_strategy="steps", save_steps=2, **budget)
-        records["resumed"] = run(
-            "budget",
-            model_path,
-            output_dir,
-            max_steps=3,
-            resume=os.path.join(output_dir, "budget", "checkpoint-2"),
-            **budget,
-        )
+        records.update(budget_and_resumed(model_path, output_dir))
     rank = int(os.environ["RANK"])
     with open(os.path.join(output_dir, f"{engine}-rank{rank}.json"), "w") as f:
         json.dump(records, f)

@@ -6,6 +6,7 @@ import sys
 
 from tests.helpers.data import extra_column_mismatches, make_recording_reward, pass_rate_dataset  # noqa: E402
 from tests.helpers.processes import exit_worker, freeze_loaded_objects  # noqa: E402
+from tests.helpers.trainers import OFFLINE  # noqa: E402
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
 
 
@@ -31,18 +32,7 @@ class Recorder(AdaGRPOTrainer):
 
 def main():
     model_path, output_dir, mode = sys.argv[1], sys.argv[2], sys.argv[3]
-    common = dict(
-        output_dir=output_dir,
-        num_generations=4,
-        max_completion_length=10,
-        use_cpu=True,
-        report_to="none",
-        save_strategy="no",
-        shuffle_dataset=False,
-        logging_steps=1,
-        seed=0,
-        disable_tqdm=True,
-    )
+    common = dict(OFFLINE, output_dir=output_dir, num_generations=4, max_completion_length=10, shuffle_dataset=False)
     if mode == "straddle":  # 2 rows per process with groups of 4: must be refused, naming the fix
         try:
             AdaGRPOConfig(per_device_train_batch_size=2, **common)
@@ -109,20 +99,8 @@ def main():
             train_dataset=pass_rate_dataset([0.0, 1.0, 1.0, 0.5], repeat=2),
         )
         trainer.train()
-        rank = trainer.accelerator.process_index
-        with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:
-            json.dump(
-                {
-                    "reward_calls": len(reward.log),
-                    "groups": trainer.groups,
-                    "inputs": trainer.inputs_seen,
-                    "memory": trainer.prompt_memory.table(),
-                    "advantages": trainer.advantages,
-                    "logs": [h for h in trainer.state.log_history if "loss" in h],
-                    "params": float(sum(p.detach().double().sum() for p in trainer.model.parameters())),
-                },
-                f,
-            )
+        params = float(sum(p.detach().double().sum() for p in trainer.model.parameters()))
+        write_rank(output_dir, trainer, reward, inputs=trainer.inputs_seen, params=params)
         return
     if mode in ("dynamic", "budget"):  # refills (and, for the budget, screening): the same on both ranks
         if mode == "dynamic":  # DAPO: plain sampling, uniform groups dropped and refilled
@@ -136,19 +114,7 @@ def main():
             model=model_path, reward_funcs=reward, args=args, train_dataset=pass_rate_dataset(rates, repeat=repeat)
         )
         trainer.train()
-        rank = trainer.accelerator.process_index
-        with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:
-            json.dump(
-                {
-                    "reward_calls": len(reward.log),
-                    "groups": trainer.groups,
-                    "refill": trainer.sampling_state.refill.state_dict(),
-                    "memory": trainer.prompt_memory.table(),
-                    "advantages": trainer.advantages,
-                    "logs": [h for h in trainer.state.log_history if "loss" in h],
-                },
-                f,
-            )
+        write_rank(output_dir, trainer, reward, refill=trainer.sampling_state.refill.state_dict())
         return
     # Global batch of 4 prompts per step, 2 per process: the first process gets both hard prompts (pass rate 0.02
     # and 0.0: they run all 4 rounds), the second gets an easy and a mixed one (done in round 1).
@@ -179,6 +145,19 @@ def main():
             },
             f,
         )
+
+
+def write_rank(output_dir, trainer, reward, **more):
+    """This rank's record of a run with prompt memory: what it scored, trained on and remembered, and the logs."""
+    record = {
+        "reward_calls": len(reward.log),
+        "groups": trainer.groups,
+        "memory": trainer.prompt_memory.table(),
+        "advantages": trainer.advantages,
+        "logs": [h for h in trainer.state.log_history if "loss" in h],
+    }
+    with open(os.path.join(output_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as f:
+        json.dump({**record, **more}, f)
 
 
 def agents(model_paths, output_dir, common):

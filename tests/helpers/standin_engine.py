@@ -26,15 +26,25 @@ def logprobs_for(tokens):
     return [-0.1 - (t % 7) / 10 for t in tokens]
 
 
+def driver_engine(reload_weights):
+    """vLLM's `llm_engine` as trl-ada's weight push reaches it: one driver worker whose model has no tied layers
+    (nothing to process again after a reload)."""
+    model = torch.nn.Module()
+    worker = SimpleNamespace(reload_weights=reload_weights, model_runner=SimpleNamespace(get_model=lambda: model))
+    return SimpleNamespace(model_executor=SimpleNamespace(driver_worker=worker))
+
+
+def request_output(prompt_ids, tokens, logprobs):
+    """What `LLM.generate` returns for one prompt: one completion, each token with its log-prob at rank 1."""
+    ranked = [{t: SimpleNamespace(rank=1, logprob=lp)} for t, lp in zip(tokens, logprobs)]
+    return SimpleNamespace(prompt_token_ids=prompt_ids, outputs=[SimpleNamespace(token_ids=tokens, logprobs=ranked)])
+
+
 class DeterministicLLM:
     def __init__(self, vocab_size, eos_token_id):
         self.vocab_size, self.eos = vocab_size, eos_token_id
         self.version, self.issued, self.generate_calls = 0, {}, 0
-        model = torch.nn.Module()
-        worker = SimpleNamespace(
-            reload_weights=self.reload_weights, model_runner=SimpleNamespace(get_model=lambda: model)
-        )
-        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=worker))
+        self.llm_engine = driver_engine(self.reload_weights)
 
     def reload_weights(self, weights_iterator, is_checkpoint_format):
         assert len(list(weights_iterator)) > 0
@@ -61,12 +71,7 @@ class DeterministicLLM:
             slot = self.issued.get(ids, 0)
             self.issued[ids] = slot + 1
             tokens = self.complete(ids, slot)
-            logprobs = [{t: SimpleNamespace(rank=1, logprob=lp)} for t, lp in zip(tokens, logprobs_for(tokens))]
-            outputs.append(
-                SimpleNamespace(
-                    prompt_token_ids=list(ids), outputs=[SimpleNamespace(token_ids=tokens, logprobs=logprobs)]
-                )
-            )
+            outputs.append(request_output(list(ids), tokens, logprobs_for(tokens)))
         return outputs
 
 
@@ -120,20 +125,18 @@ class StandInStream:
         self.closed = True
 
 
-def install(trainer, seed=0, pace=0.5, capacity=12):
-    """Give `trainer` the colocated backend AdaGRPOTrainer builds (TRL's class, trl-ada's push) over a
-    DeterministicLLM, and pipelined rounds over StandInStream. Returns the engine; opened streams are kept on it."""
+def backend(trainer, mode="colocate", sleep_mode=False, **engine):
+    """The backend AdaGRPOTrainer builds (TRL's class and methods, trl-ada's weight push), its attributes set as its
+    __init__ would; `engine` is what it generates with: `llm=` in colocate mode, `vllm_client=` in server mode."""
     generation = object.__new__(ReloadingVLLMGeneration)
-    tokenizer = trainer.processing_class
-    llm = DeterministicLLM(len(tokenizer), tokenizer.eos_token_id)
     generation.__dict__.update(
         model=trainer.model,
         accelerator=trainer.accelerator,
-        processing_class=tokenizer,
-        mode="colocate",
+        processing_class=trainer.processing_class,
+        mode=mode,
         tensor_parallel_size=1,
-        enable_sleep_mode=False,
-        _llm_weights_sleeping=False,
+        enable_sleep_mode=sleep_mode,
+        _llm_weights_sleeping=sleep_mode,
         structured_outputs_regex=None,
         temperature=1.0,
         top_p=1.0,
@@ -144,8 +147,17 @@ def install(trainer, seed=0, pace=0.5, capacity=12):
         logprobs=0,
         generation_kwargs={},
         _dist=trainer._dist,
-        llm=llm,
+        **engine,
     )
+    return generation
+
+
+def install(trainer, seed=0, pace=0.5, capacity=12):
+    """Give `trainer` the colocated backend AdaGRPOTrainer builds (TRL's class, trl-ada's push) over a
+    DeterministicLLM, and pipelined rounds over StandInStream. Returns the engine; opened streams are kept on it."""
+    tokenizer = trainer.processing_class
+    llm = DeterministicLLM(len(tokenizer), tokenizer.eos_token_id)
+    generation = backend(trainer, llm=llm)
     trainer.use_vllm, trainer.vllm_generation, trainer._last_loaded_step = True, generation, -1
     llm.streams = []
 

@@ -20,6 +20,7 @@ from collections import defaultdict
 import torch
 from datasets import Dataset
 
+from trl_ada.examples import agents
 from trl_ada.examples.agents import multiply  # noqa: F401 (the tool the tests hand to the trainer)
 
 
@@ -49,6 +50,19 @@ def product_reward(completions, answer, **kwargs):
         numbers = re.findall(r"-?\d+", completion[-1].get("content") or "")
         rewards.append(1.0 if numbers and numbers[-1] == gold else 0.0)
     return rewards
+
+
+class MultiplyingEnv:
+    """An environment (TRL's `environment_factory`: one instance per rollout) whose tool is `multiply`; it keeps the
+    numbers of the last call (`called_with`) for the environment's own reward."""
+
+    called_with = None
+
+    def multiply(self, a: int, b: int) -> int:
+        self.called_with = (a, b)
+        return a * b
+
+    multiply.__doc__ = agents.multiply.__doc__  # the tool's schema, which TRL reads from the docstring
 
 
 def _call(name: str, **arguments) -> str:

@@ -2,30 +2,35 @@
 
 import re
 
+from tests.helpers.data import make_recording_reward
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 
 
 PROMPT_TAG = re.compile(r"q(\d+) r([\d.]+)")
 
 
+# What every trainer test runs with: the CPU, no reports, checkpoints or progress bars, a log line per step, one seed.
+OFFLINE = dict(use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, seed=0, disable_tqdm=True)
+# The smallest rounds: groups of 4, 2 prompts a step on one process, completions of at most 8 tokens.
+SMALL = dict(OFFLINE, num_generations=4, per_device_train_batch_size=8, max_completion_length=8)
+# The tiny trainer's run: 4 prompts a step for 2 steps, a learning rate that moves the tiny model, the data in order.
+TINY = dict(
+    per_device_train_batch_size=16, max_completion_length=12, max_steps=2, learning_rate=1e-2, shuffle_dataset=False
+)
+
+
+def small_args(tmp_path, config=AdaGRPOConfig, **kwargs):
+    """`config` (AdaGRPOConfig, or TRL's GRPOConfig to compare with) writing under tmp_path/out: SMALL, then `kwargs`."""
+    return config(**{"output_dir": str(tmp_path / "out"), **SMALL, **kwargs})
+
+
 def tiny_args(tmp_path, **kwargs):
-    base = dict(
-        output_dir=str(tmp_path / "out"),
-        num_generations=4,
-        per_device_train_batch_size=16,
-        max_completion_length=12,
-        max_steps=2,
-        learning_rate=1e-2,
-        shuffle_dataset=False,
-        use_cpu=True,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        seed=0,
-        disable_tqdm=True,
-    )
-    base.update(kwargs)
-    return AdaGRPOConfig(**base)
+    return small_args(tmp_path, **{**TINY, **kwargs})
+
+
+def recording_trainer(model, dataset, args):
+    """An AdaGRPOTrainer scoring with a fresh recording hash reward (`tests.helpers.data.make_recording_reward`)."""
+    return AdaGRPOTrainer(model=model, reward_funcs=make_recording_reward(), train_dataset=dataset, args=args)
 
 
 class Recorder(AdaGRPOTrainer):

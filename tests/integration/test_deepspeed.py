@@ -3,21 +3,17 @@ seed: tests/helpers/fsdp_worker.py --zero3 / --zero2 under accelerate. Skipped w
 and oldest sets; `make test` installs it into the lock venv: docs/what-has-run-where.md)."""
 
 import json
-import math
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import ROOT, launch_env
+from tests.helpers import ROOT, accelerate_launch, assert_ranks_agree, launch_env, run_launch, sampling_keys, torchrun
 
 
 pytest.importorskip("deepspeed")
 # One xdist worker runs the module: its fixture launches 2-process runs, once (per worker it ran twice, 295 s).
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("deepspeed")]
-HERE = os.path.join(ROOT, "tests", "helpers")  # the launched worker
-WORKER = os.path.join(HERE, "fsdp_worker.py")
+WORKER = os.path.join(ROOT, "tests", "helpers", "fsdp_worker.py")  # the launched worker
 ZERO3_CONFIG = os.path.join(ROOT, "recipes", "accelerate_configs", "zero3_cpu.yaml")
 ZERO2_CONFIG = os.path.join(ROOT, "recipes", "accelerate_configs", "zero2_cpu.yaml")
 
@@ -25,60 +21,19 @@ ZERO2_CONFIG = os.path.join(ROOT, "recipes", "accelerate_configs", "zero2_cpu.ya
 @pytest.fixture(scope="module")
 def ranks(tiny_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("zero3")
-    env = {**launch_env(), "DS_ACCELERATOR": "cpu"}
-    launches = {
-        "zero3": [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--config_file",
-            ZERO3_CONFIG,
-            "--main_process_port",
-            "0",
-            WORKER,
-            tiny_model,
-            str(out),
-            "--zero3",
-        ],
-        "zero2": [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--config_file",
-            ZERO2_CONFIG,
-            "--main_process_port",
-            "0",
-            WORKER,
-            tiny_model,
-            str(out / "zero2"),
-            "--zero2",
-        ],
-        "ddp": [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node",
-            "2",
-            WORKER,
-            tiny_model,
-            str(out),
-            "--ddp",
-        ],
-    }
     (out / "zero2").mkdir()
+    launches = {
+        "zero3": accelerate_launch(ZERO3_CONFIG, WORKER, tiny_model, str(out), "--zero3"),
+        "zero2": accelerate_launch(ZERO2_CONFIG, WORKER, tiny_model, str(out / "zero2"), "--zero2"),
+        "ddp": torchrun(WORKER, tiny_model, str(out), "--ddp"),
+    }
     for command in launches.values():
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=out)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+        run_launch(command, env=launch_env(DS_ACCELERATOR="cpu"), cwd=out)
     folder = {"zero2": out / "zero2"}
     return {
         engine: [json.load(open(folder.get(engine, out) / f"{engine}-rank{r}.json")) for r in range(2)]
         for engine in launches
     }, out
-
-
-def sampling_keys(logs):
-    return [k for k in logs[0] if k.startswith("sampling/") and "seconds" not in k]
 
 
 @pytest.mark.parametrize("run", ["balanced", "dynamic", "budget", "resumed"])
@@ -87,13 +42,7 @@ def test_zero3_ranks_agree_score_once_and_train_partitioned(ranks, run):
     for rank in (rank0, rank1):  # really ZeRO-3: each rank holds half of every parameter
         assert rank["distributed_type"] == "DistributedType.DEEPSPEED" and rank["sharded"]
         assert rank["local_numel"] == rank["full_numel"] // 2
-    logs0, logs1 = rank0["logs"], rank1["logs"]
-    keys = sampling_keys(logs0)
-    assert keys and all(a[k] == b[k] for a, b in zip(logs0, logs1) for k in keys)  # the same decisions
-    assert all(math.isfinite(h["loss"]) for h in logs0 + logs1)
-    new_steps = logs0[2:] if run == "resumed" else logs0
-    generated = sum(h["sampling/total_samples"] + h["sampling/padding_samples"] for h in new_steps)
-    assert rank0["reward_calls"] + rank1["reward_calls"] == generated > 0  # every completion scored once
+    assert_ranks_agree(rank0, rank1, resumed=run == "resumed")
 
 
 def test_zero3_first_step_matches_ddp(ranks):
@@ -123,13 +72,8 @@ def test_zero2_ranks_agree_score_once_and_partition_the_optimizer(ranks, run):
         assert rank["distributed_type"] == "DistributedType.DEEPSPEED" and rank["zero_stage"] == 2
         assert not rank["sharded"] and rank["local_numel"] == rank["full_numel"]
         assert abs(rank["optimizer_numel"] - rank["full_numel"] / 2) <= 2
-    logs0, logs1 = rank0["logs"], rank1["logs"]
-    keys = sampling_keys(logs0)
-    assert keys and all(a[k] == b[k] for a, b in zip(logs0, logs1) for k in keys)
-    assert all(math.isfinite(h["loss"]) for h in logs0 + logs1)
-    new_steps = logs0[2:] if run == "resumed" else logs0
-    generated = sum(h["sampling/total_samples"] + h["sampling/padding_samples"] for h in new_steps)
-    assert rank0["reward_calls"] + rank1["reward_calls"] == generated > 0
+    assert_ranks_agree(rank0, rank1, resumed=run == "resumed")
+    logs0 = rank0["logs"]
     if run == "balanced":  # the first step's loss is DDP's
         ddp = ranks[0]["ddp"][0]["balanced"]["logs"]
         assert abs(logs0[0]["loss"] - ddp[0]["loss"]) <= 1e-6

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.data import hash_reward_value, make_recording_reward, pass_rate_dataset
+from tests.helpers.trainers import recording_trainer, tiny_args
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.core.est import allocate, allocation_metrics, allocation_weights, est_advantages
 
@@ -153,24 +154,7 @@ def test_allocation_metrics():
 
 
 def est_config(tmp_path, **kwargs):
-    base = dict(
-        output_dir=str(tmp_path / "out"),
-        num_generations=4,
-        per_device_train_batch_size=16,
-        max_completion_length=12,
-        max_steps=4,
-        learning_rate=1e-2,
-        shuffle_dataset=False,
-        use_cpu=True,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        seed=0,
-        disable_tqdm=True,
-        reinforce_ada_est=True,
-    )
-    base.update(kwargs)
-    return AdaGRPOConfig(**base)
+    return tiny_args(tmp_path, **{"max_steps": 4, "reinforce_ada_est": True, **kwargs})
 
 
 def test_config_defaults_follow_the_authors_estimator(tmp_path):
@@ -388,12 +372,7 @@ def test_est_resumes_exactly(tiny_model, tmp_path):
     dataset = pass_rate_dataset([0.0, 1.0, 1.0, 0.5], repeat=2)
 
     def run(folder, **kwargs):
-        return AdaGRPOTrainer(
-            model=tiny_model,
-            reward_funcs=make_recording_reward(),
-            train_dataset=dataset,
-            args=est_config(folder, **kwargs),
-        )
+        return recording_trainer(tiny_model, dataset, est_config(folder, **kwargs))
 
     uninterrupted = run(tmp_path / "a", save_strategy="steps", save_steps=2)
     uninterrupted.train()

@@ -6,64 +6,31 @@ the balanced run again. accelerate 1.15 does not select FSDP on CPU by itself: s
 """
 
 import json
-import math
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import ROOT, launch_env
+from tests.helpers import ROOT, accelerate_launch, assert_ranks_agree, launch_env, run_launch, sampling_keys, torchrun
 
 
 # One xdist worker runs the module: its fixture launches 2-process runs, once (per worker it ran twice, 110 s).
 # lock_only: 55 s of launches; the newest and oldest sets keep one 2-process run (tests/integration/test_multiprocess.py), and
 # would add FSDP2 under other accelerate releases.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fsdp"), pytest.mark.lock_only]
-HERE = os.path.join(ROOT, "tests", "helpers")  # the launched worker
-WORKER = os.path.join(HERE, "fsdp_worker.py")
+WORKER = os.path.join(ROOT, "tests", "helpers", "fsdp_worker.py")  # the launched worker
 FSDP_CONFIG = os.path.join(ROOT, "recipes", "accelerate_configs", "fsdp_cpu.yaml")
 
 
 @pytest.fixture(scope="module")
 def ranks(tiny_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("fsdp")
-    env = {**launch_env()}
     launches = {
-        "fsdp": [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--config_file",
-            FSDP_CONFIG,
-            "--main_process_port",
-            "0",
-            WORKER,
-            tiny_model,
-            str(out),
-            "--fsdp",
-        ],
-        "ddp": [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node",
-            "2",
-            WORKER,
-            tiny_model,
-            str(out),
-            "--ddp",
-        ],
+        "fsdp": accelerate_launch(FSDP_CONFIG, WORKER, tiny_model, str(out), "--fsdp"),
+        "ddp": torchrun(WORKER, tiny_model, str(out), "--ddp"),
     }
     for command in launches.values():
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=out)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+        run_launch(command, env=launch_env(), cwd=out)
     return {engine: [json.load(open(out / f"{engine}-rank{r}.json")) for r in range(2)] for engine in launches}, out
-
-
-def sampling_keys(logs):
-    return [k for k in logs[0] if k.startswith("sampling/") and "seconds" not in k]
 
 
 @pytest.mark.parametrize("run", ["balanced", "lora", "dynamic", "budget", "resumed"])
@@ -72,15 +39,7 @@ def test_fsdp_ranks_agree_score_once_and_train_sharded(ranks, run):
     for rank in (rank0, rank1):  # really FSDP: every parameter a DTensor, each rank holding half of it
         assert rank["distributed_type"] == "DistributedType.FSDP" and rank["sharded"]
         assert rank["local_numel"] == rank["full_numel"] // 2
-    logs0, logs1 = rank0["logs"], rank1["logs"]
-    keys = sampling_keys(logs0)
-    assert keys and all(a[k] == b[k] for a, b in zip(logs0, logs1) for k in keys)  # the same decisions
-    assert all(math.isfinite(h["loss"]) for h in logs0 + logs1)
-    # Every completion scored once, the scoring split over the ranks: the steps run in this launch (the resumed run's
-    # history also holds the two restored steps).
-    new_steps = logs0[2:] if run == "resumed" else logs0
-    generated = sum(h["sampling/total_samples"] + h["sampling/padding_samples"] for h in new_steps)
-    assert rank0["reward_calls"] + rank1["reward_calls"] == generated > 0
+    assert_ranks_agree(rank0, rank1, resumed=run == "resumed")
     if run == "dynamic":
         assert rank0["refill"] == rank1["refill"] and rank0["refill"]["drawn"] > 0
 
@@ -133,23 +92,9 @@ def test_fsdp_with_a_colocated_vllm_engine_per_rank(tmp_path, pipelined):
     from trl_ada.examples.tiny import VLLM_CPU_TINY, build_tiny_model
 
     model = build_tiny_model(str(tmp_path / "model"), **VLLM_CPU_TINY)  # head_dim 64: vLLM's CPU attention needs it
-    env = {**launch_env(), "VLLM_CPU_KVCACHE_SPACE": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--config_file",
-        FSDP_CONFIG,
-        "--main_process_port",
-        "0",
-        WORKER,
-        model,
-        str(tmp_path / "out"),
-        "--fsdp-vllm",
-    ]
+    command = accelerate_launch(FSDP_CONFIG, WORKER, model, str(tmp_path / "out"), "--fsdp-vllm")
     command += ["--pipelined"] if pipelined else []
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    run_launch(command, env=launch_env(VLLM_CPU_KVCACHE_SPACE="1"), timeout=900, cwd=tmp_path)
     ranks = [json.load(open(tmp_path / "out" / f"fsdp-vllm-rank{r}.json"))["vllm"] for r in range(2)]
     for rank in ranks:
         assert rank["distributed_type"] == "DistributedType.FSDP" and rank["sharded"]

@@ -3,12 +3,10 @@
 import itertools
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import ROOT, launch_env
+from tests.helpers import ROOT, launch_env, run_launch, torchrun
 
 
 pytestmark = pytest.mark.slow
@@ -16,21 +14,7 @@ WORKER = os.path.join(ROOT, "tests", "helpers", "multiprocess_worker.py")
 
 
 def launch(tmp_path, model, mode):
-    env = {**launch_env()}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        WORKER,
-        model,
-        str(tmp_path),
-        mode,
-    ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    run_launch(torchrun(WORKER, model, str(tmp_path), mode), env=launch_env())
     return [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
 
 

@@ -19,6 +19,7 @@ from packaging.version import Version
 from trl import GRPOConfig, GRPOTrainer
 
 from tests.helpers.tool_policy import (
+    MultiplyingEnv,
     ReplayPolicy,
     ScriptedPolicy,
     calculator_dataset,
@@ -26,6 +27,7 @@ from tests.helpers.tool_policy import (
     multiply,
     product_reward,
 )
+from tests.helpers.trainers import small_args
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.core.memory import prompt_key
 from trl_ada.examples.tiny import build_tiny_model
@@ -143,23 +145,8 @@ def tool_model(tmp_path_factory):
 
 
 def tool_args(tmp_path, config=AdaGRPOConfig, **kwargs):
-    base = dict(
-        output_dir=str(tmp_path / "out"),
-        num_generations=4,
-        per_device_train_batch_size=8,
-        max_completion_length=96,
-        max_steps=1,
-        learning_rate=1e-3,
-        use_cpu=True,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        seed=0,
-        disable_tqdm=True,
-        shuffle_dataset=False,
-    )
-    base.update(kwargs)
-    return config(**base)
+    tool = dict(max_completion_length=96, max_steps=1, learning_rate=1e-3, shuffle_dataset=False)
+    return small_args(tmp_path, config, **{**tool, **kwargs})
 
 
 class CountingPolicy(ScriptedPolicy):
@@ -356,7 +343,7 @@ def test_rollout_func_is_called_per_round_and_its_fields_stay_with_their_sample(
 # environment_factory: one instance per sample of every round, reset with its row; environment-owned rewards and data.
 
 
-class CalculatorEnv:
+class CalculatorEnv(MultiplyingEnv):
     """Its `multiply` is the tool; it owns the reward (1 when the rollout called multiply with the row's numbers)."""
 
     resets = 0
@@ -370,20 +357,6 @@ class CalculatorEnv:
             self.question = f"What is {a} x {b}?"
             return self.question
         return None
-
-    def multiply(self, a: int, b: int) -> int:
-        """
-        Multiplies two integers.
-
-        Args:
-            a: The first integer.
-            b: The second integer.
-
-        Returns:
-            The product of the two integers.
-        """
-        self.called_with = (a, b)
-        return a * b
 
     def get_reward(self) -> float:
         import re
@@ -570,6 +543,16 @@ def color_reward(completions, color, **kwargs):
     return [hash_reward_value(c[0]["content"], COLORS[name][1]) for c, name in zip(completions, color)]
 
 
+def color_trainer(model, dataset, tmp_path, **args):
+    """A Keeper of the color task's image prompts, scored by color_reward, answers of up to 8 tokens."""
+    return Keeper(
+        model=model,
+        reward_funcs=color_reward,
+        train_dataset=dataset,
+        args=tool_args(tmp_path, max_completion_length=8, **args),
+    )
+
+
 @pytest.fixture(scope="module")
 def tiny_vlm(tmp_path_factory):
     from trl_ada.examples.tiny import build_tiny_vlm
@@ -582,12 +565,7 @@ def tiny_vlm(tmp_path_factory):
     "sampling", [dict(dynamic_sampling=True, prompt_memory=True), dict(sampling_budget=4.0, prompt_memory=True)]
 )
 def test_image_prompts_train_in_rounds_and_the_memory_tells_images_apart(tiny_vlm, tmp_path, sampling):
-    trainer = Keeper(
-        model=tiny_vlm,
-        reward_funcs=color_reward,
-        train_dataset=color_dataset(),
-        args=tool_args(tmp_path, max_steps=3, max_completion_length=8, **sampling),
-    )
+    trainer = color_trainer(tiny_vlm, color_dataset(), tmp_path, max_steps=3, **sampling)
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 3 and all(math.isfinite(h["loss"]) for h in logs)
@@ -626,20 +604,10 @@ def test_image_placeholder_prompts_resume_with_their_memory_and_keep_the_keys_of
     sampling, checkpoint and resume; a plain-text image prompt keeps the memory key it had before placeholders were
     understood (the text's token ids and the image's pixels), so a memory saved then still matches."""
     sampling = dict(dynamic_sampling=True, prompt_memory=True, save_strategy="steps", save_steps=1)
-    first = Keeper(
-        model=tiny_vlm,
-        reward_funcs=color_reward,
-        train_dataset=placeholder_color_dataset(),
-        args=tool_args(tmp_path, max_steps=2, max_completion_length=8, **sampling),
-    )
+    first = color_trainer(tiny_vlm, placeholder_color_dataset(), tmp_path, max_steps=2, **sampling)
     first.train()
     assert len(first.prompt_memory.table()["prompt_hash"]) == 4  # four images, one question: four prompts
-    resumed = Keeper(
-        model=tiny_vlm,
-        reward_funcs=color_reward,
-        train_dataset=placeholder_color_dataset(),
-        args=tool_args(tmp_path, max_steps=2, max_completion_length=8, **sampling),
-    )
+    resumed = color_trainer(tiny_vlm, placeholder_color_dataset(), tmp_path, max_steps=2, **sampling)
     resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-1"))
     assert resumed.state.global_step == 2
     # restored from checkpoint-1, then updated by step 2: the same four prompts

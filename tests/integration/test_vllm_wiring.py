@@ -10,17 +10,15 @@ proves nothing about vLLM's sleep mode itself, which needs a GPU run.
 """
 
 import random
-from types import SimpleNamespace
 
 import pytest
-import torch
 from trl.generation import vllm_generation
 
 from tests.helpers.data import make_recording_reward, pass_rate_dataset
+from tests.helpers.standin_engine import backend, driver_engine, request_output
 from tests.helpers.trainers import tiny_args
 from trl_ada import AdaGRPOTrainer
 from trl_ada.integration import vllm_backend
-from trl_ada.integration.vllm_backend import ReloadingVLLMGeneration
 
 
 pytestmark = pytest.mark.slow
@@ -32,11 +30,7 @@ class RecordingLLM:
         self.awake = {"weights": False, "kv_cache": False}
         self.vocab_size, self.eos = vocab_size, eos_token_id
         self.rng = random.Random(0)
-        model = torch.nn.Module()  # no tied layers: nothing to process again after a reload
-        worker = SimpleNamespace(
-            reload_weights=self.reload_weights, model_runner=SimpleNamespace(get_model=lambda: model)
-        )
-        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(driver_worker=worker))
+        self.llm_engine = driver_engine(self.reload_weights)
 
     def reload_weights(self, weights_iterator, is_checkpoint_format):
         assert is_checkpoint_format and self.awake["weights"], "weights pushed into a sleeping engine"
@@ -63,41 +57,14 @@ class RecordingLLM:
         outputs = []
         for prompt in prompts:
             tokens = [self.rng.randrange(3, self.vocab_size) for _ in range(self.rng.randint(1, 6))] + [self.eos]
-            logprobs = [{t: SimpleNamespace(rank=1, logprob=-1.0)} for t in tokens]
-            outputs.append(
-                SimpleNamespace(
-                    prompt_token_ids=prompt["prompt_token_ids"],
-                    outputs=[SimpleNamespace(token_ids=tokens, logprobs=logprobs)],
-                )
-            )
+            outputs.append(request_output(prompt["prompt_token_ids"], tokens, [-1.0] * len(tokens)))
         return outputs
 
 
 def colocated_generation(trainer, sleep_mode):
-    """The backend AdaGRPOTrainer builds (TRL's class and methods, trl-ada's weight push), attributes set as its
-    __init__ would, engine recorded."""
-    generation = object.__new__(ReloadingVLLMGeneration)
+    """The backend AdaGRPOTrainer builds, its engine recorded."""
     tokenizer = trainer.processing_class
-    generation.__dict__.update(
-        model=trainer.model,
-        accelerator=trainer.accelerator,
-        processing_class=tokenizer,
-        mode="colocate",
-        tensor_parallel_size=1,
-        enable_sleep_mode=sleep_mode,
-        _llm_weights_sleeping=sleep_mode,
-        structured_outputs_regex=None,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        min_p=None,
-        repetition_penalty=1.0,
-        max_completion_length=8,
-        logprobs=0,
-        generation_kwargs={},
-        _dist=trainer._dist,
-        llm=RecordingLLM(len(tokenizer), tokenizer.eos_token_id),
-    )
+    generation = backend(trainer, sleep_mode=sleep_mode, llm=RecordingLLM(len(tokenizer), tokenizer.eos_token_id))
     if not sleep_mode:
         generation.llm.awake = {"weights": True, "kv_cache": True}
     return generation
@@ -192,30 +159,9 @@ class RecordingClient:
 
 def server_generation(trainer):
     """The backend AdaGRPOTrainer builds in server mode (TRL's class and methods), its client recorded."""
-    generation = object.__new__(ReloadingVLLMGeneration)
     tokenizer = trainer.processing_class
-    generation.__dict__.update(
-        model=trainer.model,
-        accelerator=trainer.accelerator,
-        processing_class=tokenizer,
-        mode="server",
-        tensor_parallel_size=1,
-        enable_sleep_mode=False,
-        _llm_weights_sleeping=False,
-        structured_outputs_regex=None,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        min_p=None,
-        repetition_penalty=1.0,
-        max_completion_length=8,
-        logprobs=0,
-        generation_kwargs={},
-        _dist=trainer._dist,
-        _weight_metadata=None,
-        vllm_client=RecordingClient(len(tokenizer), tokenizer.eos_token_id),
-    )
-    return generation
+    client = RecordingClient(len(tokenizer), tokenizer.eos_token_id)
+    return backend(trainer, mode="server", _weight_metadata=None, vllm_client=client)
 
 
 class ServerRecorder(AdaGRPOTrainer):

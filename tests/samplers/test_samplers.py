@@ -20,24 +20,14 @@ from hypothesis import strategies as st
 
 from tests.helpers import ROOT
 from tests.helpers.data import make_recording_reward, pass_rate_dataset
+from tests.helpers.trainers import SMALL, recording_trainer, tiny_args
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.core.memory import PromptMemory
 from trl_ada.samplers import BUILT_IN, SamplingContext, Selection, check_selection, load_sampler
 from trl_ada.samplers.knapsack import allocate, group_advantages, value
 
 
-BASE = dict(
-    num_generations=4,
-    per_device_train_batch_size=8,
-    max_completion_length=8,
-    use_cpu=True,
-    report_to="none",
-    save_strategy="no",
-    logging_steps=1,
-    seed=0,
-    disable_tqdm=True,
-    shuffle_dataset=False,
-)
+BASE = dict(SMALL, shuffle_dataset=False)
 
 
 def config(tmp_path, **kwargs) -> AdaGRPOConfig:
@@ -238,20 +228,7 @@ def test_knapsack_trains_counts_what_it_generates_and_resumes_exactly(tiny_model
     dataset = pass_rate_dataset([0.0, 1.0, 1.0, 0.5], repeat=2)
 
     def run(folder, **kwargs):
-        return AdaGRPOTrainer(
-            model=tiny_model,
-            reward_funcs=make_recording_reward(),
-            train_dataset=dataset,
-            args=config(
-                folder,
-                sampler="knapsack",
-                per_device_train_batch_size=16,
-                max_steps=4,
-                learning_rate=1e-2,
-                max_completion_length=12,
-                **kwargs,
-            ),
-        )
+        return recording_trainer(tiny_model, dataset, tiny_args(folder, sampler="knapsack", max_steps=4, **kwargs))
 
     uninterrupted = run(tmp_path / "a", save_strategy="steps", save_steps=2)
     uninterrupted.train()

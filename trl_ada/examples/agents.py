@@ -84,7 +84,9 @@ def tool_warm_start(base_model: str, output_dir: str, steps: int = 400, seed: in
         print(f"[tool warm start] reusing the warm-started model in {output_dir}")
         return output_dir
     from transformers.utils import get_json_schema
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTTrainer
+
+    from trl_ada.examples.warm_start import warm_start_config
 
     rng = random.Random(seed)
     problems = product_problems(2048, seed=seed + 1000)
@@ -94,22 +96,7 @@ def tool_warm_start(base_model: str, output_dir: str, steps: int = 400, seed: in
     ]
     schema = get_json_schema(CalculatorEnv.calculator)
     dataset = Dataset.from_dict({"messages": messages, "tools": [[schema]] * len(messages)})
-    args = SFTConfig(
-        output_dir=output_dir,
-        max_steps=steps,
-        per_device_train_batch_size=32,
-        learning_rate=3e-3,
-        lr_scheduler_type="cosine",
-        warmup_steps=10,
-        logging_steps=25,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        seed=seed,
-        disable_tqdm=False,
-        max_length=None,
-    )
+    args = warm_start_config(output_dir, steps, seed, max_length=None)
     trainer = SFTTrainer(model=base_model, args=args, train_dataset=dataset)
     print(f"[tool warm start] {steps} supervised steps on tool-use demonstrations")
     trainer.train()

@@ -91,24 +91,36 @@ def build_tiny_model(
         return output_dir
     torch.manual_seed(seed)
     tokenizer = build_tool_tokenizer(4 * vocab_size, seed) if tools else build_tokenizer(vocab_size, seed)
-    config = Qwen2Config(
+    text = tiny_qwen2_fields(tokenizer, hidden_size, num_layers, num_attention_heads, num_key_value_heads)
+    text.update(max_position_embeddings=2048 if tools else 512, tie_word_embeddings=True, bos_token_id=None)
+    model = AutoModelForCausalLM.from_config(Qwen2Config(**text))
+    return _save(model, tokenizer, output_dir, tokenizer)
+
+
+def tiny_qwen2_fields(tokenizer, hidden_size=64, num_layers=2, num_attention_heads=4, num_key_value_heads=2) -> dict:
+    """The tiny Qwen2 text model's config fields: the tokenizer's vocabulary and tokens, a feed-forward layer twice
+    the hidden size, 512 positions."""
+    return dict(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
         num_hidden_layers=num_layers,
         num_attention_heads=num_attention_heads,
         num_key_value_heads=num_key_value_heads,
-        max_position_embeddings=2048 if tools else 512,
-        tie_word_embeddings=True,
-        bos_token_id=None,
+        max_position_embeddings=512,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    model = AutoModelForCausalLM.from_config(config)
+
+
+def _save(model, tokenizer, output_dir, *processors) -> str:
+    """Save `model` to `output_dir` with its `processors` (tokenizer, image processor), generating until the
+    tokenizer's end token and padding with its pad token; returns the path."""
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     os.makedirs(output_dir, exist_ok=True)
-    tokenizer.save_pretrained(output_dir)
+    for processor in processors:
+        processor.save_pretrained(output_dir)
     model.save_pretrained(output_dir)
     return output_dir
 
@@ -181,28 +193,12 @@ def build_tiny_vlm(output_dir: str, seed: int = 0) -> str:
             image_size=28,
             patch_size=14,
         ),
-        text_config=Qwen2Config(
-            vocab_size=len(tokenizer),
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=512,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-        ),
+        text_config=Qwen2Config(**tiny_qwen2_fields(tokenizer)),
         image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
         vision_feature_select_strategy="default",
         vision_feature_layer=-1,
     )
-    model = LlavaForConditionalGeneration(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    os.makedirs(output_dir, exist_ok=True)
-    processor.save_pretrained(output_dir)
-    model.save_pretrained(output_dir)
-    return output_dir
+    return _save(LlavaForConditionalGeneration(config), tokenizer, output_dir, processor)
 
 
 # Qwen2-VL's chat template reduced to what the tests render: text and image blocks.
@@ -245,34 +241,18 @@ def build_tiny_qwen2_vl(output_dir: str, seed: int = 0) -> str:
             in_chans=3,
         ),
         text_config=dict(
-            vocab_size=len(tokenizer),
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=512,
-            rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
-            bos_token_id=None,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
+            tiny_qwen2_fields(tokenizer), rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}, bos_token_id=None
         ),
         image_token_id=ids("<|image_pad|>"),
         video_token_id=ids("<|video_pad|>"),
         vision_start_token_id=ids("<|vision_start|>"),
         vision_end_token_id=ids("<|vision_end|>"),
     )
-    model = Qwen2VLForConditionalGeneration(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    os.makedirs(output_dir, exist_ok=True)
-    tokenizer.save_pretrained(output_dir)
     # 28x28 to 56x56 pixels: one to four merged image tokens per image
-    Qwen2VLImageProcessor(
+    images = Qwen2VLImageProcessor(
         min_pixels=28 * 28, max_pixels=56 * 56, patch_size=14, merge_size=2, temporal_patch_size=2
-    ).save_pretrained(output_dir)
-    model.save_pretrained(output_dir)
-    return output_dir
+    )
+    return _save(Qwen2VLForConditionalGeneration(config), tokenizer, output_dir, tokenizer, images)
 
 
 def tiny_qwen2_vl_processor(path: str):
