@@ -46,12 +46,11 @@ from trl_ada.integration.resume import SamplingState, export_memory
 from trl_ada.integration.rollouts import (
     Sample,
     StepSampling,
-    check_rollout_rows,
     collect_selected,
     join_rollout,
     merge_logged_metrics,
     merge_round_metrics,
-    split_rollout,
+    scored_samples,
     take_extra_logs,
     weighted_sum,
 )
@@ -159,10 +158,6 @@ class AdaGRPOTrainer(GRPOTrainer):
             merge_round_metrics(self._metrics["train"], metrics_before, step.rollout_sizes)
             merge_logged_metrics(self._pending_metrics, self._logged_metric_rows)
             local = step.chosen[rank * (target // world) : (rank + 1) * (target // world)]
-            # TRL asks for these rewards next (global order: rank-major, prompt, then group position).
-            step.selected_rewards_per_func = torch.stack(
-                [step.pool_rewards_per_func[p][i] for p in step.chosen for i in step.results[p].selected]
-            )
             step.local_samples = self._collect_selected(step, local)
             # One row per kept sample: num_generations per prompt, except under Est (N_x per prompt).
             rows = [dict(step.rows[p]) for p in local for _ in step.results[p].selected]
@@ -231,15 +226,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             prompts, generated = self._rollout_capture
         finally:
             self._rollout_capture = None
-        samples = split_rollout(prompts, generated)
-        if self.rollout_func is not None:  # the user's function placed each completion on its own row
-            check_rollout_rows(prompts, generated[0])
-        inputs = [{**row, **sample.extra} for row, sample in zip(rows, samples)]  # as TRL merges rollout_func's fields
-        completions, completion_ids = [s.completion for s in samples], [s.completion_ids for s in samples]
-        rewards_per_func, extra_logs = self._score(inputs, prompts, completions, completion_ids)
-        for sample, logs in zip(samples, extra_logs):
-            sample.extra_logs = logs
-        return samples, rewards_per_func
+        return scored_samples(rows, prompts, generated, self._score, from_rollout_func=self.rollout_func is not None)
 
     def _score(self, inputs, prompts, completions, completion_ids) -> tuple[torch.Tensor, list[dict[str, Any]]]:
         """Every reward function's reward for each sample, and the log_extra values they wrote for it."""
@@ -343,9 +330,7 @@ class AdaGRPOTrainer(GRPOTrainer):
     def _save_checkpoint(self, model, trial, *args, **kwargs):
         super()._save_checkpoint(model, trial, *args, **kwargs)
         if self.args.should_save:
-            folder = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            )
+            folder = os.path.join(self._get_output_dir(trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             self.sampling_state.save(folder, self.generation_count, self.args.sampling_active)
 
     def _load_optimizer_and_scheduler(self, checkpoint, *args, **kwargs):
@@ -357,16 +342,14 @@ class AdaGRPOTrainer(GRPOTrainer):
     def train(self, *args, **kwargs):
         output = super().train(*args, **kwargs)
         if self.args.should_save:
-            self.sampling_state.export(self.args.output_dir, self._memory_texts)
+            self.sampling_state.export(self.args.output_dir, self.export_prompt_memory)
         return output
 
     def export_prompt_memory(self, path: str) -> Dataset:
         """Write the prompt memory as a table (parquet; `trl_ada.integration.resume.export_memory` lists the
         columns), with each prompt's text. Sort by `pass_rate` to see solved, unsolved and frontier prompts."""
-        return export_memory(self.prompt_memory, self._memory_texts(), path)
-
-    def _memory_texts(self) -> dict[str, str]:  # the training set is tokenized once for it
-        return prompt_keys.memory_texts(self.train_dataset, self._tokenize, self.environment_factories is not None)
+        texts = prompt_keys.memory_texts(self.train_dataset, self._tokenize, self.environment_factories is not None)
+        return export_memory(self.prompt_memory, texts, path)
 
 
 class _RolloutTaken(Exception):

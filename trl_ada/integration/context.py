@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+import torch
+
 from trl_ada.core.budget import remembered_posterior
 from trl_ada.integration import estimators
 from trl_ada.integration.prompt_keys import observe, row_key
@@ -104,6 +106,9 @@ def settle(
     check_selection(selection, target, n, context.world_size, groups_of_n=groups_of_n)
     step.results, step.chosen, step.skipped = selection.results, selection.chosen, selection.skipped
     step.advantages, step.sampler_metrics = selection.advantages, selection.metrics
+    # TRL asks for the kept samples' rewards next (global order: rank-major, prompt, then group position)
+    kept_rewards = [step.pool_rewards_per_func[p][i] for p in step.chosen for i in step.results[p].selected]
+    step.selected_rewards_per_func = torch.stack(kept_rewards)
     state.prompts_drawn += len(step.results) + step.skipped
     keys = [context.prompt_key(prompt) for prompt in step.results] if state.memory is not None else []
     column, threshold = args.prompt_memory_group_column, args.positive_threshold

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from datasets import Dataset
 
@@ -152,11 +154,11 @@ class SamplingState:
         if self.refill is not None or self.memory is not None:
             self.prompts_drawn = load_sampling_state(checkpoint, self.refill, self.group_prior, self.memory)
 
-    def export(self, output_dir: str, memory_texts) -> None:
-        """At the end of training, the readable tables of the prompt memory (`memory_texts()`: each prompt's text
-        by its key) and the group prior, in output_dir."""
+    def export(self, output_dir: str, export_prompt_memory: Callable[[str], Any]) -> None:
+        """At the end of training, the readable tables of the prompt memory (`export_prompt_memory(path)`, the
+        trainer's method) and the group prior, in output_dir."""
         if self.memory is not None:
-            export_memory(self.memory, memory_texts(), os.path.join(output_dir, MEMORY_EXPORT_FILE))
+            export_prompt_memory(os.path.join(output_dir, MEMORY_EXPORT_FILE))
         if self.group_prior is not None:
             with open(os.path.join(output_dir, GROUP_EXPORT_FILE), "w") as f:
                 json.dump(self.group_prior.table(), f, indent=1)

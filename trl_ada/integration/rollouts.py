@@ -84,6 +84,23 @@ def split_rollout(prompts: list, generated: Rollout) -> list[Sample]:
     ]
 
 
+def scored_samples(
+    rows: list[dict[str, Any]], prompts: list, generated: Rollout, score, from_rollout_func: bool
+) -> tuple[list[Sample], torch.Tensor]:
+    """One round's output (`_generate(prompts)` for `rows`) as one Sample per row, each with the log_extra values
+    its reward functions wrote, and every rank's rewards per function (`score(inputs, prompts, completions,
+    completion_ids)` returns both)."""
+    samples = split_rollout(prompts, generated)
+    if from_rollout_func:  # the user's function placed each completion on its own row
+        check_rollout_rows(prompts, generated[0])
+    inputs = [{**row, **sample.extra} for row, sample in zip(rows, samples)]  # as TRL merges rollout_func's fields
+    completions, completion_ids = [s.completion for s in samples], [s.completion_ids for s in samples]
+    rewards_per_func, extra_logs = score(inputs, prompts, completions, completion_ids)
+    for sample, logs in zip(samples, extra_logs):
+        sample.extra_logs = logs
+    return samples, rewards_per_func
+
+
 def check_rollout_rows(prompts: list, prompt_ids: list) -> None:
     """A rollout_func returns each row's prompt ids: two different prompts must not come back with the same ids.
 
@@ -341,6 +358,7 @@ __all__ = [
     "check_rollout_rows",
     "join_rollout",
     "merge_round_metrics",
+    "scored_samples",
     "split_rollout",
     "step_metrics",
     "weighted_sum",
