@@ -23,11 +23,11 @@ def paired_difference(diffs, weights=None, replicates: int = 4000, seed: int = 0
 
     Returns {"mean", "low", "high", "p", "seeds", "questions", "verdict"}; verdict is "ahead" or "behind" when the
     interval excludes 0, else NO_DIFFERENCE; p is the two-sided bootstrap p-value (twice the share of resampled
-    means on the far side of 0, at most 1), which Holm's correction takes (`trl_ada.cli.endpoints.holm`)."""
+    means on the far side of 0, at most 1), for a multiple-comparison correction over several endpoints."""
     d = np.asarray(diffs, dtype=float)
     if d.ndim != 2 or d.size == 0:
         raise ValueError(f"paired_difference: a seeds x questions matrix, got shape {d.shape}")
-    if not np.isfinite(d).all():  # a NaN would make both tails empty: p = 0, first in Holm's order
+    if not np.isfinite(d).all():  # a NaN would make both tails empty: p = 0
         raise ValueError(
             "paired_difference: a difference is NaN or infinite (a question scored as None?): score "
             "every question of both runs"
