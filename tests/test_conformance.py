@@ -67,23 +67,13 @@ def build_reward_model(folder: str) -> str:
     """A tiny sequence classifier (one score) with the tiny tokenizer: a reward model TRL loads from its path."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, Qwen2Config
 
-    from trl_ada.examples.tiny import build_tiny_model
+    from trl_ada.examples.tiny import build_tiny_model, tiny_qwen2_fields
 
     text = build_tiny_model(folder + "-text")
     tokenizer = AutoTokenizer.from_pretrained(text)
     torch.manual_seed(1)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        num_labels=1,
-        bos_token_id=None,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
+    fields = tiny_qwen2_fields(tokenizer, hidden_size=32, num_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    config = Qwen2Config(**fields, num_labels=1, bos_token_id=None)
     AutoModelForSequenceClassification.from_config(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder

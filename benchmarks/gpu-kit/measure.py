@@ -48,7 +48,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
 ROOT = os.path.dirname(BENCH)
-# step_time.hash_reward and rollout_real.measure_curve, from their questions' folders
+# step_time.hash_reward and TIMED_RUN, rollout_real.measure_curve: from their questions' folders
 sys.path[:0] = [ROOT, os.path.join(BENCH, "step_cost"), os.path.join(BENCH, "pipelined_rounds")]
 
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -251,7 +251,7 @@ class Counters:
 
 
 def run_arm(name: str, kind: str, extra: dict, settings: dict) -> dict:
-    from step_time import hash_reward
+    from step_time import TIMED_RUN, hash_reward
     from trl import GRPOConfig, GRPOTrainer
 
     from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
@@ -272,12 +272,7 @@ def run_arm(name: str, kind: str, extra: dict, settings: dict) -> dict:
         beta=0.0,
         temperature=1.0,
         max_completion_length=settings["max_tokens"],
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        seed=0,
-        disable_tqdm=True,
-        shuffle_dataset=False,
+        **TIMED_RUN,
         use_cpu=not on_gpu,
         bf16=on_gpu,
     )

@@ -36,6 +36,13 @@ from trl_ada.data import make_prompt  # noqa: E402
 from trl_ada.examples.tiny import build_tiny_model  # noqa: E402
 
 
+# What every timed run shares (gpu-kit/measure.py's too): nothing reported, saved or drawn on the terminal, a log per
+# step (each holds its step_time), one seed and the prompts in order, so that rows differ only in what they choose.
+TIMED_RUN = dict(
+    report_to="none", save_strategy="no", logging_steps=1, seed=0, disable_tqdm=True, shuffle_dataset=False
+)
+
+
 def hash_reward(completions, pass_rate, **kwargs):
     return [float(zlib.crc32(c[0]["content"].encode()) % 1000 / 1000 < p) for c, p in zip(completions, pass_rate)]
 
@@ -48,12 +55,7 @@ def run(config_class, trainer_class, model, dataset, steps, **kwargs):
             learning_rate=1e-4,
             max_completion_length=24,
             use_cpu=True,
-            report_to="none",
-            save_strategy="no",
-            logging_steps=1,
-            seed=0,
-            disable_tqdm=True,
-            shuffle_dataset=False,
+            **TIMED_RUN,
             **kwargs,
         )
         trainer = trainer_class(model=model, reward_funcs=hash_reward, args=args, train_dataset=dataset)

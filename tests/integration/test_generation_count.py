@@ -65,15 +65,22 @@ def assert_counted(trainer, logs, completions, tokens):
 def test_plain_grpo_sampling_is_counted_and_checkpointed(tiny_model, tmp_path):
     """Sampling off: TRL's own generation, counted in `_generate`; the totals are saved in checkpoints (sampling off
     too) and a resumed run continues them."""
-    args = dict(
-        per_device_train_batch_size=8, multiround_adaptive_downsampling=False, save_strategy="steps", save_steps=1
-    )
-    trainer = AdaGRPOTrainer(
-        model=tiny_model,
-        reward_funcs=make_recording_reward(),
-        args=tiny_args(tmp_path, **args),
-        train_dataset=pass_rate_dataset([0.5, 0.3]),
-    )
+
+    def plain_grpo():  # the first run and the resumed one alike
+        return AdaGRPOTrainer(
+            model=tiny_model,
+            reward_funcs=make_recording_reward(),
+            args=tiny_args(
+                tmp_path,
+                per_device_train_batch_size=8,
+                multiround_adaptive_downsampling=False,
+                save_strategy="steps",
+                save_steps=1,
+            ),
+            train_dataset=pass_rate_dataset([0.5, 0.3]),
+        )
+
+    trainer = plain_grpo()
     counter = GenerateCounter(trainer)
     logs = train(trainer)
     assert counter.rows == 2 * 8
@@ -82,12 +89,7 @@ def test_plain_grpo_sampling_is_counted_and_checkpointed(tiny_model, tmp_path):
     checkpoint = tmp_path / "out" / "checkpoint-1"
     saved = json.loads((checkpoint / "ada_generation_count.json").read_text())
     assert saved == {"completions": 8, "tokens": logs[0][TOKENS_METRIC], "trained_tokens": logs[0][TOKENS_METRIC]}
-    resumed = AdaGRPOTrainer(
-        model=tiny_model,
-        reward_funcs=make_recording_reward(),
-        args=tiny_args(tmp_path, **args),
-        train_dataset=pass_rate_dataset([0.5, 0.3]),
-    )
+    resumed = plain_grpo()
     counter = GenerateCounter(resumed)
     resumed.train(resume_from_checkpoint=str(checkpoint))
     assert counter.rows == 8  # step 2 only
@@ -168,8 +170,8 @@ def test_tool_loop_counts_a_sample_once_and_every_model_turn_s_tokens(tmp_path):
     """With tools a sample is one completion, however many turns; its tokens are those of every model turn as
     written (the scripted policy writes each turn: its rows are turns), tool results left out, and a last turn TRL
     cuts at max_completion_length in full."""
-    from tests.helpers.tool_policy import calculator_dataset, install, multiply, product_reward
-    from tests.integration.test_rollouts import CountingPolicy, tool_args
+    from tests.helpers.tool_policy import product_reward
+    from tests.integration.test_rollouts import counted_tool_run
     from trl_ada.examples.tiny import build_tiny_model
 
     model = build_tiny_model(str(tmp_path / "tool-model"), tools=True)
@@ -179,15 +181,7 @@ def test_tool_loop_counts_a_sample_once_and_every_model_turn_s_tokens(tmp_path):
         scored.extend(completions)
         return product_reward(completions, **kwargs)
 
-    trainer = AdaGRPOTrainer(
-        model=model,
-        reward_funcs=reward,
-        args=tool_args(tmp_path, max_steps=2),
-        train_dataset=calculator_dataset(),
-        tools=[multiply],
-    )
-    policy = CountingPolicy(trainer.processing_class)
-    install(trainer, policy)
+    trainer, policy = counted_tool_run(AdaGRPOTrainer, model, reward, tmp_path)
     counter = GenerateCounter(trainer)
     logs = train(trainer)
     assert policy.tool_calls > 0 and counter.rows > len(scored)  # some samples took a second turn

@@ -164,6 +164,21 @@ class CountingPolicy(ScriptedPolicy):
         return response
 
 
+def counted_tool_run(trainer_class, model, reward, tmp_path):
+    """(trainer, policy): two steps of TRL's tool-calling loop on the calculator questions, the counting scripted
+    policy writing every turn."""
+    trainer = trainer_class(
+        model=model,
+        reward_funcs=reward,
+        args=tool_args(tmp_path, max_steps=2),
+        train_dataset=calculator_dataset(),
+        tools=[multiply],
+    )
+    policy = CountingPolicy(trainer.processing_class)
+    install(trainer, policy)
+    return trainer, policy
+
+
 class Keeper(AdaGRPOTrainer):
     """Keeps what the real trainer hands to the loss, and the samples it kept (observation only)."""
 
@@ -181,15 +196,7 @@ class Keeper(AdaGRPOTrainer):
 
 @pytest.mark.slow
 def test_tool_loop_runs_in_every_round_and_its_metrics_count_every_sample(tool_model, tmp_path):
-    trainer = Keeper(
-        model=tool_model,
-        reward_funcs=product_reward,
-        args=tool_args(tmp_path, max_steps=2),
-        train_dataset=calculator_dataset(),
-        tools=[multiply],
-    )
-    policy = CountingPolicy(trainer.processing_class)
-    install(trainer, policy)
+    trainer, policy = counted_tool_run(Keeper, tool_model, product_reward, tmp_path)
     trainer.train()
 
     logs = [h for h in trainer.state.log_history if "loss" in h]

@@ -52,6 +52,11 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 AGREE = 0.02
 STALE = 0.1
 
+# TRL's colocated engine in this process, in bfloat16 (the module docstring says why); sleep mode is GPU-only.
+COLOCATED = dict(
+    use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False, model_init_kwargs={"dtype": "bfloat16"}
+)
+
 
 @pytest.fixture(scope="session")
 def vllm_tiny_model(tmp_path_factory):
@@ -121,10 +126,7 @@ def test_colocated_engine_trains_with_pushed_weights(vllm_tiny_model, tmp_path, 
         max_steps=steps,
         max_completion_length=12,
         learning_rate=1e-2,
-        use_vllm=True,
-        vllm_mode="colocate",
-        vllm_enable_sleep_mode=False,
-        model_init_kwargs={"dtype": "bfloat16"},
+        **COLOCATED,
         **MODES[mode],
     )
     trainer = Recorder(
@@ -211,10 +213,7 @@ def test_colocated_engine_runs_the_tool_loop_inside_the_rounds(tmp_path):
         max_steps=2,
         max_completion_length=96,
         learning_rate=1e-2,
-        use_vllm=True,
-        vllm_mode="colocate",
-        vllm_enable_sleep_mode=False,
-        model_init_kwargs={"dtype": "bfloat16"},
+        **COLOCATED,
         vllm_structured_outputs_regex=TOOL_OR_ANSWER,
         max_tool_calling_iterations=1,
         vllm_max_model_length=1024,

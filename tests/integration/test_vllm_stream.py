@@ -13,33 +13,24 @@ engine; each test drives its `LLMEngine` by hand and checks what the pipelined r
 """
 
 import gc
-import os
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl.import_utils import is_vllm_available
 
 from tests.core.test_pipelined import synchronous
 from tests.helpers import load_script
 from tests.helpers.data import make_recording_reward, pass_rate_dataset
 from tests.helpers.trainers import tiny_args
-from tests.integration.test_vllm_engine import AGREE
+from tests.integration import test_vllm_engine
+from tests.integration.test_vllm_engine import AGREE, COLOCATED
 from trl_ada import AdaGRPOTrainer
 from trl_ada.core.pipelined import run_pipelined_sampling
 from trl_ada.examples.tiny import VLLM_CPU_TINY, build_tiny_model
 
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.vllm,
-    pytest.mark.skipif(
-        not is_vllm_available(),
-        reason="vLLM is not installed: `make test-vllm` runs these with vllm-cpu in .venv-vllm",
-    ),
-]
-
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# test_vllm_engine's marks (slow, vllm, skipped without vLLM); importing it has also set the engine's KV-cache size.
+pytestmark = test_vllm_engine.pytestmark
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +41,7 @@ def colocated(tmp_path_factory):
         tmp_path_factory.mktemp("stream"),
         per_device_train_batch_size=8,
         max_completion_length=12,
-        use_vllm=True,
-        vllm_mode="colocate",
-        vllm_enable_sleep_mode=False,
-        model_init_kwargs={"dtype": "bfloat16"},
+        **COLOCATED,
     )
     trainer = AdaGRPOTrainer(
         model=model_dir, reward_funcs=make_recording_reward(), args=args, train_dataset=pass_rate_dataset([0.5])

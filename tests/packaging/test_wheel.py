@@ -104,47 +104,22 @@ def test_console_scripts_run_from_the_installed_wheel(installed, tmp_path):
     assert where.returncode == 0, where.stderr
     module, rows = where.stdout.split()
     assert module.startswith(str(site)) and int(rows) > 0  # the wheel's copy, and the data it ships
-    demo = run(
-        installed,
-        tmp_path,
-        str(bin_dir / "trl-ada-demo"),
-        "--model",
-        "tiny",
-        "--output_dir",
-        "demo",
-        "--max_steps",
-        "1",
-        "--warm_start_steps",
-        "2",
-        "--eval_examples",
-        "8",
-        "--eval_k",
-        "1",
-    )
-    assert demo.returncode == 0, demo.stderr[-3000:]
-    assert (tmp_path / "demo" / "demo_summary.json").exists()
     recipe = os.path.join(ROOT, "recipes", "tiny", "ada_balance.yaml")  # a recipe given by path
-    train = run(
-        installed,
-        tmp_path,
-        str(bin_dir / "trl-ada-train"),
-        "--config",
-        recipe,
-        "--model_name_or_path",
-        "tiny",
-        "--max_steps",
-        "1",
-        "--per_device_train_batch_size",
-        "8",
-        "--max_completion_length",
-        "8",
-        "--save_strategy",
-        "no",
-        "--output_dir",
-        "train",
-    )
-    assert train.returncode == 0, train.stderr[-3000:]
-    assert (tmp_path / "train" / "model.safetensors").exists()
+    runs = {  # script: (its arguments beyond one step into a folder of its name, a file it writes there)
+        "trl-ada-demo": (
+            "--model tiny --warm_start_steps 2 --eval_examples 8 --eval_k 1".split(),
+            "demo_summary.json",
+        ),
+        "trl-ada-train": (
+            ["--config", recipe, "--model_name_or_path", "tiny", "--save_strategy", "no"]
+            + "--per_device_train_batch_size 8 --max_completion_length 8".split(),
+            "model.safetensors",
+        ),
+    }
+    for script, (arguments, written) in runs.items():
+        done = run(installed, tmp_path, str(bin_dir / script), *arguments, "--max_steps", "1", "--output_dir", script)
+        assert done.returncode == 0, (script, done.stderr[-3000:])
+        assert (tmp_path / script / written).exists()
     for script, word in (("trl-ada-compare", "--max_tokens"), ("trl-ada-eval", "--datasets")):  # they start and parse
         shown = run(installed, tmp_path, str(bin_dir / script), "--help")
         assert shown.returncode == 0 and word in shown.stdout, (script, shown.stderr[-2000:])

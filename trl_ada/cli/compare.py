@@ -142,7 +142,7 @@ def run_one(args, arm: Arm, seed: int) -> dict:
     from trl import get_peft_config
 
     from trl_ada.cli.train import (
-        load_object,
+        load_agents,
         load_reward_funcs,
         load_train_dataset,
         parse_recipe,
@@ -207,12 +207,7 @@ def run_one(args, arm: Arm, seed: int) -> dict:
         train_dataset=train,
         peft_config=get_peft_config(model_args),
         callbacks=[progress],
-        tools=[load_object(path, "tools") for path in script_args.tools] or None,
-        environment_factory=(
-            load_object(script_args.environment_factory, "environment_factory")
-            if script_args.environment_factory
-            else None
-        ),
+        **load_agents(script_args),
     )
     trainer.remove_callback(PrinterCallback)  # one line per evaluation instead (runs in parallel share a terminal)
     progress.count = trainer.generation_count  # what the trainer generated, counted on every sampling path

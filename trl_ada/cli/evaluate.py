@@ -320,11 +320,40 @@ def _run_coroutine(coroutine):
     return asyncio.run_coroutine_threadsafe(coroutine, _ASYNC_LOOP).result()
 
 
-def avg_at_k(model, tokenizer, dataset, **sampling) -> float:
+def avg_at_k(
+    model,
+    tokenizer,
+    dataset,
+    k=32,
+    max_new_tokens=4096,
+    temperature=1.0,
+    top_p=1.0,
+    batch_size=64,
+    use_vllm=False,
+    model_path=None,
+    reward_func=boxed_math_reward,
+    reward_weights=None,
+    trainer_state=None,
+    base_model=None,
+) -> float:
     """The mean reward of k samples per problem, over problems: the share graded right for a 0/1 reward such as the
-    default (the last \\boxed{} matches the gold answer); `sampling` (k, max_new_tokens, temperature, reward_func...)
-    as in `sample_rewards`."""
-    rewards = sample_rewards(model, tokenizer, dataset, **sampling)
+    default (the last \\boxed{} matches the gold answer); the other arguments as in `sample_rewards`."""
+    rewards = sample_rewards(
+        model,
+        tokenizer,
+        dataset,
+        k=k,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        batch_size=batch_size,
+        use_vllm=use_vllm,
+        model_path=model_path,
+        reward_func=reward_func,
+        reward_weights=reward_weights,
+        trainer_state=trainer_state,
+        base_model=base_model,
+    )
     return sum(rewards) / len(rewards)
 
 

@@ -195,6 +195,16 @@ def load_reward_funcs(names: list[str]):
     return funcs
 
 
+def load_agents(script_args: ScriptArguments) -> dict:
+    """The recipe's `tools` and `environment_factory`, imported, as AdaGRPOTrainer takes them (None: the recipe names
+    none)."""
+    factory = script_args.environment_factory
+    return dict(
+        tools=[load_object(path, "tools") for path in script_args.tools] or None,
+        environment_factory=load_object(factory, "environment_factory") if factory else None,
+    )
+
+
 def load_object(path: str, field_name: str):
     """`pkg.module:name` or `pkg.module.name`, imported; a clear error naming the field when it is not there.
 
@@ -288,12 +298,7 @@ def main(argv=None):
     script_args, training_args, model_args = parse_recipe(argv)
     # The recipe's imports and data first: a typo there fails in seconds, before a model is built or warm-started.
     reward_funcs = load_reward_funcs(script_args.reward_funcs)
-    tools = [load_object(path, "tools") for path in script_args.tools] or None
-    environment_factory = (
-        load_object(script_args.environment_factory, "environment_factory")
-        if script_args.environment_factory
-        else None
-    )
+    agents = load_agents(script_args)
     train_dataset = load_train_dataset(script_args, training_args.seed)
     model = resolve_model(model_args.model_name_or_path, training_args, script_args.warm_start_steps)
     if model_args.dtype not in (None, "auto"):
@@ -305,8 +310,7 @@ def main(argv=None):
         args=training_args,
         train_dataset=train_dataset,
         peft_config=get_peft_config(model_args),
-        tools=tools,
-        environment_factory=environment_factory,
+        **agents,
     )
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)

@@ -156,20 +156,7 @@ def run_pipelined_sampling(
         )
         for number in numbers
     ]
-    driver = _Driver(
-        prompts,
-        engine,
-        score,
-        num_generations,
-        round_repeat,
-        max_rounds,
-        choice,
-        positive_threshold,
-        max_running,
-        certain_continuation,
-        speculative,
-    )
-    return driver.run()
+    return _Driver(prompts, engine, score, max_running, certain_continuation, speculative).run()
 
 
 class _Driver:
@@ -177,27 +164,13 @@ class _Driver:
 
     Admission order: certain rounds before the speculative one, later rounds before earlier (they end a prompt
     sooner). A promoted round's slots get a second, certain entry, which pops first; an entry whose slot has left the
-    queue (admitted, or its prompt retired) is stale and skipped.
+    queue (admitted, or its prompt retired) is stale and skipped. The algorithm's parameters (n, M, R, the exit rule,
+    the threshold) are read from each prompt's `PromptRounds`, the one place that holds them.
     """
 
-    def __init__(
-        self,
-        prompts,
-        engine,
-        score,
-        num_generations,
-        round_repeat,
-        max_rounds,
-        choice,
-        positive_threshold,
-        max_running,
-        certain_continuation,
-        speculative,
-    ):
+    def __init__(self, prompts, engine, score, max_running, certain_continuation, speculative):
         self.prompts, self.engine, self.score = prompts, engine, score
-        self.n, self.m, self.max_rounds = num_generations, round_repeat, max_rounds
-        self.choice, self.positive_threshold, self.max_running = choice, positive_threshold, max_running
-        self.certain_continuation, self.speculative = certain_continuation, speculative
+        self.max_running, self.certain_continuation, self.speculative = max_running, certain_continuation, speculative
         count = len(prompts)
         self.scored: list[dict[int, float]] = [{} for _ in range(count)]  # slot -> reward, not yet in the pool
         self.certain = [1] * count  # rounds sure to happen: the synchronous driver samples them too
@@ -247,7 +220,8 @@ class _Driver:
             self.continue_if_certain(p)
 
     def fold_complete_rounds(self, p: int) -> None:
-        prompt, m = self.prompts[p], self.m
+        prompt = self.prompts[p]
+        m = prompt.round_repeat
         while not prompt.retired:  # every round that is now complete, in order
             k = prompt.result.rounds
             slots = range(k * m, (k + 1) * m)
@@ -264,9 +238,9 @@ class _Driver:
         prompt = self.prompts[p]
         while (
             self.certain_continuation
-            and self.choice == "balanced"
+            and prompt.choice == "balanced"
             and not prompt.retired
-            and self.certain[p] < self.max_rounds
+            and self.certain[p] < prompt.max_rounds
         ):
             lacking, unscored = self.missing(p)
             if lacking <= unscored:
@@ -274,10 +248,10 @@ class _Driver:
             self.make_certain(p, early=True)
 
     def is_speculative(self, p: int, slot: int) -> bool:
-        return slot // self.m >= self.certain[p]
+        return slot // self.prompts[p].round_repeat >= self.certain[p]
 
     def issue_round(self, p: int) -> None:
-        k, m = self.issued[p], self.m
+        k, m = self.issued[p], self.prompts[p].round_repeat
         self.issued[p] += 1
         for slot in range(k * m, (k + 1) * m):
             heapq.heappush(self.heap, (self.is_speculative(p, slot), -k, p, slot))
@@ -285,7 +259,7 @@ class _Driver:
 
     def make_certain(self, p: int, early: bool) -> None:
         """Round `certain[p]` will happen: issue it, or promote it if it was issued speculatively."""
-        k, m = self.certain[p], self.m
+        k, m = self.certain[p], self.prompts[p].round_repeat
         self.certain[p] += 1
         self.stats.early_samples += m if early else 0
         if self.issued[p] == k:
@@ -299,12 +273,14 @@ class _Driver:
         """(samples the exit rule still lacks, samples of certain rounds not yet scored), at the end of the last
         certain round, whose pool holds every certain slot. Counts only grow with the rounds, so an exit that is
         unreachable there is unreachable at every earlier round too."""
-        certain_slots = self.certain[p] * self.m
-        known = [*self.prompts[p].pool_rewards, *(r for slot, r in self.scored[p].items() if slot < certain_slots)]
-        num_pos, num_neg = count_signs(known, self.positive_threshold)  # an unscorable sample counts as neither
-        if self.choice == "balanced":
-            half = self.n // 2
-            lacking = max(0, half - num_pos) + max(0, self.n - half - num_neg)
+        prompt = self.prompts[p]
+        certain_slots = self.certain[p] * prompt.round_repeat
+        known = [*prompt.pool_rewards, *(r for slot, r in self.scored[p].items() if slot < certain_slots)]
+        num_pos, num_neg = count_signs(known, prompt.positive_threshold)  # an unscorable sample counts as neither
+        if prompt.choice == "balanced":
+            n = prompt.num_generations
+            half = n // 2
+            lacking = max(0, half - num_pos) + max(0, n - half - num_neg)
         else:
             lacking = int(num_pos == 0)
         return lacking, certain_slots - len(known)
@@ -317,7 +293,7 @@ class _Driver:
         if aborted:
             self.engine.abort(aborted)
             self.running.difference_update(aborted)
-        m = self.m
+        m = self.prompts[p].round_repeat
         self.queued.difference_update(
             [(p, slot) for slot in range(self.prompts[p].result.rounds * m, self.issued[p] * m)]
         )
@@ -348,7 +324,7 @@ class _Driver:
         is not speculated on: its next round cannot happen)."""
         candidates = []
         for p, prompt in enumerate(self.prompts):
-            if not prompt.retired and self.issued[p] == self.certain[p] < self.max_rounds:
+            if not prompt.retired and self.issued[p] == self.certain[p] < prompt.max_rounds:
                 lacking, unscored = self.missing(p)
                 if lacking > 0:
                     candidates.append((unscored - lacking, p))
@@ -356,4 +332,4 @@ class _Driver:
             if room <= 0:
                 break
             self.issue_round(p)
-            room -= self.m
+            room -= self.prompts[p].round_repeat
