@@ -154,7 +154,9 @@ class AdaGRPOTrainer(GRPOTrainer):
                 if new_step:
                     self._last_loaded_step = self.state.global_step
                 selection = self._sampler.sample(context, target)
-            memory_metrics = settle(step, selection, context, self.sampling_state, self.args, target)
+            memory_metrics = settle(
+                step, selection, context, self.sampling_state, self.args, target, self.reward_weights
+            )
             merge_round_metrics(self._metrics["train"], metrics_before, step.rollout_sizes)
             merge_logged_metrics(self._pending_metrics, self._logged_metric_rows)
             local = step.chosen[rank * (target // world) : (rank + 1) * (target // world)]

@@ -30,6 +30,22 @@ class Recorder(AdaGRPOTrainer):
         return output
 
 
+class RankDependent:
+    """A user sampler with the bug the trainer must catch: its choice depends on the rank (a global random state)."""
+
+    def __init__(self, args):
+        self.rank = int(os.environ["RANK"])
+
+    def sample(self, context, target):
+        from trl_ada.core.sampling import PromptResult
+        from trl_ada.samplers import Selection
+
+        prompts = list(range(target))
+        pools = context.sample(prompts, context.num_generations)
+        results = {p: PromptResult(pool, list(range(len(pool))), 1, True) for p, pool in zip(prompts, pools)}
+        return Selection(results=results, chosen=prompts[::-1] if self.rank else prompts)
+
+
 def main():
     model_path, output_dir, mode = sys.argv[1], sys.argv[2], sys.argv[3]
     common = dict(OFFLINE, output_dir=output_dir, num_generations=4, max_completion_length=10, shuffle_dataset=False)
@@ -42,6 +58,21 @@ def main():
             message = "no error"
         rank = int(os.environ["RANK"])
         with open(os.path.join(output_dir, f"rank{rank}.json"), "w") as f:
+            json.dump({"message": message}, f)
+        return
+
+    if mode == "rank_dependent":  # each rank's choice is valid alone; together they would train other rows
+        args = AdaGRPOConfig(per_device_train_batch_size=8, max_steps=1, sampler=f"{__name__}.RankDependent", **common)
+        trainer = AdaGRPOTrainer(
+            model=model_path, reward_funcs=make_recording_reward(), args=args, train_dataset=pass_rate_dataset([0.5])
+        )
+        try:
+            trainer.train()
+        except RuntimeError as error:
+            message = str(error)
+        else:
+            message = "no error"
+        with open(os.path.join(output_dir, f"rank{os.environ['RANK']}.json"), "w") as f:
             json.dump({"message": message}, f)
         return
 

@@ -61,6 +61,13 @@ def test_groups_straddling_processes_are_refused(tiny_model, tmp_path):
 
 @pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
 # bookkeeping across ranks, which depends on our code, not on the release (accelerate's gather_object aside)
+def test_a_sampler_deciding_differently_on_two_ranks_is_refused_on_both(tiny_model, tmp_path):
+    ranks = launch(tmp_path, tiny_model, "rank_dependent")
+    assert all("decided differently on different ranks" in rank["message"] for rank in ranks)
+
+
+@pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
+# bookkeeping across ranks, which depends on our code, not on the release (accelerate's gather_object aside)
 def test_two_processes_draw_the_same_refills(tiny_model, tmp_path):
     ranks = launch(tmp_path, tiny_model, "dynamic")
     logs0, logs1 = ranks[0]["logs"], ranks[1]["logs"]

@@ -23,6 +23,10 @@ from tests.helpers.data import make_recording_reward, pass_rate_dataset
 from tests.helpers.trainers import SMALL, recording_trainer, tiny_args
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.core.memory import PromptMemory
+from trl_ada.core.sampling import PromptResult
+from trl_ada.integration import estimators
+from trl_ada.integration.context import check_pools, sample_request
+from trl_ada.integration.rollouts import StepSampling
 from trl_ada.samplers import BUILT_IN, SamplingContext, Selection, check_selection, load_sampler
 from trl_ada.samplers.knapsack import allocate, group_advantages, value
 
@@ -45,7 +49,7 @@ class Simulated:
         self.batches = 0
 
     def sample(self, prompts, k):
-        counts = k if isinstance(k, list) else [k] * len(prompts)
+        prompts, counts = sample_request(prompts, k, self.drawn)  # the trainer's context checks the same
         out = []
         for p, count in zip(prompts, counts):
             new = [float(self.rng.random() < self.rates[p % len(self.rates)]) for _ in range(count)]
@@ -122,8 +126,6 @@ def test_every_built_in_sampler_decides_a_batch_from_the_context_alone(name, wor
 
 
 def test_a_selection_the_trainer_cannot_train_is_named():
-    from trl_ada.core.sampling import PromptResult
-
     whole = {p: PromptResult(pool_rewards=[1.0] * 4, selected=[0, 1, 2, 3]) for p in range(4)}
     check_selection(Selection(results=whole, chosen=[0, 1, 2, 3]), 4, 4, 2)
     with pytest.raises(ValueError, match="chose 3 prompts"):
@@ -145,6 +147,90 @@ def test_a_selection_the_trainer_cannot_train_is_named():
         check_selection(
             Selection(results=whole, chosen=[0, 1, 2, 3], advantages={p: [0.0] for p in range(4)}), 4, 4, 1
         )
+    # kept indices: distinct ints into the pool, at least one (a repeated index trains one completion twice)
+    for selected in ([0, 0, 0, 0], [0.0, 1.0, 2.0, 3.0], [True, 1, 2, 3]):
+        with pytest.raises(ValueError, match="at least one distinct int index"):
+            check_selection(
+                Selection(results={**whole, 0: PromptResult([1.0] * 4, selected)}, chosen=[0, 1, 2, 3]), 4, 4, 1
+            )
+    lopsided = {**whole, 0: PromptResult([1.0] * 8, list(range(8))), 1: PromptResult([1.0] * 4, [])}
+    with pytest.raises(ValueError, match="at least one distinct int index"):
+        check_selection(Selection(results=lopsided, chosen=[0, 1, 2, 3]), 4, 4, 1)
+    # an infinite advantage would reach the loss as the largest float; NaN (unscorable) trains as 0
+    for bad in (math.inf, -math.inf, "0.5", True):
+        advantages = {p: [0.0, 0.0, 0.0, 0.0] for p in range(4)} | {2: [0.0, bad, 0.0, 0.0]}
+        with pytest.raises(ValueError, match="advantages of prompt 2 holds"):
+            check_selection(Selection(results=whole, chosen=[0, 1, 2, 3], advantages=advantages), 4, 4, 1)
+    nan = {p: [0.0, math.nan, np.float32(1.0), 2] for p in range(4)}
+    check_selection(Selection(results=whole, chosen=[0, 1, 2, 3], advantages=nan), 4, 4, 1)
+
+
+@pytest.mark.parametrize(
+    "prompts, k, match",
+    [
+        ([0, 0], 4, "distinct prompt numbers in 0..3"),  # one pool slot for two samples
+        ([0, 4], 4, "distinct prompt numbers in 0..3"),  # never drawn
+        ([0, 1.0], 4, "distinct prompt numbers in 0..3"),
+        ([0, 1], [4], "one int >= 0 per prompt"),  # zip would drop prompt 1's samples
+        ([0, 1], [4, 2.0], "one int >= 0 per prompt"),
+        ([0, 1], 4.0, "an int >= 0"),
+        ([0, 1], -1, "an int >= 0"),
+    ],
+)
+def test_context_sample_refuses_a_request_it_cannot_make_naming_the_mistake(prompts, k, match):
+    with pytest.raises(ValueError, match=match):
+        sample_request(prompts, k, 4)
+
+
+def test_context_sample_takes_any_sequence_of_counts_and_nothing_at_all():
+    assert sample_request((2, np.int64(0)), (3, np.int64(1)), 4) == ([2, 0], [3, 1])
+    assert sample_request(iter([1]), np.array([2]), 4) == ([1], [2])
+    assert sample_request([], 4, 4) == ([], [])
+
+
+def pools_step(pools: dict[int, list[float]], rows: int = 4) -> StepSampling:
+    """A step whose prompts got these rewards from one reward function (weight 1)."""
+    step = StepSampling(rows=[{"prompt": f"q{p}"} for p in range(rows)])
+    step.pool_rewards_per_func = [[torch.tensor([r]) for r in pools.get(p, [])] for p in range(rows)]
+    return step
+
+
+def test_pools_that_are_not_what_the_samples_got_are_refused():
+    made = {0: [1.0, 0.0, math.nan, 1.0], 1: [0.0, 0.0, 1.0, 1.0, 0.5, 0.0]}
+    weights = torch.ones(1)
+    whole = {p: PromptResult(list(pool), [0, 1, 2, 3]) for p, pool in made.items()}
+    check_pools(pools_step(made), Selection(results=whole, chosen=[0, 1]), weights)  # NaN where NaN: the same
+    later = {**whole, 1: PromptResult(made[1][2:], [0, 1, 2, 3])}  # a sampler keeping only its top-up's rewards
+    with pytest.raises(ValueError, match=r"results\[1\].pool_rewards \(4 rewards\).*\(6 rewards\)"):
+        check_pools(pools_step(made), Selection(results=later, chosen=[0, 1]), weights)
+    swapped = {**whole, 0: PromptResult([0.0, 1.0, math.nan, 1.0], [0, 1, 2, 3])}  # same length, other order
+    with pytest.raises(ValueError, match=r"results\[0\]"):
+        check_pools(pools_step(made), Selection(results=swapped, chosen=[0, 1]), weights)
+    with pytest.raises(ValueError, match="every prompt sampled is in Selection.results"):  # prompt 1 left out
+        check_pools(pools_step(made), Selection(results={0: whole[0]}, chosen=[0]), weights)
+    with pytest.raises(ValueError, match="keyed by prompt numbers"):
+        check_pools(pools_step(made), Selection(results={**whole, 7: whole[0]}, chosen=[0, 1]), weights)
+
+
+def test_reinforce_rej_reads_each_prompts_kept_group_whatever_its_size(tmp_path):
+    from trl_ada.core.advantages import reinforce_rej_advantages
+
+    args = config(tmp_path, advantage_estimator="reinforce_rej")
+    kept = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0]  # a uniform group of 6, then a mixed group of 2
+    results = [PromptResult(kept[:6], list(range(6))), PromptResult(kept[6:], [0, 1])]
+    got = estimators.step_advantages(args, kept, 4, results)
+    assert got == [reinforce_rej_advantages(kept[:6]), reinforce_rej_advantages(kept[6:])]
+    assert got != [reinforce_rej_advantages(kept[:4]), reinforce_rej_advantages(kept[4:])]  # blocks of n mix them
+
+
+def test_a_users_advantage_function_returning_infinity_is_named(tmp_path, monkeypatch):
+    (tmp_path / "bad_advantages.py").write_text(
+        "def infinite(pool_rewards, selected, positive_threshold):\n    return [float('inf')] * len(selected)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = config(tmp_path, advantage_estimator="bad_advantages.infinite")
+    with pytest.raises(ValueError, match="advantage_estimator='bad_advantages.infinite'.s return value holds inf"):
+        estimators.step_advantages(args, [1.0, 0.0, 1.0, 0.0], 4, None)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -214,6 +300,11 @@ def test_knapsack_checks_its_own_fields_before_the_model_loads(tmp_path):
             train_dataset=pass_rate_dataset([0.5]),
             args=config(tmp_path, sampler="knapsack", sampler_kwargs={"min_samples": 5}),
         )
+    for kwargs in ({"min_samples": 2.0}, {"min_samples": 1}, {"max_samples": 16.0}):  # a group of one: no baseline
+        with pytest.raises(ValueError, match="integer sampler_kwargs 2 <= min_samples"):
+            load_sampler(config(tmp_path, sampler="knapsack", sampler_kwargs=kwargs))
+    with pytest.raises(ValueError, match="advantage_estimator='reinforce_ada' would not be used"):
+        load_sampler(config(tmp_path, sampler="knapsack", advantage_estimator="reinforce_ada"))
     with pytest.raises(ValueError, match="sampler_kwargs=.*do not fit sampler='est'"):
         AdaGRPOTrainer(
             model="no/such-model",
@@ -426,3 +517,12 @@ def test_the_docs_table_names_every_built_in_sampler():
     page = open(os.path.join(ROOT, "docs", "samplers.md")).read()
     named = set(re.findall(r'^\| `"(\w+)"`', page, re.M))
     assert named == set(BUILT_IN)
+
+
+def test_a_users_sampler_that_does_not_take_the_config_is_named(tmp_path, monkeypatch):
+    (tmp_path / "argless.py").write_text(
+        "class Argless:\n    def __init__(self):\n        pass\n\n    def sample(self, context, target):\n        pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"sampler='argless.Argless' cannot be built as Argless\(args\)"):
+        load_sampler(config(tmp_path, sampler="argless.Argless"))

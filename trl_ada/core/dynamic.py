@@ -4,8 +4,8 @@ After a step's prompts are sampled, a prompt whose kept group has no learning si
 `atol`: all right or all wrong) is dropped, and prompts drawn from the refill stream are sampled in its place, batch
 after batch, until the step holds `target` groups with signal or `max_refill_batches` extra batches were sampled.
 At the cap the step trains on what there is: every group with signal, then as many dropped groups as it takes to
-fill the step (their advantages are whatever the estimator gives a uniform group: zero for GRPO's and the pooled
-one). It never loops forever and never fails for want of signal.
+fill the step (their advantages are whatever the estimator gives a uniform group: zero for GRPO's, and for the
+pooled one with 0/1 rewards). It never loops forever and never fails for want of signal.
 
 A refill batch is sized by the signal rate seen so far in the step, so that it is expected to close the gap in one
 go (`ceil(shortfall / rate)` prompts, at most `target`; `target` when no group had signal yet), rather than DAPO's

@@ -8,10 +8,15 @@ through GRPOTrainer's path, scored), how to tokenize rows as TRL does, the train
 
 from __future__ import annotations
 
+import hashlib
+import math
+import numbers
 import time
+from collections.abc import Iterable
 from typing import Any, Callable
 
 import torch
+from accelerate.utils import gather_object
 
 from trl_ada.core.budget import remembered_posterior
 from trl_ada.integration import estimators
@@ -66,7 +71,10 @@ def sampling_context(
 
     def sample(active: list[int], k: int | list[int]) -> list[list[float]]:
         # k samples for each active prompt (or k[i]: Est), split evenly over the ranks; every reward, all ranks
-        round_ = plan_round(step, active, k, world)
+        active, counts = sample_request(active, k, len(step.rows))
+        if sum(counts) == 0:  # nothing to generate (the same on every rank: no collective is skipped by one alone)
+            return [[] for _ in active]
+        round_ = plan_round(step, active, counts, world)
         start = time.perf_counter()
         samples, rewards_per_func = rollout([step.rows[p] for p, _ in round_.share(rank)])
         rewards = weighted_sum(rewards_per_func, reward_weights)
@@ -92,6 +100,27 @@ def sampling_context(
     )
 
 
+def sample_request(prompts, k, known: int) -> tuple[list[int], list[int]]:
+    """`context.sample(prompts, k)`'s arguments as prompt numbers and one count each, or a ValueError naming the
+    mistake: a prompt twice in one call would give two samples the same place in its pool."""
+
+    def whole(value, low: int, high: float = math.inf) -> bool:  # numpy's integers too
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool) and low <= value <= high
+
+    prompts = list(prompts)
+    if len(set(prompts)) != len(prompts) or not all(whole(p, 0, known - 1) for p in prompts):
+        raise ValueError(
+            f"context.sample got prompts {prompts}: distinct prompt numbers in 0..{known - 1} (the batch's and those "
+            "`draw` returned), each once a call; ask for more samples of a prompt with k."
+        )
+    counts = [k] * len(prompts) if whole(k, 0) else list(k) if isinstance(k, Iterable) else None
+    if counts is None or len(counts) != len(prompts) or not all(whole(c, 0) for c in counts):
+        raise ValueError(
+            f"context.sample got k={k!r} for {len(prompts)} prompts: an int >= 0, or one int >= 0 per prompt."
+        )
+    return [int(p) for p in prompts], [int(c) for c in counts]
+
+
 def settle(
     step: StepSampling,
     selection: Selection,
@@ -99,11 +128,15 @@ def settle(
     state: SamplingState,
     args,
     target: int,
+    reward_weights: torch.Tensor,
 ) -> dict[str, float]:
     """Check the sampler's decision for the batch's `target` prompts and keep it in the step's bookkeeping; count the
     prompts drawn, and fold every scored sample into the prompt memory and the group prior (returns their metrics)."""
     n, groups_of_n = args.num_generations, not args.replaces_grpo_advantages
     check_selection(selection, target, n, context.world_size, groups_of_n=groups_of_n)
+    check_pools(step, selection, reward_weights)
+    if context.world_size > 1:
+        check_same_on_every_rank(selection)
     step.results, step.chosen, step.skipped = selection.results, selection.chosen, selection.skipped
     step.advantages, step.sampler_metrics = selection.advantages, selection.metrics
     # TRL asks for the kept samples' rewards next (global order: rank-major, prompt, then group position)
@@ -113,6 +146,38 @@ def settle(
     keys = [context.prompt_key(prompt) for prompt in step.results] if state.memory is not None else []
     column, threshold = args.prompt_memory_group_column, args.positive_threshold
     return observe(step, keys, state.memory, state.group_prior, column, threshold, n, context.global_step)
+
+
+def check_pools(step: StepSampling, selection: Selection, reward_weights: torch.Tensor) -> None:
+    """Refuse pools that are not what the sampler's samples got: the trainer trains the samples `context.sample`
+    made, in the order made, while the advantages, the memory and the metrics read `PromptResult.pool_rewards`."""
+    if not all(isinstance(p, int) and 0 <= p < len(step.rows) for p in selection.results):
+        raise ValueError("Selection.results is keyed by prompt numbers: the batch's and those `draw` returned.")
+    sampled = {p for p, rows in enumerate(step.pool_rewards_per_func) if rows}
+    for p in sorted(sampled | set(selection.results)):
+        rows = step.pool_rewards_per_func[p]
+        made = weighted_sum(torch.stack(rows), reward_weights).tolist() if rows else []
+        given = list(selection.results[p].pool_rewards) if p in selection.results else []
+        if len(given) != len(made) or not all(
+            (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6)
+            for a, b in zip(given, made)
+        ):
+            raise ValueError(
+                f"Selection.results[{p}].pool_rewards ({len(given)} rewards) is not what context.sample returned "
+                f"for the prompt ({len(made)} rewards): every prompt sampled is in Selection.results, its pool every "
+                "reward it got this batch, in the order made (what `selected` indexes)."
+            )
+
+
+def check_same_on_every_rank(selection: Selection) -> None:
+    """Every rank runs the sampler and must decide the same: a rank that differs would train other rows, or hang."""
+    decision = (selection.chosen, [selection.results[p].selected for p in selection.chosen], selection.advantages)
+    digest = hashlib.blake2b(repr(decision).encode(), digest_size=16).hexdigest()
+    if len(set(gather_object([digest]))) > 1:
+        raise RuntimeError(
+            "the sampler decided differently on different ranks (Selection.chosen, selected or advantages): take "
+            "randomness from context.seed, context.global_step and the prompt, never a global random state."
+        )
 
 
 def log_step(

@@ -6,6 +6,7 @@ each prompt's samples (`trl_ada.core.advantages`, `trl_ada.core.est`), in the or
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -15,7 +16,7 @@ from trl_ada.config import ADVANTAGE_ESTIMATORS
 from trl_ada.core.advantages import pooled_advantages, raft_advantages, reinforce_rej_advantages
 from trl_ada.core.est import est_advantages
 from trl_ada.core.sampling import PromptResult
-from trl_ada.samplers import import_path
+from trl_ada.samplers import check_advantages, import_path
 
 
 logger = get_logger(__name__)
@@ -38,7 +39,9 @@ def step_advantages(
             )
             for r in results
         ]
-    groups = [rewards[i : i + n] for i in range(0, len(rewards), n)]
+    sizes = [n] * (len(rewards) // n) if results is None else [len(r.selected) for r in results]
+    ends = list(itertools.accumulate(sizes))
+    groups = [rewards[end - size : end] for end, size in zip(ends, sizes)]  # each chosen prompt's kept samples
     if estimator == "reinforce_rej":
         return [reinforce_rej_advantages(group) for group in groups]
     return [raft_advantages(group) for group in groups]
@@ -59,6 +62,7 @@ def own_advantages(function, args, rewards: list[float], n: int, results: list[P
                 f"advantage_estimator={args.advantage_estimator!r} returned {len(advantages)} advantages for a group "
                 f"of {len(result.selected)} kept samples: return one per index in `selected`, in its order."
             )
+        check_advantages(advantages, f"advantage_estimator={args.advantage_estimator!r}'s return value")
         values.append(advantages)
     return values
 

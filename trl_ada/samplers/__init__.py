@@ -12,7 +12,7 @@ import inspect
 import os
 import sys
 
-from trl_ada.samplers.protocol import Sampler, SamplingContext, Selection, check_selection
+from trl_ada.samplers.protocol import Sampler, SamplingContext, Selection, check_advantages, check_selection
 
 
 # name: (module, class). "grpo", "reinforce_ada" and "dapo" are the same rounds with different settings: the config
@@ -66,6 +66,11 @@ def load_sampler(args) -> Sampler:
     try:
         inspect.signature(cls).bind(args, **kwargs)
     except TypeError as error:
+        if not kwargs:
+            raise ValueError(
+                f"sampler={args.sampler!r} cannot be built as {cls.__name__}(args) ({error}): a sampler's __init__ "
+                "takes the AdaGRPOConfig, then its sampler_kwargs (trl_ada.samplers.protocol)."
+            ) from None
         raise ValueError(
             f"sampler_kwargs={kwargs!r} do not fit sampler={args.sampler!r} ({error}): its arguments are "
             f"{inspect.signature(cls)}."
@@ -78,6 +83,7 @@ __all__ = [
     "Sampler",
     "SamplingContext",
     "Selection",
+    "check_advantages",
     "check_selection",
     "import_path",
     "load_sampler",

@@ -31,7 +31,7 @@ import heapq
 import math
 
 from trl_ada.core.sampling import PromptResult
-from trl_ada.samplers.protocol import SamplingContext, Selection
+from trl_ada.samplers.protocol import SamplingContext, Selection, is_integer
 
 
 def value(samples: int, pass_rate: float) -> float:
@@ -83,12 +83,17 @@ class Knapsack:
     def __init__(self, args, min_samples: int = 2, max_samples: int | None = None):
         n = args.num_generations
         max_samples = 8 * n if max_samples is None else max_samples
-        if not 1 <= min_samples <= n <= max_samples:
+        if not (is_integer(min_samples, 2, n) and is_integer(max_samples, n)):
             raise ValueError(
-                f"sampler='knapsack' needs 1 <= sampler_kwargs min_samples ({min_samples}) <= "
-                f"num_generations ({n}) <= max_samples ({max_samples}): the budget is num_generations "
-                "samples per prompt on average. Set sampler_kwargs={'min_samples': 2, 'max_samples': "
-                f"{8 * n}}}."
+                f"sampler='knapsack' needs integer sampler_kwargs 2 <= min_samples ({min_samples!r}) <= "
+                f"num_generations ({n}) <= max_samples ({max_samples!r}): a group of one has no baseline, and the "
+                "budget is num_generations samples per prompt on average. Set sampler_kwargs={'min_samples': 2, "
+                f"'max_samples': {8 * n}}}."
+            )
+        if args.advantage_estimator != "grpo":
+            raise ValueError(
+                f"sampler='knapsack' gives its own advantages (GRPO's within each group), so advantage_estimator="
+                f"{args.advantage_estimator!r} would not be used: leave advantage_estimator unset."
             )
         if not args.prompt_memory:
             raise ValueError(

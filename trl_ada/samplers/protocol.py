@@ -43,6 +43,7 @@ protocol only.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, runtime_checkable
 
@@ -94,9 +95,10 @@ class SamplingContext:
     """`prompt_key(prompt)`: the prompt's key in the memory (its tokens, images and environment row)."""
     pass_rate_posterior: Callable[[int], tuple[float, float, int]]
     """`pass_rate_posterior(prompt)`: Beta pseudo-counts (a, b) of the prompt's pass rate from the memory and the
-    prior (`prompt_memory_prior_alpha/beta`, the group prior of `prompt_memory_group_column`), and how many visits
-    back them (0: the prior alone). The memory holds the steps before this one: it takes this batch's samples after
-    the sampler returns."""
+    prior (`prompt_memory_prior_alpha/beta`, the group prior of `prompt_memory_group_column`), and the evidence
+    behind them: the prompt's visits, plus 1 when its group's prior is fitted (0: the flat prior alone; the prompt's
+    own visits are `memory.visits(prompt_key(prompt))`). The memory holds the steps before this one: it takes this
+    batch's samples after the sampler returns."""
     begin_batch: Callable[[], int]
     """`begin_batch()`: call before sampling a new batch of prompts from their first round (the per-round metrics
     count rounds from it); returns the batch's number in the step (0 first)."""
@@ -127,6 +129,14 @@ def is_integer(value, low: int, high: float = math.inf) -> bool:
     return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
 
 
+def check_advantages(advantages, source: str) -> None:
+    """Refuse an advantage that is neither finite nor NaN (NaN: an unscorable sample, trained as 0): an infinite
+    one would reach the loss as the largest float."""
+    bad = [a for a in advantages if isinstance(a, bool) or not isinstance(a, numbers.Real) or math.isinf(a)]
+    if bad:
+        raise ValueError(f"{source} holds {bad[0]!r}: an advantage must be a finite number (or NaN: unscorable).")
+
+
 def check_selection(
     selection: Selection, target: int, num_generations: int, world_size: int, groups_of_n: bool = False
 ) -> None:
@@ -148,17 +158,24 @@ def check_selection(
                 f"num_generations x its prompts = {num_generations * per_rank} rows, as GRPOTrainer does."
             )
     for p in chosen:
-        pool = results[p].pool_rewards
-        if any(not 0 <= i < len(pool) for i in results[p].selected):
+        pool, selected = results[p].pool_rewards, results[p].selected
+        if (
+            not selected
+            or len(set(selected)) != len(selected)
+            or not all(is_integer(i, 0, len(pool) - 1) for i in selected)
+        ):
             raise ValueError(
-                f"a sampler kept sample indices {results[p].selected} of prompt {p}, whose pool holds "
-                f"{len(pool)} samples."
+                f"a sampler kept sample indices {selected} of prompt {p}, whose pool holds {len(pool)} samples: "
+                "PromptResult.selected must hold at least one distinct int index into the pool."
             )
-        if selection.advantages is not None and len(selection.advantages.get(p, ())) != len(results[p].selected):
+        advantages = None if selection.advantages is None else selection.advantages.get(p, ())
+        if advantages is not None and len(advantages) != len(selected):
             raise ValueError(
                 f"Selection.advantages must hold one value per kept sample of each chosen prompt "
-                f"(prompt {p}: {len(results[p].selected)} kept)."
+                f"(prompt {p}: {len(selected)} kept)."
             )
+        if advantages is not None:
+            check_advantages(advantages, f"Selection.advantages of prompt {p}")
     if (
         groups_of_n
         and selection.advantages is None
@@ -171,4 +188,12 @@ def check_selection(
         )
 
 
-__all__ = ["Sampler", "SamplingContext", "Selection", "check_selection", "is_integer", "is_number"]
+__all__ = [
+    "Sampler",
+    "SamplingContext",
+    "Selection",
+    "check_advantages",
+    "check_selection",
+    "is_integer",
+    "is_number",
+]
