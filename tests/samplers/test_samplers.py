@@ -4,6 +4,7 @@ file trained through `trl-ada-train` as docs/samplers.md writes it."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import random
@@ -399,7 +400,7 @@ def test_a_group_column_informs_every_sampler_that_reads_the_memory(tmp_path):
     assert custom.prompt_memory_group_column == "k"
 
 
-def test_a_sampler_with_unequal_groups_and_no_advantages_is_refused(tiny_model, tmp_path, monkeypatch):
+def test_a_sampler_with_unequal_groups_and_no_advantages_is_refused(tiny_model, tmp_path, monkeypatch, caplog):
     """TRL's group statistics read groups of num_generations rows: a sampler that keeps other sizes must give its
     advantages (or use an estimator that reads its pools)."""
     (tmp_path / "uneven_sampler.py").write_text(
@@ -409,7 +410,12 @@ def test_a_sampler_with_unequal_groups_and_no_advantages_is_refused(tiny_model, 
         "        counts = [6, 2] * (target // 2)\n"
         "        pools = context.sample(list(range(target)), counts)\n"
         "        return Selection(results={p: PromptResult(pool, list(range(len(pool))), 1, True)\n"
-        "                                  for p, pool in enumerate(pools)}, chosen=list(range(target)))\n"
+        "                                  for p, pool in enumerate(pools)}, chosen=list(range(target)))\n\n"
+        "class Given(Uneven):\n"
+        "    def sample(self, context, target):\n"
+        "        selection = super().sample(context, target)\n"
+        "        selection.advantages = {p: [0.25] * len(r.selected) for p, r in selection.results.items()}\n"
+        "        return selection\n"
     )
     monkeypatch.chdir(tmp_path)
     trainer = AdaGRPOTrainer(
@@ -430,6 +436,18 @@ def test_a_sampler_with_unequal_groups_and_no_advantages_is_refused(tiny_model, 
     )
     trainer.train()  # the pooled estimator reads groups of any size
     assert trainer.state.global_step == 1
+    trainer = AdaGRPOTrainer(
+        model=tiny_model,
+        reward_funcs=make_recording_reward(),
+        train_dataset=pass_rate_dataset([0.5, 0.25]),
+        args=config(
+            tmp_path / "given", sampler="uneven_sampler.Given", max_steps=1, advantage_estimator="reinforce_ada"
+        ),
+    )
+    with caplog.at_level(logging.WARNING):
+        trainer.train()  # the sampler's own advantages win, and the unused estimator is named
+    assert trainer._last_advantages.tolist() == [0.25] * 8
+    assert "advantage_estimator='reinforce_ada''s, which is not used" in caplog.text
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import Any, Callable
 
 import torch
+from accelerate.logging import get_logger
 from accelerate.utils import gather_object
 
 from trl_ada.core.budget import remembered_posterior
@@ -24,6 +25,9 @@ from trl_ada.integration.prompt_keys import observe, row_key
 from trl_ada.integration.resume import SamplingState
 from trl_ada.integration.rollouts import StepSampling, plan_round, record_round, step_metrics, weighted_sum
 from trl_ada.samplers import SamplingContext, Selection, check_selection
+
+
+logger = get_logger(__name__)
 
 
 def sampling_context(
@@ -135,6 +139,11 @@ def settle(
     n, groups_of_n = args.num_generations, not args.replaces_grpo_advantages
     check_selection(selection, target, n, context.world_size, groups_of_n=groups_of_n)
     check_pools(step, selection, reward_weights)
+    if selection.advantages is not None and args.advantage_estimator != "grpo":
+        logger.warning_once(
+            f"sampler={args.sampler!r} returned its own advantages: they replace advantage_estimator="
+            f"{args.advantage_estimator!r}'s, which is not used."
+        )
     if context.world_size > 1:
         check_same_on_every_rank(selection)
     step.results, step.chosen, step.skipped = selection.results, selection.chosen, selection.skipped
