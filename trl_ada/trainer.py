@@ -42,7 +42,12 @@ from trl_ada.integration.context import log_step, sampling_context, settle
 from trl_ada.integration.generation_count import GenerationCount, counting_rollout_func, model_tokens
 from trl_ada.integration.pipelined_rank import RankEngine, check_reward_models_unsharded, decode, sample_pipelined
 from trl_ada.integration.refill import EpochSeededSampler
-from trl_ada.integration.resume import SamplingState, export_memory
+from trl_ada.integration.resume import (
+    SamplingState,
+    export_memory,
+    load_generation_buffer,
+    save_generation_buffer,
+)
 from trl_ada.integration.rollouts import (
     Sample,
     StepSampling,
@@ -331,8 +336,12 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _save_checkpoint(self, model, trial, *args, **kwargs):
         super()._save_checkpoint(model, trial, *args, **kwargs)
+        folder = os.path.join(self._get_output_dir(trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        save_generation_buffer(
+            folder, self.accelerator.process_index, self._step, self._buffered_inputs, generate_every
+        )
         if self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             self.sampling_state.save(folder, self.generation_count, self.args.sampling_active)
 
     def _load_optimizer_and_scheduler(self, checkpoint, *args, **kwargs):
@@ -340,6 +349,9 @@ class AdaGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint, *args, **kwargs)
         if checkpoint is not None:
             self.sampling_state.load(checkpoint, self.generation_count, logger.warning)
+            buffer = load_generation_buffer(checkpoint, self.accelerator.process_index, self.accelerator.device)
+            if buffer is not None:  # inside a generation batch: train on its rest, as the uninterrupted run
+                self._step, self._buffered_inputs = buffer
 
     def train(self, *args, **kwargs):
         output = super().train(*args, **kwargs)

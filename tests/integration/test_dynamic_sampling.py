@@ -245,6 +245,28 @@ def test_memory_and_refill_survive_a_resume_exactly(tiny_model, tmp_path, mode):
         fresh.train(resume_from_checkpoint=str(checkpoint))
 
 
+def test_a_checkpoint_inside_a_generation_batch_resumes_on_its_rest(tiny_model, tmp_path):
+    """GRPOTrainer trains each generation batch over steps_per_generation steps: resumed from inside one, a run
+    trains on the rest of that batch, as the uninterrupted run does, rather than generating, counting and remembering
+    it a second time."""
+    mode = dict(steps_per_generation=2, max_steps=4)  # batches generated for steps 1-2 and 3-4
+    uninterrupted = memory_run(tiny_model, tmp_path / "a", save_strategy="steps", save_steps=1, **mode)
+    uninterrupted.train()
+    checkpoint = tmp_path / "a" / "out" / "checkpoint-3"  # inside the second batch
+    assert (checkpoint / "ada_generation_buffer_0.pt").exists()
+    assert not (tmp_path / "a" / "out" / "checkpoint-2" / "ada_generation_buffer_0.pt").exists()  # at a boundary
+
+    resumed = memory_run(tiny_model, tmp_path / "b", **mode)
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    a, b = uninterrupted.prompt_memory.state_dict(), resumed.prompt_memory.state_dict()
+    assert all(np.array_equal(a[k], b[k]) for k in a)  # no prompt visited twice
+    assert uninterrupted.generation_count.state_dict() == resumed.generation_count.state_dict()  # nor counted twice
+    assert uninterrupted.sampling_state.refill.state_dict() == resumed.sampling_state.refill.state_dict()
+    assert uninterrupted.sampling_state.prompts_drawn == resumed.sampling_state.prompts_drawn
+    losses = [[h["loss"] for h in run.state.log_history if "loss" in h][-1] for run in (uninterrupted, resumed)]
+    assert losses[0] == losses[1]  # step 4 trained on the same samples
+
+
 def test_memory_learns_the_pass_rates_and_is_exported(tiny_model, tmp_path):
     trainer = memory_run(tiny_model, tmp_path, max_steps=6, dynamic_sampling=False)
     trainer.train()

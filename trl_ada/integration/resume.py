@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from datasets import Dataset
 
 from trl_ada.core.memory import GroupPrior, PromptMemory
@@ -33,6 +34,26 @@ MEMORY_STATE_FILE = "prompt_memory.npz"  # the prompt memory, in every checkpoin
 MEMORY_EXPORT_FILE = "prompt_memory.parquet"  # the readable export, in output_dir at the end of training
 GROUP_EXPORT_FILE = "prompt_groups.json"  # the group prior per group, in output_dir at the end of training
 GENERATION_COUNT_FILE = "ada_generation_count.json"  # generated completions and tokens so far, in every checkpoint
+BUFFER_FILE = "ada_generation_buffer_{rank}.pt"  # a rank's rest of a generation batch, in a checkpoint inside one
+
+
+def save_generation_buffer(folder: str, rank: int, step: int, buffered, generate_every: int) -> None:
+    """In a checkpoint taken inside a generation batch (GRPOTrainer trains each over `generate_every` micro-steps),
+    this rank's micro-step count and rest of the batch: a resume then trains on it as the uninterrupted run does,
+    instead of generating the batch again (and counting and remembering it twice)."""
+    if step % generate_every and buffered is not None:
+        os.makedirs(folder, exist_ok=True)
+        torch.save({"step": step, "buffered_inputs": buffered}, os.path.join(folder, BUFFER_FILE.format(rank=rank)))
+
+
+def load_generation_buffer(checkpoint: str, rank: int, device) -> tuple[int, list] | None:
+    """What `save_generation_buffer` wrote for this rank: (micro-step, buffered batches), or None (a checkpoint at
+    a generation batch's boundary)."""
+    path = os.path.join(checkpoint, BUFFER_FILE.format(rank=rank))
+    if not os.path.exists(path):
+        return None
+    state = torch.load(path, map_location=device, weights_only=False)  # our own file: tensors, lists, images
+    return state["step"], state["buffered_inputs"]
 
 
 def save_sampling_state(folder: str, prompts_drawn: int, refill=None, group_prior=None, memory=None) -> None:
@@ -165,6 +186,7 @@ class SamplingState:
 
 
 __all__ = [
+    "BUFFER_FILE",
     "GENERATION_COUNT_FILE",
     "GROUP_EXPORT_FILE",
     "MEMORY_EXPORT_FILE",
@@ -172,8 +194,10 @@ __all__ = [
     "SAMPLING_STATE_FILE",
     "SamplingState",
     "export_memory",
+    "load_generation_buffer",
     "load_generation_count",
     "load_sampling_state",
+    "save_generation_buffer",
     "save_generation_count",
     "save_sampling_state",
 ]

@@ -57,6 +57,10 @@ SEAMS: tuple[Seam, ...] = (
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "_log_metric", ("self", "name", "value")),
     # GRPOTrainer state the rounds read or keep in step with.
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "_last_loaded_step", kind="instance"),
+    # a checkpoint inside a generation batch keeps its rest: GRPOTrainer's micro-step count and buffered batches
+    Seam("trl.trainer.grpo_trainer.GRPOTrainer", "_step", kind="instance"),
+    Seam("trl.trainer.grpo_trainer.GRPOTrainer", "_buffered_inputs", kind="instance"),
+    Seam("trl.trainer.grpo_trainer.GRPOTrainer", "num_iterations", kind="instance"),
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "vllm_generation", kind="instance"),
     Seam("trl.trainer.grpo_trainer.GRPOTrainer", "reward_func_names", kind="instance"),  # names a sharded reward model
     # What the rounds merge into TRL's own logs, tokenize with, and count (eos ends a completion's model tokens).
