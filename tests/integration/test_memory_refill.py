@@ -130,6 +130,21 @@ def test_stream_visits_every_prompt_once_per_pass_and_resumes(size, seed, draws)
     assert resumed.draw(2 * size) == stream.draw(2 * size)
 
 
+@pytest.mark.parametrize(
+    "other, field",
+    [
+        (PromptStream(5, 1), "the training set's length"),
+        (PromptStream(10, 2), "seed"),
+        (PromptStream(10, 1, False), "shuffle"),
+    ],
+)
+def test_a_stream_saved_for_other_prompts_or_settings_is_refused_naming_them(other, field):
+    saved = PromptStream(10, 1)
+    saved.draw(8)
+    with pytest.raises(ValueError, match=f"saved with {field}"):
+        other.load_state_dict(saved.state_dict())
+
+
 def test_stream_unshuffled_and_independent_of_other_seeds():
     assert PromptStream(5, 0, shuffle=False).draw(7) == [0, 1, 2, 3, 4, 0, 1]
     assert PromptStream(50, 0).draw(50) != PromptStream(50, 1).draw(50)
@@ -453,8 +468,8 @@ def test_budget_with_a_group_prior_screens_unseen_prompts_of_an_extreme_group():
 
 
 def test_a_checkpoint_written_before_the_resume_module_still_resumes(tmp_path):
-    """The sampling state as trl-ada wrote it into checkpoints before `trl_ada.integration.resume` existed (2026-11-25: the JSON
-    below, key for key, and the memory's arrays through np.savez) loads into today's objects unchanged."""
+    """A checkpoint in the oldest format trl-ada reads (the JSON below, key for key, and the memory's arrays through
+    np.savez) loads into today's objects unchanged; today's writer adds only the refill stream's settings."""
     import json
 
     from trl_ada.integration.resume import load_sampling_state, save_sampling_state
@@ -479,16 +494,20 @@ def test_a_checkpoint_written_before_the_resume_module_still_resumes(tmp_path):
     )
     refill, prior, memory = PromptStream(16, seed=0), GroupPrior(0.9, 2.0, 2.0), PromptMemory(0.5, 1.0, 1.0)
     assert load_sampling_state(str(tmp_path), refill, prior, memory) == 37
-    assert refill.state_dict() == {"pass_index": 1, "position": 5, "drawn": 21}
+    assert {k: refill.state_dict()[k] for k in ("pass_index", "position", "drawn")} == {
+        "pass_index": 1,
+        "position": 5,
+        "drawn": 21,
+    }
     assert prior.state_dict()["groups"] == {"easy": [3.0, 2.5, 2.2, 0.1, 12.0]}
     assert memory.pass_rate(22) == pytest.approx((8.0 + 1.0) / (8.0 + 2.0)) and 11 in memory and len(memory) == 2
     # and today's writer writes the same files back
     again = tmp_path / "again"
     again.mkdir()
     save_sampling_state(str(again), 37, refill, prior, memory)
-    assert json.loads((again / "ada_sampling_state.json").read_text()) == json.loads(
-        (tmp_path / "ada_sampling_state.json").read_text()
-    )
+    expected = json.loads((tmp_path / "ada_sampling_state.json").read_text())
+    expected["refill"] |= {"num_prompts": 16, "seed": 0, "shuffle": True}  # checked on the next resume
+    assert json.loads((again / "ada_sampling_state.json").read_text()) == expected
     with np.load(again / "prompt_memory.npz") as saved, np.load(tmp_path / "prompt_memory.npz") as written:
         assert set(saved.files) == set(written.files)
         assert all(np.array_equal(saved[name], written[name]) for name in saved.files)

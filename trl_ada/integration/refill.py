@@ -55,9 +55,21 @@ class PromptStream:
         return drawn
 
     def state_dict(self) -> dict[str, int]:
-        return {"pass_index": self.pass_index, "position": self.position, "drawn": self.drawn}
+        settings = {"num_prompts": self.num_prompts, "seed": self.seed, "shuffle": self.shuffle}
+        return {"pass_index": self.pass_index, "position": self.position, "drawn": self.drawn, **settings}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
+        # The cursor walks one permutation: of another dataset's length, seed or order it points at other prompts.
+        for name, field, now in (
+            ("num_prompts", "the training set's length", self.num_prompts),
+            ("seed", "seed", self.seed),
+            ("shuffle", "shuffle_dataset", self.shuffle),
+        ):
+            if name in state and state[name] != now:  # checkpoints written before the settings were kept lack them
+                raise ValueError(
+                    f"the checkpoint's refill stream was saved with {field} = {state[name]!r}, this run has {now!r}: "
+                    "resume with the training set and settings the checkpoint was saved with, or start a new run."
+                )
         self.pass_index, self.position, self.drawn = state["pass_index"], state["position"], state["drawn"]
         self._order = self._permutation(self.pass_index)
 

@@ -82,7 +82,10 @@ def load_sampling_state(checkpoint: str, refill=None, group_prior=None, memory=N
         state = json.load(f)
     if refill is not None:
         if "refill" not in state:
-            raise ValueError(f"{checkpoint} was saved with dynamic_sampling=False: resume with the same setting.")
+            raise ValueError(
+                f"{checkpoint} was saved without a refill stream (dynamic_sampling, sampling_budget or a sampler of "
+                "yours that draws prompts): resume with the settings it was saved with."
+            )
         refill.load_state_dict(state["refill"])
     if group_prior is not None:
         if "group_prior" not in state:
@@ -172,7 +175,7 @@ class SamplingState:
                 f"{checkpoint} holds no generated totals (written by an earlier trl-ada): "
                 "sampling/generated_*_total count from 0 in this run."
             )
-        if self.refill is not None or self.memory is not None:
+        if self.refill is not None or self.memory is not None or self.group_prior is not None:
             self.prompts_drawn = load_sampling_state(checkpoint, self.refill, self.group_prior, self.memory)
 
     def export(self, output_dir: str, export_prompt_memory: Callable[[str], Any]) -> None:
