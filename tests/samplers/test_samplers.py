@@ -418,35 +418,20 @@ def test_a_sampler_with_unequal_groups_and_no_advantages_is_refused(tiny_model, 
         "        return selection\n"
     )
     monkeypatch.chdir(tmp_path)
-    trainer = AdaGRPOTrainer(
-        model=tiny_model,
-        reward_funcs=make_recording_reward(),
-        train_dataset=pass_rate_dataset([0.5, 0.25]),
-        args=config(tmp_path, sampler="uneven_sampler.Uneven", max_steps=1),
-    )
+
+    def trainer(folder, sampler, **kwargs):
+        args = config(folder, sampler=f"uneven_sampler.{sampler}", max_steps=1, **kwargs)
+        return recording_trainer(tiny_model, pass_rate_dataset([0.5, 0.25]), args)
+
     with pytest.raises(ValueError, match="gave no advantages"):
-        trainer.train()
-    trainer = AdaGRPOTrainer(
-        model=tiny_model,
-        reward_funcs=make_recording_reward(),
-        train_dataset=pass_rate_dataset([0.5, 0.25]),
-        args=config(
-            tmp_path / "est", sampler="uneven_sampler.Uneven", max_steps=1, advantage_estimator="reinforce_ada"
-        ),
-    )
-    trainer.train()  # the pooled estimator reads groups of any size
-    assert trainer.state.global_step == 1
-    trainer = AdaGRPOTrainer(
-        model=tiny_model,
-        reward_funcs=make_recording_reward(),
-        train_dataset=pass_rate_dataset([0.5, 0.25]),
-        args=config(
-            tmp_path / "given", sampler="uneven_sampler.Given", max_steps=1, advantage_estimator="reinforce_ada"
-        ),
-    )
+        trainer(tmp_path, "Uneven").train()
+    pooled = trainer(tmp_path / "est", "Uneven", advantage_estimator="reinforce_ada")
+    pooled.train()  # the pooled estimator reads groups of any size
+    assert pooled.state.global_step == 1
+    given = trainer(tmp_path / "given", "Given", advantage_estimator="reinforce_ada")
     with caplog.at_level(logging.WARNING):
-        trainer.train()  # the sampler's own advantages win, and the unused estimator is named
-    assert trainer._last_advantages.tolist() == [0.25] * 8
+        given.train()  # the sampler's own advantages win, and the unused estimator is named
+    assert given._last_advantages.tolist() == [0.25] * 8
     assert "advantage_estimator='reinforce_ada''s, which is not used" in caplog.text
 
 
