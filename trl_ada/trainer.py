@@ -335,7 +335,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         return EpochSeededSampler(super()._get_train_sampler(*args, **kwargs))
 
     def _save_checkpoint(self, model, trial, *args, **kwargs):
-        super()._save_checkpoint(model, trial, *args, **kwargs)
+        # Ours first: once TRL's checkpoint is complete (and older ones are rotated away), it holds the sampling state
         folder = os.path.join(self._get_output_dir(trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         generate_every = self.args.steps_per_generation * self.num_iterations
         save_generation_buffer(
@@ -343,6 +343,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         )
         if self.args.should_save:
             self.sampling_state.save(folder, self.generation_count, self.args.sampling_active)
+        super()._save_checkpoint(model, trial, *args, **kwargs)
 
     def _load_optimizer_and_scheduler(self, checkpoint, *args, **kwargs):
         # TRL restores its own extra state (the adaptive entropy controller) here too: called once, on resume.

@@ -3,6 +3,7 @@ two): trains only on groups with signal, honours the cap, counts every completio
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -265,6 +266,27 @@ def test_a_checkpoint_inside_a_generation_batch_resumes_on_its_rest(tiny_model, 
     assert uninterrupted.sampling_state.prompts_drawn == resumed.sampling_state.prompts_drawn
     losses = [[h["loss"] for h in run.state.log_history if "loss" in h][-1] for run in (uninterrupted, resumed)]
     assert losses[0] == losses[1]  # step 4 trained on the same samples
+
+
+def test_the_sampling_state_is_in_a_checkpoint_before_trl_writes_its_own(tiny_model, tmp_path):
+    """Once TRL's part of a checkpoint is written, transformers deletes older checkpoints (save_total_limit): the
+    sampling state must be in it by then, or a run stopped in between has no checkpoint it can resume from."""
+    present = []
+
+    class Watching(AdaGRPOTrainer):
+        def _save_rng_state(self, output_dir, *args, **kwargs):  # before the trainer state and the rotation
+            present.append(sorted(os.listdir(output_dir)))
+            return super()._save_rng_state(output_dir, *args, **kwargs)
+
+    saving = dict(save_strategy="steps", save_steps=1, save_total_limit=1)
+    args = tiny_args(tmp_path, per_device_train_batch_size=8, prompt_memory=True, dynamic_sampling=True, **saving)
+    trainer = Watching(
+        model=tiny_model, reward_funcs=make_recording_reward(), train_dataset=pass_rate_dataset([1.0, 0.5]), args=args
+    )
+    trainer.train()
+    assert len(present) == 2
+    for files in present:
+        assert {"ada_sampling_state.json", "prompt_memory.npz", "ada_generation_count.json"} <= set(files)
 
 
 def test_memory_learns_the_pass_rates_and_is_exported(tiny_model, tmp_path):

@@ -57,7 +57,7 @@ def load_generation_buffer(checkpoint: str, rank: int, device) -> tuple[int, lis
 
 
 def save_sampling_state(folder: str, prompts_drawn: int, refill=None, group_prior=None, memory=None) -> None:
-    """Write the sampling state into a checkpoint folder (TRL's, already written)."""
+    """Write the sampling state into a checkpoint folder."""
     state = {"prompts_drawn": prompts_drawn}
     if refill is not None:
         state["refill"] = refill.state_dict()
@@ -162,8 +162,9 @@ class SamplingState:
         return cls(memory, group_prior, refill)
 
     def save(self, folder: str, generation_count, sampling_active: bool) -> None:
-        """Write beside the checkpoint TRL just wrote in `folder`: the generated totals always (a GRPO run's cost
-        continues as well), the sampling state when sampling is on."""
+        """Write into the checkpoint folder TRL writes next: the generated totals always (a GRPO run's cost continues
+        as well), the sampling state when sampling is on."""
+        os.makedirs(folder, exist_ok=True)
         save_generation_count(folder, generation_count)
         if sampling_active:
             save_sampling_state(folder, self.prompts_drawn, self.refill, self.group_prior, self.memory)
