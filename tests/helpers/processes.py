@@ -18,8 +18,8 @@ def freeze_loaded_objects() -> None:
 def exit_worker() -> None:
     """End a launched worker whose results are on disk. The process group is torn down before the interpreter does
     it: left to exit, a rank once aborted after training had finished ("terminate called without an active
-    exception", exit code -6) while gloo's threads were destroyed. Even so, under load a rank still aborted there (CI,
-    2026-11-25: exit -6 after its JSON was written), so the worker leaves without the interpreter's teardown."""
+    exception", exit code -6) while gloo's threads were destroyed. Under load a rank can still abort there (exit -6
+    after its JSON is written), so the worker leaves without the interpreter's teardown."""
     import torch.distributed
 
     if torch.distributed.is_initialized():

@@ -108,7 +108,8 @@ def sample_request(prompts, k, known: int) -> tuple[list[int], list[int]]:
     """`context.sample(prompts, k)`'s arguments as prompt numbers and one count each, or a ValueError naming the
     mistake: a prompt twice in one call would give two samples the same place in its pool."""
 
-    def whole(value, low: int, high: float = math.inf) -> bool:  # numpy's integers too
+    # numpy's integers too: a sampler computes counts; `is_integer` stays strict for config fields (saved as JSON)
+    def whole(value, low: int, high: float = math.inf) -> bool:
         return isinstance(value, numbers.Integral) and not isinstance(value, bool) and low <= value <= high
 
     prompts = list(prompts)
