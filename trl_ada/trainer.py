@@ -37,8 +37,9 @@ require_trl_internals()  # before anything else imports them: a moved TRL intern
 from trl_ada.config import PAPER, AdaGRPOConfig, trainer_config
 from trl_ada.core.memory import text_only
 from trl_ada.core.sampling import PromptResult
-from trl_ada.integration import estimators, prompt_keys
+from trl_ada.integration import prompt_keys
 from trl_ada.integration.context import log_step, sampling_context, settle
+from trl_ada.integration.estimators import replace_advantages
 from trl_ada.integration.generation_count import GenerationCount, counting_rollout_func, model_tokens
 from trl_ada.integration.pipelined_rank import RankEngine, check_reward_models_unsharded, decode, sample_pipelined
 from trl_ada.integration.refill import EpochSeededSampler
@@ -60,7 +61,6 @@ from trl_ada.integration.rollouts import (
     weighted_sum,
 )
 from trl_ada.integration.support import (
-    check_prompt_column,
     check_trainer_arguments,
     checked_reward,
     environment_names,
@@ -90,10 +90,8 @@ class AdaGRPOTrainer(GRPOTrainer):
     from trl_ada.rewards import boxed_math_reward
 
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "What is 2 + 3?"}], "answer": "5"}] * 64)
-    args = AdaGRPOConfig(output_dir="out", num_generations=4, per_device_train_batch_size=8,
-                         reinforce_ada_choice="balanced")
-    trainer = AdaGRPOTrainer(model="Qwen/Qwen2.5-Math-1.5B", reward_funcs=boxed_math_reward, args=args,
-                             train_dataset=dataset)
+    args = AdaGRPOConfig(output_dir="out", num_generations=4, per_device_train_batch_size=8, reinforce_ada_choice="balanced")
+    trainer = AdaGRPOTrainer(model="Qwen/Qwen2.5-Math-1.5B", reward_funcs=boxed_math_reward, args=args, train_dataset=dataset)
     trainer.train()
     ```
     """
@@ -113,20 +111,15 @@ class AdaGRPOTrainer(GRPOTrainer):
         given = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *pos, **kwargs)
         check_trainer_arguments(args, given.arguments)  # before the model loads
         self._sampler = load_sampler(args)  # the allocation rule (trl_ada.samplers): its own checks, before the model
-        check_prompt_column(given.arguments.get("train_dataset"), given.arguments.get("environment_factory"))
         with vllm_generation_for(args):
             super().__init__(model, reward_funcs, args, *pos, **kwargs)
-        self.reward_funcs = [
-            func if isinstance(func, torch.nn.Module) else checked_reward(func, name)
-            for func, name in zip(self.reward_funcs, self.reward_func_names)
-        ]
+        self.reward_funcs = [checked_reward(f, name) for f, name in zip(self.reward_funcs, self.reward_func_names)]
         check_reward_models_unsharded(args.pipelined_rounds, self.reward_func_names, self.reward_funcs)
         warn_if_fewer_processes(self.accelerator.num_processes)
-        self._threshold_checked = self._warned_non_binary = False
+        self._warned: set[str] = set()  # the warnings given once per trainer (a log_extra column's among them)
         self._reward_call_rows = 0  # completions of the reward call in progress (log_metric's weight)
         self._logged_metric_rows: dict[str, list[int]] = collections.defaultdict(list)
         self._last_rewards_per_func = self._last_advantages = None  # of the kept completions, all ranks
-        self._warned_extra_columns: set[str] = set()
         # What sampling carries from step to step (and every checkpoint): the memory, group prior, refill stream
         self.sampling_state = SamplingState.for_settings(args, self.train_dataset, self.shuffle_dataset)
         self.prompt_memory, self.group_prior = self.sampling_state.memory, self.sampling_state.group_prior
@@ -146,22 +139,17 @@ class AdaGRPOTrainer(GRPOTrainer):
                 self._replace_advantages(output, results=None)
             return output
         n, world, rank = self.num_generations, self.accelerator.num_processes, self.accelerator.process_index
-        step = StepSampling(rows=[dict(row) for row in gather_object(inputs[::n])])
-        step.prompt_ids = self._tokenize(step.rows)
-        step.pool_rewards_per_func = [[] for _ in step.rows]
-        target = len(step.rows)
-        self._step_sampling = step
+        rows = [dict(row) for row in gather_object(inputs[::n])]
+        self._step_sampling = step = StepSampling(rows, self._tokenize(rows), [[] for _ in rows])
+        target = len(rows)
         metrics_before = {key: len(values) for key, values in self._metrics["train"].items()}
         try:
             context = self._sampling_context(step)
-            new_step = self.use_vllm and self.state.global_step != self._last_loaded_step
-            with awake_for_rounds(self.vllm_generation if self.use_vllm else None, sync=new_step):
-                if new_step:
-                    self._last_loaded_step = self.state.global_step
+            sync = self.use_vllm and self.state.global_step != self._last_loaded_step
+            self._last_loaded_step = self.state.global_step  # pushed below, once for all of the step's rounds
+            with awake_for_rounds(self.vllm_generation if self.use_vllm else None, sync=sync):
                 selection = self._sampler.sample(context, target)
-            memory_metrics = settle(
-                step, selection, context, self.sampling_state, self.args, target, self.reward_weights
-            )
+            settle(step, selection, context, self.sampling_state, self.args, target, self.reward_weights)
             merge_round_metrics(self._metrics["train"], metrics_before, step.rollout_sizes)
             merge_logged_metrics(self._pending_metrics, self._logged_metric_rows)
             local = step.chosen[rank * (target // world) : (rank + 1) * (target // world)]
@@ -173,8 +161,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             advantages = self._last_advantages  # None: TRL's statistics, of which only this rank's slice is at hand
             advantages = self.accelerator.gather(output["advantages"]) if advantages is None else advantages
             rewards = weighted_sum(self._last_rewards_per_func, self.reward_weights)
-            metrics, state = self._metrics["train"], self.sampling_state
-            log_step(metrics, step, advantages, rewards, self.args, state, self.train_dataset, memory_metrics)
+            log_step(self._metrics["train"], step, advantages, rewards, self.args, self.sampling_state)
         finally:
             self._step_sampling = None
         return output
@@ -238,14 +225,10 @@ class AdaGRPOTrainer(GRPOTrainer):
     def _score(self, inputs, prompts, completions, completion_ids) -> tuple[torch.Tensor, list[dict[str, Any]]]:
         """Every reward function's reward for each sample, and the log_extra values they wrote for it."""
         rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids)
-        warned, warn = self._warned_extra_columns, logger.warning
-        return rewards_per_func, take_extra_logs(self._pending_extra_logs, len(prompts), warned, warn)
+        return rewards_per_func, take_extra_logs(self._pending_extra_logs, len(prompts), self._warned)
 
     def _collect_selected(self, state: StepSampling, local: list[int]) -> list[Sample]:
-        samples = collect_selected(state, local)  # this rank's kept samples; their log_extra values follow them
-        for column in sorted({column for s in samples for column in s.extra_logs}):
-            self._pending_extra_logs[column] = [s.extra_logs.get(column) for s in samples]
-        return samples
+        return collect_selected(state, local, self._pending_extra_logs)  # this rank's kept samples, all it logs
 
     # --- Seam 2: generation: a round keeps TRL's output; for the training batch TRL gets the kept samples ---------
 
@@ -254,50 +237,38 @@ class AdaGRPOTrainer(GRPOTrainer):
         if step is not None and step.local_samples is not None:  # TRL builds the training batch: the kept samples
             samples, step.local_samples = step.local_samples, None
             kept = join_rollout(samples, expected=len(prompts))
-            self.generation_count.add(trained_tokens=model_tokens(kept[1]))
-            self.generation_count.flush(self.accelerator)  # the step's sampling is over, on every rank at once
+            self.generation_count.add_trained(kept[1], self.accelerator)  # the step's sampling is over, on every rank
             return kept
         generated = super()._generate(prompts, *args, **kwargs)
-        counting = self._counting_generation()
-        if counting:  # the rows returned are the completions (with tools: one per sample, whatever its turns)
-            self.generation_count.add(completions=len(generated[1]))
+        if self._counting_generation():  # outside a round (plain sampling) the batch is all there is, every rank here
+            self.generation_count.add_generated(generated[1], self.accelerator, trained=self._rollout_capture is None)
         if self._rollout_capture is not None:  # a round (_rollout): keep it, skip the rest
             self._rollout_capture = (prompts, generated)
             raise _RolloutTaken
-        if counting:  # plain sampling: this generation batch is all there is, and every rank is here
-            self.generation_count.add(trained_tokens=model_tokens(generated[1]))  # every sample is trained on
-            self.generation_count.flush(self.accelerator)
         return generated
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
         if self._rollout_capture is not None:
             num_generations = 1  # a round's rows are single samples, not groups of num_generations (vLLM server mode)
-        completion_ids, logprobs = super()._generate_single_turn(
-            prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
-        )
+        output = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs)
         if self._counting_generation():  # every turn as written, also one the tool loop then cuts to length
-            self.generation_count.add(tokens=model_tokens(completion_ids))
-        return completion_ids, logprobs
+            self.generation_count.add(tokens=model_tokens(output[0]))  # output[0]: the completion ids
+        return output
 
     def _counting_generation(self) -> bool:
         return self.generation_count is not None and self.model.training  # evaluation is no training cost
 
     # --- Seam 3: rewards and advantages -------------------------------------------------------------------------
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list, *args, **kwargs):
-        state = self._step_sampling
-        if state is not None and state.selected_rewards_per_func is not None:
-            rewards_per_func = state.selected_rewards_per_func  # scored during the rounds: never score twice
-        else:
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids, *args, **kwargs):
+        step = self._step_sampling
+        rewards_per_func = None if step is None else step.selected_rewards_per_func  # scored in the rounds: not twice
+        if rewards_per_func is None:
             self._reward_call_rows = len(prompts)
             rewards_per_func = super()._calculate_rewards(
-                inputs, prompts, completions, completion_ids_list, *args, **kwargs
+                inputs, prompts, completions, completion_ids, *args, **kwargs
             )
-            # the threshold decides what counts as positive in the exit rules, the selection and the memory
-            if not self._threshold_checked and (self.args.multiround_adaptive_downsampling or self.args.prompt_memory):
-                self._threshold_checked = warn_if_threshold_outside(
-                    self.args.positive_threshold, weighted_sum(rewards_per_func, self.reward_weights)
-                )
+            warn_if_threshold_outside(self.args, weighted_sum(rewards_per_func, self.reward_weights), self._warned)
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
 
@@ -306,21 +277,10 @@ class AdaGRPOTrainer(GRPOTrainer):
         self._logged_metric_rows[name].append(self._reward_call_rows)  # the step's value weighs each call by it
 
     def _replace_advantages(self, output: dict[str, Any], results: list[PromptResult] | None) -> None:
-        """Swap TRL's GRPO advantages for the sampler's or the configured estimator's (`results`: the chosen
-        prompts' sampling)."""
-        step = self._step_sampling
-        if step is not None and step.advantages is not None:  # the sampler's own
-            values = [step.advantages[p] for p in step.chosen]
-        elif self.args.replaces_grpo_advantages:
-            if not self._warned_non_binary:
-                self._warned_non_binary = estimators.warn_if_not_binary(self.args, results or [])
-            rewards = weighted_sum(self._last_rewards_per_func, self.reward_weights).tolist()
-            values = estimators.step_advantages(self.args, rewards, self.num_generations, results)
-        else:
-            self._last_advantages = None  # TRL's own group statistics, already in `output`
-            return
-        rank = self.accelerator.process_index
-        self._last_advantages = estimators.install(output, values, rank, self._logs["advantages"])
+        rewards, rank = weighted_sum(self._last_rewards_per_func, self.reward_weights), self.accelerator.process_index
+        self._last_advantages = replace_advantages(  # None: TRL's own group statistics stand in `output`
+            output, self._step_sampling, results, rewards, self.args, rank, self._logs["advantages"], self._warned
+        )
 
     # --- Logs and the checkpoint (which carries the sampling state) ------------------------------------------------
 
@@ -337,10 +297,7 @@ class AdaGRPOTrainer(GRPOTrainer):
     def _save_checkpoint(self, model, trial, *args, **kwargs):
         # Ours first: once TRL's checkpoint is complete (and older ones are rotated away), it holds the sampling state
         folder = os.path.join(self._get_output_dir(trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-        generate_every = self.args.steps_per_generation * self.num_iterations
-        save_generation_buffer(
-            folder, self.accelerator.process_index, self._step, self._buffered_inputs, generate_every
-        )
+        save_generation_buffer(folder, self.accelerator.process_index, self._step, self._buffered_inputs, self.args)
         if self.args.should_save:
             self.sampling_state.save(folder, self.generation_count, self.args.sampling_active)
         super()._save_checkpoint(model, trial, *args, **kwargs)

@@ -134,9 +134,10 @@ def settle(
     args,
     target: int,
     reward_weights: torch.Tensor,
-) -> dict[str, float]:
+) -> None:
     """Check the sampler's decision for the batch's `target` prompts and keep it in the step's bookkeeping; count the
-    prompts drawn, and fold every scored sample into the prompt memory and the group prior (returns their metrics)."""
+    prompts drawn, and fold every scored sample into the prompt memory and the group prior (their metrics go to
+    `step.memory_metrics`)."""
     n, groups_of_n = args.num_generations, not args.replaces_grpo_advantages
     check_selection(selection, target, n, context.world_size, groups_of_n=groups_of_n)
     check_pools(step, selection, reward_weights)
@@ -155,7 +156,9 @@ def settle(
     state.prompts_drawn += len(step.results) + step.skipped
     keys = [context.prompt_key(prompt) for prompt in step.results] if state.memory is not None else []
     column, threshold = args.prompt_memory_group_column, args.positive_threshold
-    return observe(step, keys, state.memory, state.group_prior, column, threshold, n, context.global_step)
+    step.memory_metrics = observe(
+        step, keys, state.memory, state.group_prior, column, threshold, n, context.global_step
+    )
 
 
 def check_pools(step: StepSampling, selection: Selection, reward_weights: torch.Tensor) -> None:
@@ -197,8 +200,6 @@ def log_step(
     rewards,
     args,
     state: SamplingState,
-    train_dataset,
-    memory_metrics: dict[str, float],
 ) -> None:
     """Add the step's `sampling/*` metrics to GRPOTrainer's (`advantages`, `rewards`: of the kept samples, all ranks),
     and correct its `frac_reward_zero_std` where the kept groups are not TRL's groups of num_generations."""
@@ -206,9 +207,9 @@ def log_step(
     unequal = any(len(step.results[p].selected) != n for p in step.chosen)
     if args.reinforce_ada_est or step.advantages is not None or unequal:  # TRL reads groups of n with its own scaling
         metrics["frac_reward_zero_std"][-1] = estimators.zero_std_fraction(rewards, step)
-    epochs_drawn = state.prompts_drawn / len(train_dataset) if state.refill is not None else None
+    epochs_drawn = state.prompts_drawn / state.refill.num_prompts if state.refill is not None else None
     budget = args.sampling_budget is not None
-    for name, value in {**step_metrics(step, advantages, n, budget, epochs_drawn), **memory_metrics}.items():
+    for name, value in {**step_metrics(step, advantages, n, budget, epochs_drawn), **step.memory_metrics}.items():
         metrics[name].append(value)
 
 

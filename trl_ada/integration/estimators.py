@@ -105,6 +105,24 @@ def zero_std_fraction(rewards: torch.Tensor, step) -> float:
     return zero / rewards.numel()
 
 
+def replace_advantages(
+    output: dict, step, results: list[PromptResult] | None, rewards: torch.Tensor, args, rank: int, logged, warned
+) -> torch.Tensor | None:
+    """Swap TRL's GRPO advantages in `output` for the sampler's own (`step.advantages`) or the configured
+    estimator's, computed from `rewards` (the kept samples' weighted rewards, all ranks) and `results` (the chosen
+    prompts' sampling, None when sampling is off). Returns the installed advantages, all ranks; None where TRL's
+    group statistics stand. `warned` holds the warnings given once per trainer."""
+    if step is not None and step.advantages is not None:
+        values = [step.advantages[p] for p in step.chosen]
+    elif args.replaces_grpo_advantages:
+        if "not_binary" not in warned and warn_if_not_binary(args, results or []):
+            warned.add("not_binary")
+        values = step_advantages(args, rewards.tolist(), args.num_generations, results)
+    else:
+        return None
+    return install(output, values, rank, logged)
+
+
 def install(output: dict, values: list[list[float]], rank: int, logged: list) -> torch.Tensor:
     """Put the step's advantages (all ranks, `values` per chosen prompt) in TRL's `output` (this rank's rows) and in
     its completions-table log (`logged`, where TRL left its GRPO advantages); return them, all ranks."""

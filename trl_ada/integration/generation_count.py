@@ -55,6 +55,19 @@ class GenerationCount:
         self._pending[1] += int(tokens)
         self._pending[2] += int(trained_tokens)
 
+    def add_generated(self, completion_ids: Sequence[Sequence[int]], accelerator, trained: bool) -> None:
+        """Count the rows a generation call returned, one completion each (with tools: one per sample, whatever its
+        turns). `trained`: they are the whole generation batch and every one goes to the loss (plain sampling)."""
+        self.add(completions=len(completion_ids))
+        if trained:
+            self.add_trained(completion_ids, accelerator)
+
+    def add_trained(self, completion_ids: Sequence[Sequence[int]], accelerator) -> None:
+        """Count the completion tokens of the rows this process hands the loss, then `flush`: called where the
+        generation batch's sampling is over, on every process at once."""
+        self.add(trained_tokens=model_tokens(completion_ids))
+        self.flush(accelerator)
+
     def flush(self, accelerator) -> None:
         """Add every process's pending counts to the totals. A collective: every process must call it together."""
         pending = torch.tensor([self._pending], dtype=torch.long, device=accelerator.device)

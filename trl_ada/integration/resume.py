@@ -37,11 +37,11 @@ GENERATION_COUNT_FILE = "ada_generation_count.json"  # generated completions and
 BUFFER_FILE = "ada_generation_buffer_{rank}.pt"  # a rank's rest of a generation batch, in a checkpoint inside one
 
 
-def save_generation_buffer(folder: str, rank: int, step: int, buffered, generate_every: int) -> None:
-    """In a checkpoint taken inside a generation batch (GRPOTrainer trains each over `generate_every` micro-steps),
-    this rank's micro-step count and rest of the batch: a resume then trains on it as the uninterrupted run does,
-    instead of generating the batch again (and counting and remembering it twice)."""
-    if step % generate_every and buffered is not None:
+def save_generation_buffer(folder: str, rank: int, step: int, buffered, args) -> None:
+    """In a checkpoint taken inside a generation batch (GRPOTrainer trains each over steps_per_generation x
+    num_iterations micro-steps), this rank's micro-step count and rest of the batch: a resume then trains on it as
+    the uninterrupted run does, instead of generating the batch again (and counting and remembering it twice)."""
+    if step % (args.steps_per_generation * args.num_iterations) and buffered is not None:
         os.makedirs(folder, exist_ok=True)
         torch.save({"step": step, "buffered_inputs": buffered}, os.path.join(folder, BUFFER_FILE.format(rank=rank)))
 

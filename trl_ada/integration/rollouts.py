@@ -21,9 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from accelerate.logging import get_logger
 from accelerate.utils import gather_object
 
 from trl_ada.core.sampling import PromptResult
+
+
+logger = get_logger(__name__)
 
 
 @dataclass
@@ -221,6 +225,7 @@ class StepSampling:
     padding_samples: int = 0
     rollout_sizes: list[int] = field(default_factory=list)  # samples per `_generate` call, all ranks (metric weights)
     pipelined: dict[str, float] = field(default_factory=dict)  # pipelined_rounds: engine statistics, all batches
+    memory_metrics: dict[str, float] = field(default_factory=dict)  # the prompt memory's and group prior's, settled
 
 
 def step_metrics(
@@ -315,29 +320,35 @@ def record_round(
     return [values[end - count : end] for end, count in zip(ends, round_.counts)]
 
 
-def take_extra_logs(pending: dict[str, list], count: int, warned: set[str], warn) -> list[dict[str, Any]]:
+def take_extra_logs(pending: dict[str, list], count: int, warned: set[str]) -> list[dict[str, Any]]:
     """The log_extra columns the reward functions just wrote for `count` samples, taken out of TRL's buffer
     (`pending`), one dict per sample.
 
     They belong to these samples and follow their completion, kept or not (TRL would otherwise flush every
     round's values into the completions table, next to the wrong completions). A column without one value per
-    sample is dropped, with one warning per column (`warned` holds the columns warned about)."""
+    sample is dropped, with one warning per column (`warned` holds the warnings given)."""
     extra = {column: values for column, values in pending.items() if len(values) == count}
-    for column in set(pending) - set(extra) - warned:
-        warned.add(column)
-        warn(f"log_extra column {column!r} does not hold one value per completion; it is not logged.")
+    for column in sorted(set(pending) - set(extra)):
+        if f"log_extra {column}" in warned:
+            continue
+        warned.add(f"log_extra {column}")
+        logger.warning(f"log_extra column {column!r} does not hold one value per completion; it is not logged.")
     pending.clear()
     return [{column: values[i] for column, values in extra.items()} for i in range(count)]
 
 
-def collect_selected(state: StepSampling, local: list[int]) -> list[Sample]:
+def collect_selected(state: StepSampling, local: list[int], pending_extra_logs: dict[str, list]) -> list[Sample]:
     """Send each selected sample of a chosen prompt to the rank that trains on it (a gather over all ranks); return
-    this rank's (`local`: its chosen prompts), in the order TRL lays their rows out."""
+    this rank's (`local`: its chosen prompts), in the order TRL lays their rows out. Their log_extra values follow
+    them into TRL's buffer (`pending_extra_logs`), next to the completions TRL logs."""
     wanted = {(p, i) for p in state.chosen for i in state.results[p].selected}
     selected: dict[tuple[int, int], Sample] = {}
     for part in gather_object([{key: s for key, s in state.generated.items() if key in wanted}]):
         selected.update(part)
-    return [selected[(p, i)] for p in local for i in state.results[p].selected]
+    samples = [selected[(p, i)] for p in local for i in state.results[p].selected]
+    for column in sorted({column for s in samples for column in s.extra_logs}):
+        pending_extra_logs[column] = [s.extra_logs.get(column) for s in samples]
+    return samples
 
 
 def weighted_sum(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -30,11 +30,13 @@ ROLLOUT_KINDS = ("tools", "rollout_func", "environment_factory")
 
 
 def check_trainer_arguments(args, arguments: dict) -> None:
-    """Raise a ValueError naming the argument and the fix for a combination sampling cannot run."""
-    if not args.sampling_active:
-        return
+    """Raise a ValueError naming the argument and the fix for a combination sampling cannot run, or a training set
+    without the prompt column GRPOTrainer reads."""
     dataset = arguments.get("train_dataset")
     environments = arguments.get("environment_factory")
+    check_prompt_column(dataset, environments)
+    if not args.sampling_active:
+        return
     if dataset is None and not environments:
         # TRL's own check, raised before the model loads.
         raise ValueError(
@@ -95,7 +97,10 @@ def check_prompt_column(dataset, environment_factory=None) -> None:
 def checked_reward(func, name: str):
     """`func` as GRPOTrainer calls it, with its output checked: one number (or None: unscorable) per completion.
     A string or a list where a number belongs would otherwise fail inside TRL as `too many dimensions 'str'`,
-    naming neither the function nor the value."""
+    naming neither the function nor the value. A reward model (an `nn.Module`) is returned as it is: TRL scores
+    it itself."""
+    if isinstance(func, torch.nn.Module):
+        return func
 
     def check(rewards, completions):
         if rewards is None or isinstance(rewards, (str, bytes)) or not hasattr(rewards, "__len__"):
@@ -131,12 +136,17 @@ def checked_reward(func, name: str):
     return checked
 
 
-def warn_if_threshold_outside(threshold: float, rewards: torch.Tensor) -> bool:
+def warn_if_threshold_outside(args, rewards: torch.Tensor, warned: set[str]) -> None:
     """Warn when `positive_threshold` lies outside the range of the rewards seen, once rewards differ (a first
-    batch that is all wrong says nothing yet). Returns whether the check was made, so the caller makes it once."""
+    batch that is all wrong says nothing yet), where the threshold decides what counts as positive: the exit rules,
+    the selection and the memory. Checked once per trainer (`warned` holds the warnings given)."""
+    if "positive_threshold" in warned or not (args.multiround_adaptive_downsampling or args.prompt_memory):
+        return
     scorable = rewards[~torch.isnan(rewards)]
     if scorable.numel() == 0 or scorable.max() == scorable.min():
-        return False
+        return
+    warned.add("positive_threshold")
+    threshold = args.positive_threshold
     low, high = scorable.min().item(), scorable.max().item()
     if threshold >= high or threshold < low:
         warnings.warn(
@@ -150,7 +160,6 @@ def warn_if_threshold_outside(threshold: float, rewards: torch.Tensor) -> bool:
             + "Set positive_threshold between your reward's values (0.5 for 0/1 rewards).",
             stacklevel=3,
         )
-    return True
 
 
 def requested_processes(pid: int | None = None) -> int | None:
