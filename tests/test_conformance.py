@@ -246,6 +246,9 @@ SAMPLERS = {  # adaptive sampling on, the four ways a user turns it on
     "knapsack": dict(sampler="knapsack", max_steps=3, learning_rate=0.0),  # as Est: groups of unequal sizes
 }
 OFF = dict(multiround_adaptive_downsampling=False)
+# The agent cells' common part: the tool model in TRL's tool-calling loop, the scripted policy answering for it; that
+# generation cannot be handed to GRPOTrainer, so they train without a replay.
+TOOL_LOOP = dict(model="tools", policy=True, replay=False, config=dict(max_completion_length=96))
 
 
 @dataclass
@@ -409,43 +412,34 @@ CELLS = [
     Cell(
         "tools",
         "`tools=[...]` (the tool-calling loop)",
-        model="tools",
         dataset=lambda: calculator_dataset(8),
         rewards=lambda models: product_reward,
         kwargs=lambda models: {"tools": [multiply]},
-        policy=True,
-        replay=False,
-        config=dict(max_completion_length=96),
         samplers=("balanced", "dynamic", "est", "knapsack"),
+        **TOOL_LOOP,
     ),
     Cell(
         "environment",
         "`environment_factory` (one environment per rollout)",
-        model="tools",
         dataset=lambda: calculator_dataset(8),
         rewards=lambda models: product_reward,
         kwargs=lambda models: {"environment_factory": ProductEnv},
-        policy=True,
-        replay=False,
-        config=dict(max_completion_length=96),
         samplers=("positive_focused",),
         requires="transformers >= 5.2",
         needs=None if ENVIRONMENTS else "environment_factory needs transformers >= 5.2",
+        **TOOL_LOOP,
     ),
     Cell(
         "environment-routed",
         "`environment_factory` dict, a dataset of only an `environment` column (`reset()` "
         "supplies the prompt, `get_reward` the reward)",
-        model="tools",
         dataset=routing_dataset,
         rewards=lambda models: None,
         kwargs=lambda models: {"environment_factory": {"asking": AskingEnv, "other": OtherAskingEnv}},
-        policy=True,
-        replay=False,
-        config=dict(max_completion_length=96),
         samplers=("balanced", "dynamic"),
         requires="transformers >= 5.2",
         needs=None if ENVIRONMENTS else "environment_factory needs transformers >= 5.2",
+        **TOOL_LOOP,
     ),
     Cell(
         "rollout-func",

@@ -690,9 +690,9 @@ def main(argv=None) -> None:
         hf = model_generator(args.model, args.max_new_tokens, seed=args.seed, compact=False, device=args.device)
         result = pilot(
             generate,
-            args.pilot_questions,
-            args.pilot_samples,
-            args.pilot_batch_sizes,
+            questions=args.pilot_questions,
+            samples=args.pilot_samples,
+            batch_sizes=args.pilot_batch_sizes,
             kinds=args.pilot_kinds,
             generate_hf=hf,
         )

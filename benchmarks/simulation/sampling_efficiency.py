@@ -550,12 +550,11 @@ def main(argv=None) -> None:
         for label, row in rows.items():
             for prefix, (marker, color, filled) in styles.items():
                 if label.startswith(prefix):
-                    face = color if filled else "none"
                     ax.scatter(
                         *per_prompt(row)[:2],
                         marker=marker,
                         s=60,
-                        facecolors=face,
+                        facecolors=color if filled else "none",
                         edgecolors=color,
                         label=label,
                         zorder=3,

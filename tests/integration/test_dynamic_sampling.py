@@ -16,6 +16,8 @@ from trl_ada.core.memory import prompt_key
 
 
 pytestmark = pytest.mark.slow
+# Pass rates: an easy and a hard prompt, never with signal (all samples agree), and two that usually have it.
+MIXED = [1.0, 0.0, 0.5, 0.3]
 
 
 def train(tiny_model, tmp_path, rates, repeat=8, **kwargs):
@@ -35,12 +37,7 @@ def train(tiny_model, tmp_path, rates, repeat=8, **kwargs):
 def test_dynamic_sampling_trains_only_on_groups_with_signal(tiny_model, tmp_path, adaptive):
     # Two prompts per step; easy (1.0) and hard (0.0) prompts never have signal, the 0.5 and 0.3 ones usually do.
     trainer, reward, logs = train(
-        tiny_model,
-        tmp_path,
-        [1.0, 0.0, 0.5, 0.3],
-        max_steps=3,
-        dynamic_sampling=True,
-        multiround_adaptive_downsampling=adaptive,
+        tiny_model, tmp_path, MIXED, max_steps=3, dynamic_sampling=True, multiround_adaptive_downsampling=adaptive
     )
     assert len(logs) == 3
     for end_output in trainer.recorded:
@@ -67,7 +64,7 @@ def test_steps_per_generation_above_one(tiny_model, tmp_path):
     trainer, reward, logs = train(
         tiny_model,
         tmp_path,
-        [1.0, 0.0, 0.5, 0.3],
+        MIXED,
         max_steps=4,
         dynamic_sampling=True,
         per_device_train_batch_size=4,
@@ -114,7 +111,7 @@ def test_budget_caps_every_step_and_screens_out_remembered_extremes(tiny_model, 
     # 4 distinct prompts, 2 per step, 8 steps: every prompt is seen in the first 2 steps, then the memory knows that
     # the 1.0 and 0.0 prompts come back uniform.
     trainer, reward, logs = train(
-        tiny_model, tmp_path, [1.0, 0.0, 0.5, 0.3], repeat=1, max_steps=8, sampling_budget=6.0, prompt_memory=True
+        tiny_model, tmp_path, MIXED, repeat=1, max_steps=8, sampling_budget=6.0, prompt_memory=True
     )
     assert len(logs) == 8
     for h in logs:  # the hard cap: 6 per trained prompt, everything generated included
@@ -136,7 +133,7 @@ def test_budget_with_lora_and_steps_per_generation(tiny_model, tmp_path):
     trainer = AdaGRPOTrainer(
         model=tiny_model,
         reward_funcs=reward,
-        train_dataset=pass_rate_dataset([1.0, 0.0, 0.5, 0.3], repeat=1),
+        train_dataset=pass_rate_dataset(MIXED, repeat=1),
         args=tiny_args(
             tmp_path,
             per_device_train_batch_size=4,

@@ -139,9 +139,9 @@ def check_inputs(args, arms: list[Arm]) -> None:
 def run_one(args, arm: Arm, seed: int) -> dict:
     """Train one (arm, seed) and return its record (also written to results/<arm>-seed<seed>.json)."""
     from transformers import AutoTokenizer, PrinterCallback
-    from trl import get_peft_config
 
     from trl_ada.cli.train import (
+        build_trainer,
         load_agents,
         load_reward_funcs,
         load_train_dataset,
@@ -149,7 +149,6 @@ def run_one(args, arm: Arm, seed: int) -> dict:
         resolve_model,
         with_dataset,
     )
-    from trl_ada.trainer import AdaGRPOTrainer
 
     run_dir = os.path.join(args.output_dir, "runs", f"{arm.name}-seed{seed}")
     script_args, training_args, model_args = parse_recipe(run_argv(args, arm, seed, run_dir))
@@ -200,14 +199,8 @@ def run_one(args, arm: Arm, seed: int) -> dict:
     if checkpoint is not None:
         progress.resume(cut_record)
         print(f"[compare] {arm.name} seed {seed}: continuing from the cut at step {cut_record['steps']}", flush=True)
-    trainer = AdaGRPOTrainer(
-        model=model,
-        reward_funcs=reward_funcs,
-        args=training_args,
-        train_dataset=train,
-        peft_config=get_peft_config(model_args),
-        callbacks=[progress],
-        **load_agents(script_args),
+    trainer = build_trainer(
+        model, reward_funcs, training_args, model_args, train, load_agents(script_args), callbacks=[progress]
     )
     trainer.remove_callback(PrinterCallback)  # one line per evaluation instead (runs in parallel share a terminal)
     progress.count = trainer.generation_count  # what the trainer generated, counted on every sampling path

@@ -294,6 +294,23 @@ def resolve_model(name: str | None, training_args, warm_start_steps: int = 300) 
     return os.path.abspath(folder) if os.path.isdir(folder) else name
 
 
+def build_trainer(
+    model: str, reward_funcs, training_args, model_args, train_dataset, agents: dict, **kwargs
+) -> AdaGRPOTrainer:
+    """AdaGRPOTrainer as trl-ada-train and trl-ada-compare build it from a recipe: `model` from `resolve_model`, LoRA
+    from `model_args` (`use_peft`), the tools or environment of `load_agents`; `kwargs` (e.g. callbacks) go to the
+    trainer as they are."""
+    return AdaGRPOTrainer(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=training_args,
+        train_dataset=train_dataset,
+        peft_config=get_peft_config(model_args),
+        **agents,
+        **kwargs,
+    )
+
+
 def main(argv=None):
     script_args, training_args, model_args = parse_recipe(argv)
     # The recipe's imports and data first: a typo there fails in seconds, before a model is built or warm-started.
@@ -304,14 +321,7 @@ def main(argv=None):
     if model_args.dtype not in (None, "auto"):
         training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype}
 
-    trainer = AdaGRPOTrainer(
-        model=model,
-        reward_funcs=reward_funcs,
-        args=training_args,
-        train_dataset=train_dataset,
-        peft_config=get_peft_config(model_args),
-        **agents,
-    )
+    trainer = build_trainer(model, reward_funcs, training_args, model_args, train_dataset, agents)
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     trainer.save_state()  # trainer_state.json beside the model: what trl-ada-eval hands a reward that reads it

@@ -10,6 +10,7 @@ checkpoint:
 
 from __future__ import annotations
 
+import inspect
 import os
 import random
 
@@ -67,31 +68,26 @@ def build_tokenizer(
 
 
 def build_tiny_model(
-    output_dir: str,
-    hidden_size: int = 64,
-    num_layers: int = 2,
-    vocab_size: int = 512,
-    seed: int = 0,
-    num_attention_heads: int = 4,
-    num_key_value_heads: int = 2,
-    tools: bool = False,
+    output_dir: str, *, vocab_size: int = 512, seed: int = 0, tools: bool = False, **sizes: int
 ) -> str:
     """Build (or reuse, if already there) the tiny model and tokenizer in `output_dir`; returns the path.
 
-    The default has head_dim 16 (64 / 4 heads), which vLLM's CPU attention kernel refuses; `VLLM_CPU_TINY` is a
-    variant it accepts (head_dim 64): `build_tiny_model(path, **VLLM_CPU_TINY)`.
+    `sizes` (hidden_size, num_layers, num_attention_heads, num_key_value_heads) go to `tiny_qwen2_fields`, which
+    holds their defaults. The default has head_dim 16 (64 / 4 heads), which vLLM's CPU attention kernel refuses;
+    `VLLM_CPU_TINY` is a variant it accepts (head_dim 64): `build_tiny_model(path, **VLLM_CPU_TINY)`.
 
     `tools=True` gives the tokenizer TRL's Qwen2.5 chat template (`trl/chat_templates/qwen2_5.jinja`: tool schemas,
     `<tool_call>` and `<tool_response>`), for which TRL parses tool calls, and a context of 2048 positions, so
     that TRL's tool-calling loop runs on it; its BPE learns the template's fixed text, so prompts stay short.
     """
+    inspect.signature(tiny_qwen2_fields).bind(None, **sizes)  # a misspelled size fails here, also on a reused folder
     if os.path.exists(os.path.join(output_dir, "config.json")) and os.path.exists(
         os.path.join(output_dir, "tokenizer.json")
     ):
         return output_dir
     torch.manual_seed(seed)
     tokenizer = build_tool_tokenizer(4 * vocab_size, seed) if tools else build_tokenizer(vocab_size, seed)
-    text = tiny_qwen2_fields(tokenizer, hidden_size, num_layers, num_attention_heads, num_key_value_heads)
+    text = tiny_qwen2_fields(tokenizer, **sizes)
     text.update(max_position_embeddings=2048 if tools else 512, tie_word_embeddings=True, bos_token_id=None)
     model = AutoModelForCausalLM.from_config(Qwen2Config(**text))
     return _save(model, tokenizer, output_dir, tokenizer)
