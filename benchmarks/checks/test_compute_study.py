@@ -306,3 +306,26 @@ def test_the_readme_status_table_is_what_the_committed_records_hold():
     hours = sum(record["train_seconds"] + record["eval_seconds"] for record in records.values()) / 3600
     assert f"CPU so far: {hours:.1f} hours in the confirmatory records" in prose
     assert f"{len(registered_arms) * len(registered_seeds) - len(records)} runs to go" in prose
+
+
+def test_peaks_finds_each_runs_peak_and_the_best_so_far_curve(tmp_path):
+    """peaks.py on records whose curves are known: a run that rises to 0.6 at 32k tokens and falls back to 0.3 by
+    the budget peaks there (before the window), one still rising peaks at its last evaluation, and the best-so-far
+    curve holds each run's running maximum."""
+    peaks = load_script("benchmarks/compute_study/peaks.py", "compute_study_peaks")
+    falling, rising = synthetic_record("grpo_n4", 200, 0.0), synthetic_record("budget4", 200, 0.0)
+    for record, shape in ((falling, lambda t: 0.6 - abs(t - 32_000) / 32_000 * 0.3), (rising, lambda t: t / 80_000)):
+        for point in record["curve"]:
+            point["greedy"] = shape(point["tokens"]) if point["tokens"] else 0.0
+    write_results(tmp_path / "study", [falling, rising])
+    report = peaks.main([str(tmp_path / "study"), "--out", str(tmp_path / "peaks")])
+    down, up = report["arms"]["grpo_n4"], report["arms"]["budget4"]
+    assert down["per_seed"][200]["peak_tokens"] == 32_000 and down["per_seed"][200]["peak"] == pytest.approx(0.6)
+    assert down["last"]["mean"] == pytest.approx(0.3) and down["fall_from_peak"]["mean"] == pytest.approx(0.3)
+    assert down["peaked_before_window"] == 1 and up["peaked_before_window"] == 0
+    assert up["per_seed"][200]["peak_tokens"] == 64_000 and up["fall_from_peak"]["mean"] == 0.0
+    grid = report["grid"]
+    at = grid.index(48_000.0)
+    assert down["best_so_far"][at] == pytest.approx(0.6) and up["best_so_far"][at] == pytest.approx(0.6)
+    assert all(b >= a for a, b in zip(down["best_so_far"], down["best_so_far"][1:]))
+    assert (tmp_path / "peaks.png").exists()
