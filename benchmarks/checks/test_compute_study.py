@@ -271,7 +271,7 @@ def test_the_readme_status_table_is_what_the_committed_records_hold():
     never accuracy."""
     with open(os.path.join(STUDY, "README.md")) as f:
         readme = f.read()
-    status = readme.split("## Status", 1)[1]
+    status = readme.split("### The runs", 1)[1]
     study = load_script("benchmarks/compute_study/study.py", "compute_study")
     registered_arms, registered_seeds, _ = study.STAGES["confirm"]
     records = {
