@@ -89,7 +89,7 @@ class GenerationCount:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.completions, self.tokens = int(state["completions"]), int(state["tokens"])
-        self.trained_tokens = int(state.get("trained_tokens", 0))  # checkpoints written before it was counted
+        self.trained_tokens = int(state.get("trained_tokens", 0))  # absent from a state that did not count it: 0
         self._pending = [0, 0, 0]
 
 

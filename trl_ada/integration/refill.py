@@ -65,7 +65,7 @@ class PromptStream:
             ("seed", "seed", self.seed),
             ("shuffle", "shuffle_dataset", self.shuffle),
         ):
-            if name in state and state[name] != now:  # checkpoints written before the settings were kept lack them
+            if name in state and state[name] != now:  # a state without the settings cannot be checked
                 raise ValueError(
                     f"the checkpoint's refill stream was saved with {field} = {state[name]!r}, this run has {now!r}: "
                     "resume with the training set and settings the checkpoint was saved with, or start a new run."
