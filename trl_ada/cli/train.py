@@ -226,14 +226,66 @@ def load_object(path: str, field_name: str):
 
 RECIPE_CLASSES = (ScriptArguments, AdaGRPOConfig, ModelConfig)
 
+# Recipe keys TRL used to take under another name (open-r1's recipes still write them): read as the new name, with
+# the deprecation message TRL gave while it took them (TRL 0.27 dropped `torch_dtype` from its ModelConfig).
+RENAMED_KEYS = {"torch_dtype": "dtype"}
+
+# Keys of other GRPO recipes (open-r1's ScriptArguments) that have no field here: what to do instead.
+NO_COUNTERPART = {
+    "system_prompt": "trl-ada has no system_prompt field (open-r1's); put the system message in the data set's "
+    "prompts instead: a conversational `prompt` column whose first message is {'role': 'system', 'content': ...} "
+    "(docs/own-task.md), or `dataset_prompt_template: math`, which adds the reference's system message",
+}
+
+
+def _renamed(old: str, new: str, value, where: str) -> None:
+    warnings.warn(
+        f"`{old}` is deprecated, please use `{new}` instead: {where}'s {old}={value!r} is read as {new}={value!r}.",
+        FutureWarning,
+        stacklevel=2,
+    )
+
+
+class RecipeParser(TrlParser):
+    """TrlParser that reads TRL's older names of renamed keys as the new ones."""
+
+    def set_defaults_with_config(self, **kwargs) -> list[str]:
+        for old, new in RENAMED_KEYS.items():
+            if old not in kwargs:
+                continue
+            value = kwargs.pop(old)
+            if new in kwargs and kwargs[new] != value:
+                raise ValueError(
+                    f"the recipe sets both {old}={value!r} and {new}={kwargs[new]!r}; {old} is TRL's older name of "
+                    f"{new}: keep only {new}."
+                )
+            _renamed(old, new, value, "the recipe")
+            kwargs[new] = value
+        return super().set_defaults_with_config(**kwargs)
+
+
+def _command_line(argv) -> list[str]:
+    """The arguments with the older names of renamed keys replaced by the new ones."""
+    given = list(argv if argv is not None else sys.argv[1:])
+    args = []
+    for i, item in enumerate(given):
+        for old, new in RENAMED_KEYS.items():
+            for spelling in (f"--{old}", f"--{old.replace('_', '-')}"):
+                if item == spelling or item.startswith(spelling + "="):
+                    value = item.partition("=")[2] if "=" in item else (given[i + 1] if i + 1 < len(given) else "")
+                    _renamed(old, new, value, "the command line")
+                    item = f"--{new}" + item[len(spelling) :]
+        args.append(item)
+    return args
+
 
 def parse_recipe(argv=None, classes=RECIPE_CLASSES) -> tuple:
     """TrlParser over the recipe's dataclasses (a YAML `--config` and command-line overrides), as TRL's scripts parse
     them. A key that is no field, in the YAML or on the command line, is an error that names it, where it came
-    from and the closest field."""
-    parser = TrlParser(classes)
+    from and the closest field (or, for another recipe format's key with no counterpart, what to do instead)."""
+    parser = RecipeParser(classes)
     *parsed, from_config, from_command_line = parser.parse_args_and_config(
-        args=argv, return_remaining_strings=True, separate_remaining_strings=True
+        args=_command_line(argv), return_remaining_strings=True, separate_remaining_strings=True
     )
     if from_config or from_command_line:
         names = [f.name for cls in classes for f in dataclasses.fields(cls)]
@@ -243,6 +295,9 @@ def parse_recipe(argv=None, classes=RECIPE_CLASSES) -> tuple:
                 if not item.startswith("--"):
                     continue
                 key = item[2:].split("=", 1)[0]
+                if key.replace("-", "_") in NO_COUNTERPART:
+                    problems.append(f"{key!r} in {where}: {NO_COUNTERPART[key.replace('-', '_')]}")
+                    continue
                 close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
                 problems.append(f"{key!r} in {where}" + (f" (did you mean {close[0]!r}?)" if close else ""))
         stray = [item for item in (*from_config, *from_command_line) if not item.startswith("--")]
