@@ -47,3 +47,41 @@ def test_system_prompt_says_where_the_system_message_goes_instead(tmp_path):
         parse_recipe(["--config", recipe, "--output_dir", str(tmp_path)])
     assert "{'role': 'system'" in str(info.value) and "dataset_prompt_template: math" in str(info.value)
     assert "did you mean" not in str(info.value)
+
+
+# -- 2. --help and argparse errors ------------------------------------------------------------------------------------
+
+
+def test_help_lists_config_first(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        parse_recipe(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith("--config RECIPE.yaml [--FIELD VALUE ...]")
+    assert "--config RECIPE.yaml  The YAML recipe" in out
+    assert out.index("--config RECIPE.yaml  ") < out.index("--dataset_name") < out.index("--num_generations")
+
+
+def test_config_with_an_equals_sign_is_read_as_the_recipe(tmp_path):
+    """`--config=recipe.yaml`, as argparse writes any flag: TrlParser itself looks for `--config` alone."""
+    recipe = write_recipe(tmp_path, "num_generations: 4\n")
+    assert parse_recipe([f"--config={recipe}", "--output_dir", str(tmp_path)])[1].num_generations == 4
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (["--max_steps", "abc"], "argument --max_steps/--max-steps: invalid int value: 'abc'"),
+        (["--max", "3"], "ambiguous option: --max could match"),
+        (["--config"], "argument --config: expected one argument"),
+    ],
+    ids=["bad_value", "ambiguous_flag", "config_without_path"],
+)
+def test_argparse_errors_print_a_short_usage_and_the_message(tmp_path, capsys, bad, message):
+    with pytest.raises(SystemExit) as exit_:
+        parse_recipe(["--output_dir", str(tmp_path), *CPU, *bad])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "--help` lists every field" in err
+    assert len(err.splitlines()) <= 4  # not the usage of every field (some 240 lines) above the message
+    assert "--dataset_name" not in err

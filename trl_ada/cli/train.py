@@ -14,6 +14,7 @@ trainer and `--environment_factory pkg.module:Class` an environment, as TRL's GR
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import importlib
@@ -237,6 +238,8 @@ NO_COUNTERPART = {
     "(docs/own-task.md), or `dataset_prompt_template: math`, which adds the reference's system message",
 }
 
+RECIPE_USAGE = "%(prog)s --config RECIPE.yaml [--FIELD VALUE ...]"
+
 
 def _renamed(old: str, new: str, value, where: str) -> None:
     warnings.warn(
@@ -247,7 +250,31 @@ def _renamed(old: str, new: str, value, where: str) -> None:
 
 
 class RecipeParser(TrlParser):
-    """TrlParser that reads TRL's older names of renamed keys as the new ones."""
+    """TrlParser with `--config` listed first in `--help`, TRL's older names of renamed keys, and a short usage line
+    on an argparse error (the full usage lists every field: some 240 lines above the message)."""
+
+    def __init__(self, classes=RECIPE_CLASSES):
+        super().__init__(
+            classes,
+            usage=RECIPE_USAGE,
+            description="Train with Reinforce-Ada from a YAML recipe; every key of the recipe is a flag below, and "
+            "flags given on the command line override the recipe's values.",
+        )
+        group = self.add_argument_group("recipe")
+        # SUPPRESS: TrlParser takes `--config` out of the arguments before argparse sees them, so this entry only
+        # documents it and never lands in the parsed namespace.
+        group.add_argument(
+            "--config",
+            metavar="RECIPE.yaml",
+            default=argparse.SUPPRESS,
+            help="The YAML recipe (e.g. recipes/Qwen2.5-Math-1.5B/ada_balance.yaml); its keys are the fields listed "
+            "below.",
+        )
+        self._action_groups.insert(0, self._action_groups.pop())  # help lists it before the fields
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n(`{self.prog} --help` lists every field.)\n")
 
     def set_defaults_with_config(self, **kwargs) -> list[str]:
         for old, new in RENAMED_KEYS.items():
@@ -264,11 +291,15 @@ class RecipeParser(TrlParser):
         return super().set_defaults_with_config(**kwargs)
 
 
-def _command_line(argv) -> list[str]:
-    """The arguments with the older names of renamed keys replaced by the new ones."""
+def _command_line(argv, parser: RecipeParser) -> list[str]:
+    """The arguments as TrlParser takes them: `--config=X` split in two (it looks for `--config` alone), the older
+    names of renamed keys replaced by the new ones."""
     given = list(argv if argv is not None else sys.argv[1:])
     args = []
     for i, item in enumerate(given):
+        if item.startswith("--config="):
+            args.extend(["--config", item.split("=", 1)[1]])
+            continue
         for old, new in RENAMED_KEYS.items():
             for spelling in (f"--{old}", f"--{old.replace('_', '-')}"):
                 if item == spelling or item.startswith(spelling + "="):
@@ -276,6 +307,10 @@ def _command_line(argv) -> list[str]:
                     _renamed(old, new, value, "the command line")
                     item = f"--{new}" + item[len(spelling) :]
         args.append(item)
+    if args.count("--config") > 1:
+        parser.error("--config given more than once: one recipe per run (override its keys with flags).")
+    if args and args[-1] == "--config":
+        parser.error("argument --config: expected one argument (the recipe's path)")
     return args
 
 
@@ -285,8 +320,10 @@ def parse_recipe(argv=None, classes=RECIPE_CLASSES) -> tuple:
     from and the closest field (or, for another recipe format's key with no counterpart, what to do instead)."""
     parser = RecipeParser(classes)
     *parsed, from_config, from_command_line = parser.parse_args_and_config(
-        args=_command_line(argv), return_remaining_strings=True, separate_remaining_strings=True
+        args=_command_line(argv, parser), return_remaining_strings=True, separate_remaining_strings=True
     )
+    if len(parsed) > len(classes):  # argparse took an abbreviation (`--conf`) for --config, which TrlParser reads
+        parser.error("write --config in full, once: it names the recipe.")
     if from_config or from_command_line:
         names = [f.name for cls in classes for f in dataclasses.fields(cls)]
         problems = []
