@@ -1,9 +1,12 @@
 """What a new user met on the command line (issue 98): other recipes' keys, `--help` and argparse errors, resuming a
 run, and checkpoints that cannot resume."""
 
+import json
+import re
+
 import pytest
 
-from trl_ada.cli.train import parse_recipe
+from trl_ada.cli.train import parse_recipe, resolve_resume
 
 
 CPU = ["--use_cpu", "true", "--bf16", "false", "--report_to", "none"]
@@ -85,3 +88,32 @@ def test_argparse_errors_print_a_short_usage_and_the_message(tmp_path, capsys, b
     assert message in err and "--help` lists every field" in err
     assert len(err.splitlines()) <= 4  # not the usage of every field (some 240 lines) above the message
     assert "--dataset_name" not in err
+
+
+# -- 3. resume_from_checkpoint true -----------------------------------------------------------------------------------
+
+
+def fake_checkpoints(output_dir, steps):
+    for step in steps:
+        folder = output_dir / f"checkpoint-{step}"
+        folder.mkdir(parents=True)
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+
+
+@pytest.mark.parametrize("spelling", ["true", "True", " TRUE "])
+def test_resume_true_is_the_latest_checkpoint_in_output_dir(tmp_path, spelling):
+    fake_checkpoints(tmp_path, [2, 10, 4])
+    assert resolve_resume(spelling, str(tmp_path)) == str(tmp_path / "checkpoint-10")
+    assert resolve_resume(None, str(tmp_path)) is None and resolve_resume("false", str(tmp_path)) is None
+
+
+def test_resume_true_without_checkpoints_and_a_missing_folder_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"resume_from_checkpoint=true: output_dir '.*' holds no checkpoint"):
+        resolve_resume("true", str(tmp_path / "nothing"))
+    fake_checkpoints(tmp_path, [3])
+    missing = str(tmp_path / "checkpoint-7")
+    with pytest.raises(FileNotFoundError, match=re.escape(f"checkpoint folder {missing!r} does not exist")) as info:
+        resolve_resume(missing, str(tmp_path))
+    assert "checkpoint-3 is the latest in output_dir" in str(info.value)
+    with pytest.raises(FileNotFoundError, match=r"is no checkpoint folder.*the latest .*checkpoint-3: give that"):
+        resolve_resume(str(tmp_path), str(tmp_path))  # the output_dir, given as the checkpoint

@@ -23,6 +23,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 
+from transformers.trainer_utils import get_last_checkpoint
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_ada.config import AdaGRPOConfig
@@ -403,8 +404,49 @@ def build_trainer(
     )
 
 
+def resolve_resume(value, output_dir: str) -> str | None:
+    """The checkpoint folder a run resumes from, as transformers' Trainer reads `resume_from_checkpoint`: unset or
+    `false` is none, `true` (the flag's value is a string) the latest `checkpoint-<step>` in output_dir, anything else
+    a folder. A folder that is missing is an error naming it, before any model is built."""
+    if value is None or (isinstance(value, bool) and not value) or str(value).strip().lower() in ("", "false"):
+        return None
+    if value is True or str(value).strip().lower() == "true":
+        latest = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+        if latest is None:
+            raise FileNotFoundError(
+                f"resume_from_checkpoint=true: output_dir {output_dir!r} holds no checkpoint-<step> folder to resume "
+                "from. Give the output_dir of the run to continue, a checkpoint folder (--resume_from_checkpoint "
+                "path/to/checkpoint-<step>), or leave resume_from_checkpoint out to start a new run."
+            )
+        folder = latest
+    else:
+        folder = os.path.expanduser(str(value))
+        if not os.path.isdir(folder):
+            latest = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+            raise FileNotFoundError(
+                f"resume_from_checkpoint: checkpoint folder {value!r} does not exist. Give a checkpoint-<step> "
+                "folder of an earlier run"
+                + (f" ({latest} is the latest in output_dir)" if latest else "")
+                + ", or `--resume_from_checkpoint true` for the latest checkpoint in output_dir."
+            )
+        if not os.path.isfile(os.path.join(folder, "trainer_state.json")):
+            inside = get_last_checkpoint(folder)
+            raise FileNotFoundError(
+                f"resume_from_checkpoint: {value!r} is no checkpoint folder (it holds no trainer_state.json)"
+                + (
+                    f"; it holds checkpoints, the latest {inside}: give that, or --output_dir {value} "
+                    "--resume_from_checkpoint true"
+                    if inside
+                    else "; give a checkpoint-<step> folder"
+                )
+                + "."
+            )
+    return folder
+
+
 def main(argv=None):
     script_args, training_args, model_args = parse_recipe(argv)
+    resume = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
     # The recipe's imports and data first: a typo there fails in seconds, before a model is built or warm-started.
     reward_funcs = load_reward_funcs(script_args.reward_funcs)
     agents = load_agents(script_args)
@@ -414,7 +456,7 @@ def main(argv=None):
         training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype}
 
     trainer = build_trainer(model, reward_funcs, training_args, model_args, train_dataset, agents)
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(training_args.output_dir)
     trainer.save_state()  # trainer_state.json beside the model: what trl-ada-eval hands a reward that reads it
     trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
