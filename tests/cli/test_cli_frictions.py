@@ -2,11 +2,22 @@
 run, and checkpoints that cannot resume."""
 
 import json
+import logging
 import re
 
 import pytest
 
+from tests.helpers.data import small_tiny_recipe
+from trl_ada.cli.train import main as train_main
 from trl_ada.cli.train import parse_recipe, resolve_resume
+from trl_ada.integration.resume import (
+    GENERATION_COUNT_FILE,
+    SAMPLING_STATE_FILE,
+    SamplingState,
+    check_checkpoint,
+    load_sampling_state,
+    save_sampling_state,
+)
 
 
 CPU = ["--use_cpu", "true", "--bf16", "false", "--report_to", "none"]
@@ -117,3 +128,108 @@ def test_resume_true_without_checkpoints_and_a_missing_folder_are_named(tmp_path
     assert "checkpoint-3 is the latest in output_dir" in str(info.value)
     with pytest.raises(FileNotFoundError, match=r"is no checkpoint folder.*the latest .*checkpoint-3: give that"):
         resolve_resume(str(tmp_path), str(tmp_path))  # the output_dir, given as the checkpoint
+
+
+# -- 4. checkpoints that cannot resume --------------------------------------------------------------------------------
+
+
+def test_a_truncated_sampling_state_names_the_file_and_an_earlier_checkpoint(tmp_path):
+    fake_checkpoints(tmp_path, [1, 2])
+    checkpoint = tmp_path / "checkpoint-2"
+    save_sampling_state(str(checkpoint), 7)
+    text = (checkpoint / SAMPLING_STATE_FILE).read_text()
+    (checkpoint / SAMPLING_STATE_FILE).write_text(text[: len(text) // 2])
+    for load in (lambda: load_sampling_state(str(checkpoint)), lambda: check_checkpoint(str(checkpoint))):
+        with pytest.raises(
+            ValueError, match=re.escape(str(checkpoint / SAMPLING_STATE_FILE)) + ": not valid JSON"
+        ) as e:
+            load()
+        assert f"checkpoint {checkpoint} is damaged" in str(e.value)
+        assert f"--resume_from_checkpoint {tmp_path / 'checkpoint-1'}" in str(e.value)
+    (checkpoint / SAMPLING_STATE_FILE).write_text("{}")
+    with pytest.raises(ValueError, match="holds no prompts_drawn"):
+        load_sampling_state(str(checkpoint))
+    (checkpoint / GENERATION_COUNT_FILE).write_text('{"completions": 1')
+    with pytest.raises(ValueError, match=re.escape(GENERATION_COUNT_FILE) + ": not valid JSON"):
+        check_checkpoint(str(checkpoint))
+
+
+def test_a_truncated_safetensors_file_is_named_before_the_model_loads(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    fake_checkpoints(tmp_path, [4])
+    checkpoint = tmp_path / "checkpoint-4"
+    save_file({"weight": torch.zeros(256)}, str(checkpoint / "model.safetensors"))
+    check_checkpoint(str(checkpoint))  # whole: fine
+    data = (checkpoint / "model.safetensors").read_bytes()
+    (checkpoint / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=re.escape(str(checkpoint / "model.safetensors"))) as info:
+        resolve_resume("true", str(tmp_path))
+    assert "not a complete safetensors file" in str(info.value) and "start a new run" in str(info.value)
+
+
+def test_resuming_with_other_sampling_settings_warns_naming_them(tmp_path):
+    from trl_ada import AdaGRPOConfig
+    from trl_ada.integration.generation_count import GenerationCount
+
+    def state(**changes):
+        args = AdaGRPOConfig(
+            output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8, prompt_memory=True, **CPU_ARGS
+        )
+        for name, value in changes.items():  # set after __post_init__, as a resumed run's own recipe would give
+            setattr(args, name, value)
+        return SamplingState.for_settings(args, list(range(16)), shuffle=True)
+
+    saved = state()
+    saved.save(str(tmp_path / "checkpoint-1"), GenerationCount(), sampling_active=True)
+    warned = []
+    state().load(str(tmp_path / "checkpoint-1"), GenerationCount(), warned.append)
+    assert warned == []  # the same settings: nothing to say
+    state(reinforce_ada_choice="positive_focused", round_repeat=4).load(
+        str(tmp_path / "checkpoint-1"), GenerationCount(), warned.append
+    )
+    assert len(warned) == 1
+    assert "reinforce_ada_choice='balanced' (now 'positive_focused'), round_repeat=8 (now 4)" in warned[0]
+    assert "sampler" not in warned[0]
+
+
+CPU_ARGS = dict(use_cpu=True, bf16=False, report_to="none")
+
+
+@pytest.mark.slow
+def test_resume_from_checkpoint_true_continues_the_run_through_the_cli(tmp_path, tiny_model, caplog):
+    out = tmp_path / "out"
+    common = [
+        "--config",
+        small_tiny_recipe(tmp_path, max_completion_length=8),
+        "--model_name_or_path",
+        tiny_model,
+        "--output_dir",
+        str(out),
+        "--prompt_memory",
+        "true",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "1",
+        "--warmup_steps",
+        "0",
+    ]
+    train_main([*common, "--max_steps", "1"])
+    assert (out / "checkpoint-1" / SAMPLING_STATE_FILE).exists()
+    with caplog.at_level(logging.WARNING):
+        train_main(
+            [
+                *common,
+                "--max_steps",
+                "2",
+                "--resume_from_checkpoint",
+                "true",
+                "--reinforce_ada_choice",
+                "positive_focused",
+            ]
+        )
+    state = json.load(open(out / "checkpoint-2" / "trainer_state.json"))
+    assert state["global_step"] == 2 and [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2]
+    assert "reinforce_ada_choice='balanced' (now 'positive_focused')" in caplog.text

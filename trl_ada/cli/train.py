@@ -30,6 +30,7 @@ from trl_ada.config import AdaGRPOConfig
 from trl_ada.data import PROMPT_TEMPLATES, load_raw_dataset, to_trl_dataset
 from trl_ada.examples.models import missing_model_message
 from trl_ada.examples.offline import TASKS, offline_model, offline_task
+from trl_ada.integration.resume import check_checkpoint
 from trl_ada.rewards import boxed_math_reward, check_gold_answers, last_number_reward
 from trl_ada.trainer import AdaGRPOTrainer
 
@@ -407,7 +408,8 @@ def build_trainer(
 def resolve_resume(value, output_dir: str) -> str | None:
     """The checkpoint folder a run resumes from, as transformers' Trainer reads `resume_from_checkpoint`: unset or
     `false` is none, `true` (the flag's value is a string) the latest `checkpoint-<step>` in output_dir, anything else
-    a folder. A folder that is missing is an error naming it, before any model is built."""
+    a folder. A folder that is missing, or that holds a file cut short, is an error naming it, before any model is
+    built."""
     if value is None or (isinstance(value, bool) and not value) or str(value).strip().lower() in ("", "false"):
         return None
     if value is True or str(value).strip().lower() == "true":
@@ -441,6 +443,7 @@ def resolve_resume(value, output_dir: str) -> str | None:
                 )
                 + "."
             )
+    check_checkpoint(folder)
     return folder
 
 

@@ -4,21 +4,27 @@ A resumed run must sample exactly as the uninterrupted one: the same refill prom
 screening (the prompt memory and the group prior) and the same count of prompts drawn (`sampling/epochs_drawn`).
 TRL checkpoints the model, optimizer, scheduler and RNG states; these files sit beside them in `checkpoint-<step>/`:
 
-- `ada_sampling_state.json`: the prompts drawn so far, the refill stream's state, the group prior;
+- `ada_sampling_state.json`: the prompts drawn so far, the refill stream's state, the group prior, and the
+  sampling settings it was saved with (`sampling_settings`; a resume with other values warns, naming them);
 - `prompt_memory.npz`: the prompt memory (`trl_ada.core.memory.PromptMemory.save`);
 - `ada_generation_count.json`: the completions and tokens generated so far (`trl_ada.integration.generation_count`), written with
   any sampling settings, sampling off included (a checkpoint without it resumes with the totals counted from 0).
 
 The file names and their contents are a format: a checkpoint written by an earlier trl-ada resumes with a later one
-(`tests/integration/test_memory_refill.py`). A checkpoint saved with other sampling settings is refused with the setting to use.
+(`tests/integration/test_memory_refill.py`). A checkpoint whose state the run's settings cannot restore (no memory
+saved, no refill stream) is refused with the setting to use; a file that does not parse is an error naming it and
+the checkpoint (`check_checkpoint` checks a whole checkpoint before a resume starts).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import glob
 import json
 import os
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -56,9 +62,91 @@ def load_generation_buffer(checkpoint: str, rank: int, device) -> tuple[int, lis
     return state["step"], state["buffered_inputs"]
 
 
-def save_sampling_state(folder: str, prompts_drawn: int, refill=None, group_prior=None, memory=None) -> None:
-    """Write the sampling state into a checkpoint folder."""
+def earlier_checkpoints(checkpoint: str) -> list[str]:
+    """The `checkpoint-<step>` folders beside `checkpoint` with a smaller step, newest first."""
+    checkpoint = os.path.normpath(checkpoint)
+    match = re.search(r"checkpoint-(\d+)$", checkpoint)
+    if match is None:
+        return []
+    step = int(match.group(1))
+    steps = []
+    for sibling in glob.glob(os.path.join(os.path.dirname(checkpoint), "checkpoint-*")):
+        found = re.search(r"checkpoint-(\d+)$", sibling)
+        if found and int(found.group(1)) < step and os.path.isdir(sibling):
+            steps.append((int(found.group(1)), sibling))
+    return [path for _, path in sorted(steps, reverse=True)]
+
+
+def damaged(path: str, checkpoint: str, problem: str) -> ValueError:
+    """The error for a checkpoint file that cannot be read: the file, the checkpoint and what to resume from."""
+    earlier = earlier_checkpoints(checkpoint)
+    instead = (
+        f"resume from an earlier one instead (--resume_from_checkpoint {earlier[0]})"
+        if earlier
+        else "resume from an earlier checkpoint instead, or start a new run"
+    )
+    return ValueError(
+        f"{path}: {problem}; checkpoint {checkpoint} is damaged (cut off while it was written, or copied "
+        f"incompletely) and cannot resume: {instead}."
+    )
+
+
+def read_checkpoint_json(path: str, checkpoint: str, keys: tuple[str, ...] = ()) -> dict:
+    """A JSON file of a checkpoint, read; an unreadable one is an error naming it and the checkpoint."""
+    try:
+        with open(path) as f:
+            state = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise damaged(path, checkpoint, f"not valid JSON ({error})") from None
+    if not isinstance(state, dict) or any(key not in state for key in keys):
+        raise damaged(path, checkpoint, f"holds no {' and '.join(keys) or 'JSON object'}")
+    return state
+
+
+def check_checkpoint(checkpoint: str) -> None:
+    """Fail before a resume starts on a checkpoint that cannot resume: a JSON file that does not parse (ours and
+    TRL's trainer state) or a safetensors file cut short, each named with the checkpoint. The model otherwise loads
+    first and fails with the file unnamed (safetensors' "incomplete metadata, file not fully covered")."""
+    from safetensors import safe_open
+
+    for name in (SAMPLING_STATE_FILE, GENERATION_COUNT_FILE, "trainer_state.json"):
+        path = os.path.join(checkpoint, name)
+        if os.path.exists(path):
+            read_checkpoint_json(path, checkpoint)
+    for path in sorted(glob.glob(os.path.join(checkpoint, "**", "*.safetensors"), recursive=True)):
+        try:
+            with safe_open(path, "pt") as f:
+                f.keys()
+        except Exception as error:  # safetensors raises its own SafetensorError, and OSError on an unreadable file
+            raise damaged(path, checkpoint, f"not a complete safetensors file ({error})") from None
+
+
+def sampling_settings(args) -> dict:
+    """The settings that decide what is sampled, as a checkpoint records them: AdaGRPOConfig's own fields (those
+    GRPOConfig lacks) and num_generations, in JSON's types."""
+    from trl import GRPOConfig
+
+    if not dataclasses.is_dataclass(args):
+        return {}
+    grpo = {f.name for f in dataclasses.fields(GRPOConfig)}
+    names = ["num_generations"] + [f.name for f in dataclasses.fields(args) if f.name not in grpo]
+    return json.loads(json.dumps({n: getattr(args, n) for n in names if hasattr(args, n)}, default=str))
+
+
+def changed_settings(saved: dict, current: dict) -> dict:
+    """{name: (saved, current)} for the settings a checkpoint recorded that differ now (a setting one side does not
+    know, from another trl-ada version, is not a change)."""
+    return {n: (saved[n], current[n]) for n in saved if n in current and saved[n] != current[n]}
+
+
+def save_sampling_state(
+    folder: str, prompts_drawn: int, refill=None, group_prior=None, memory=None, settings: dict | None = None
+) -> None:
+    """Write the sampling state into a checkpoint folder (`settings`: `sampling_settings(args)`, compared on
+    resume)."""
     state = {"prompts_drawn": prompts_drawn}
+    if settings:
+        state["settings"] = settings
     if refill is not None:
         state["refill"] = refill.state_dict()
     if group_prior is not None:
@@ -78,8 +166,7 @@ def load_sampling_state(checkpoint: str, refill=None, group_prior=None, memory=N
             "so the refill cursor and the prompt memory cannot be restored. Resume with the settings the "
             "checkpoint was saved with, or start a new run."
         )
-    with open(path) as f:
-        state = json.load(f)
+    state = read_checkpoint_json(path, checkpoint, keys=("prompts_drawn",))
     if refill is not None:
         if "refill" not in state:
             raise ValueError(
@@ -115,8 +202,7 @@ def load_generation_count(checkpoint: str, count) -> bool:
     path = os.path.join(checkpoint, GENERATION_COUNT_FILE)
     if not os.path.exists(path):
         return False
-    with open(path) as f:
-        count.load_state_dict(json.load(f))
+    count.load_state_dict(read_checkpoint_json(path, checkpoint))
     return True
 
 
@@ -143,6 +229,7 @@ class SamplingState:
     group_prior: GroupPrior | None
     refill: PromptStream | None
     prompts_drawn: int = 0
+    settings: dict = field(default_factory=dict)  # `sampling_settings(args)`: recorded, and compared on resume
 
     @classmethod
     def for_settings(cls, args, train_dataset, shuffle: bool) -> SamplingState:
@@ -159,7 +246,7 @@ class SamplingState:
             or (args.sampler not in BUILT_IN and isinstance(train_dataset, Dataset))
         )
         refill = PromptStream(len(train_dataset), args.seed, shuffle=shuffle) if refills else None
-        return cls(memory, group_prior, refill)
+        return cls(memory, group_prior, refill, settings=sampling_settings(args))
 
     def save(self, folder: str, generation_count, sampling_active: bool) -> None:
         """Write into the checkpoint folder TRL writes next: the generated totals always (a GRPO run's cost continues
@@ -167,10 +254,24 @@ class SamplingState:
         os.makedirs(folder, exist_ok=True)
         save_generation_count(folder, generation_count)
         if sampling_active:
-            save_sampling_state(folder, self.prompts_drawn, self.refill, self.group_prior, self.memory)
+            save_sampling_state(
+                folder, self.prompts_drawn, self.refill, self.group_prior, self.memory, settings=self.settings
+            )
 
     def load(self, checkpoint: str, generation_count, warn) -> None:
-        """Restore what `save` wrote, resuming from `checkpoint`."""
+        """Restore what `save` wrote, resuming from `checkpoint`; `warn` says which sampling settings differ from the
+        ones the checkpoint recorded (the run goes on with the new ones)."""
+        path = os.path.join(checkpoint, SAMPLING_STATE_FILE)
+        if os.path.exists(path):
+            saved = read_checkpoint_json(path, checkpoint).get("settings", {})
+            changed = changed_settings(saved, self.settings)
+            if changed:
+                warn(
+                    f"{checkpoint} was saved with other sampling settings: "
+                    + ", ".join(f"{n}={old!r} (now {new!r})" for n, (old, new) in changed.items())
+                    + ". The resumed run samples with the new ones; resume with the saved values to continue the "
+                    "run as it was."
+                )
         if not load_generation_count(checkpoint, generation_count):
             warn(
                 f"{checkpoint} holds no generated totals (written by an earlier trl-ada): "
@@ -197,11 +298,16 @@ __all__ = [
     "MEMORY_STATE_FILE",
     "SAMPLING_STATE_FILE",
     "SamplingState",
+    "changed_settings",
+    "check_checkpoint",
+    "earlier_checkpoints",
     "export_memory",
     "load_generation_buffer",
     "load_generation_count",
     "load_sampling_state",
+    "read_checkpoint_json",
     "save_generation_buffer",
     "save_generation_count",
+    "sampling_settings",
     "save_sampling_state",
 ]
