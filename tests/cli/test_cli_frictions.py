@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers.data import small_tiny_recipe
 from trl_ada.cli.train import main as train_main
-from trl_ada.cli.train import parse_recipe, resolve_resume
+from trl_ada.cli.train import parse_recipe, resolve_resume, warn_overwrite
 from trl_ada.integration.resume import (
     GENERATION_COUNT_FILE,
     SAMPLING_STATE_FILE,
@@ -233,3 +233,38 @@ def test_resume_from_checkpoint_true_continues_the_run_through_the_cli(tmp_path,
     state = json.load(open(out / "checkpoint-2" / "trainer_state.json"))
     assert state["global_step"] == 2 and [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2]
     assert "reinforce_ada_choice='balanced' (now 'positive_focused')" in caplog.text
+
+
+# -- 5. a new run into an output_dir with checkpoints -----------------------------------------------------------------
+
+
+def test_a_new_run_into_an_output_dir_with_checkpoints_warns_it_overwrites_them(tmp_path):
+    args = parse_recipe(["--output_dir", str(tmp_path), *CPU])[1]
+    with warnings_recorded() as caught:
+        warn_overwrite(args, resume=None)  # nothing there yet: no warning
+    assert not caught
+    fake_checkpoints(tmp_path, [5])
+    with pytest.warns(
+        UserWarning, match=r"already holds checkpoints \(the latest: checkpoint-5\).*overwrites those"
+    ) as w:
+        warn_overwrite(args, resume=None)
+    assert "--resume_from_checkpoint true" in str(w[0].message)
+    with warnings_recorded() as caught:
+        warn_overwrite(args, resume=str(tmp_path / "checkpoint-5"))  # a resume continues them
+    assert not caught
+
+
+def warnings_recorded():
+    import warnings
+
+    class Recorded:
+        def __enter__(self):
+            self.manager = warnings.catch_warnings(record=True)
+            caught = self.manager.__enter__()
+            warnings.simplefilter("always")
+            return caught
+
+        def __exit__(self, *exc):
+            return self.manager.__exit__(*exc)
+
+    return Recorded()

@@ -447,9 +447,33 @@ def resolve_resume(value, output_dir: str) -> str | None:
     return folder
 
 
+def warn_overwrite(training_args, resume: str | None) -> None:
+    """A new run (no resume) into an output_dir that holds checkpoints replaces them step by step as it saves: said
+    aloud, unless the user opted in with transformers' `overwrite_output_dir` where their transformers still has it."""
+    output_dir = training_args.output_dir
+    if resume is not None or getattr(training_args, "overwrite_output_dir", False) or not os.path.isdir(output_dir):
+        return
+    latest = get_last_checkpoint(output_dir)
+    if latest is not None:
+        opt_in = (
+            "; to replace them knowingly, --overwrite_output_dir true"
+            if hasattr(training_args, "overwrite_output_dir")
+            else ""
+        )
+        warnings.warn(
+            f"output_dir {output_dir!r} already holds checkpoints (the latest: {os.path.basename(latest)}) and this "
+            "run starts anew, writing its checkpoints among them: it overwrites those of the same step, and a later "
+            "`--resume_from_checkpoint true` may pick an old one of a higher step. To continue that run instead, add "
+            f"`--resume_from_checkpoint true`; to keep them, give another --output_dir{opt_in}.",
+            UserWarning,
+            stacklevel=2,
+        )
+
+
 def main(argv=None):
     script_args, training_args, model_args = parse_recipe(argv)
     resume = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
+    warn_overwrite(training_args, resume)
     # The recipe's imports and data first: a typo there fails in seconds, before a model is built or warm-started.
     reward_funcs = load_reward_funcs(script_args.reward_funcs)
     agents = load_agents(script_args)
