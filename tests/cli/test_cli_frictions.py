@@ -268,3 +268,27 @@ def warnings_recorded():
             return self.manager.__exit__(*exc)
 
     return Recorded()
+
+
+# -- 6. the docs ------------------------------------------------------------------------------------------------------
+
+
+def test_the_documented_resume_command_resumes_from_the_latest_checkpoint(tmp_path, monkeypatch):
+    """docs/own-task.md's "Resume a run" command, on that page's recipe: the latest checkpoint of output_dir."""
+    import os
+    import shlex
+
+    from tests.helpers import ROOT
+
+    text = open(os.path.join(ROOT, "docs", "own-task.md")).read()
+    recipe = re.search(r"```yaml\n# upper_ada\.yaml.*?\n(.*?)```", text, flags=re.S).group(1)
+    section = text[text.index("## Resume a run") :]
+    command = shlex.split(re.search(r"```bash\n(.*?)\n```", section, flags=re.S).group(1))
+    assert command[0] == "trl-ada-train" and command[-2:] == ["--resume_from_checkpoint", "true"]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "upper_ada.yaml").write_text(recipe)
+    (tmp_path / "upper.jsonl").write_text("")
+    _, training_args, _ = parse_recipe(command[1:])
+    fake_checkpoints(tmp_path / training_args.output_dir, [2, 4])
+    resumed = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
+    assert os.path.samefile(resumed, tmp_path / "out" / "upper" / "checkpoint-4")
