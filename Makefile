@@ -106,14 +106,17 @@ test-benchmarks: $(REAL_STAMP)
 test-fast: $(REAL_STAMP) $(DS_STAMP)
 	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadgroup -m "not slow" tests
 
-# The demo runs alone on the machine: DEMO_THREADS torch threads (2 on the 2-core dev machine; with another busy
-# process, 2 threads ran a forward pass 16x slower than 1: set DEMO_THREADS=1 then).
-DEMO_THREADS ?= 2
+# DEMO_THREADS torch threads per demo, 1 unless told otherwise: beside one other busy process on the 2-core dev
+# machine, 2 threads ran `make demo` 9-12x slower than 1 (step 1 took 516 s against 59); one thread ran it there in
+# 703 s, with the documented numbers to the digit. On an idle 2-core machine `make demo DEMO_THREADS=2` took 333 s
+# (one thread there is not timed).
+DEMO_THREADS ?= 1
 demo: $(REAL_STAMP)
 	OMP_NUM_THREADS=$(DEMO_THREADS) $(PY) -m trl_ada.cli.demo --output_dir runs/demo --threads $(DEMO_THREADS)
 
 demo-tiny: $(STAMP)
-	$(PY) -m trl_ada.cli.demo --model tiny --output_dir runs/demo-tiny
+	OMP_NUM_THREADS=$(DEMO_THREADS) $(PY) -m trl_ada.cli.demo --model tiny --output_dir runs/demo-tiny \
+		--threads $(DEMO_THREADS)
 
 # The quick benchmark scripts (a few minutes on 2 CPU cores; never run by CI). Each prints its table and rewrites its
 # PNG in its question's folder under benchmarks/; benchmarks/CHANGELOG.md holds the numbers from the last full run.

