@@ -60,3 +60,103 @@ def test_make_demo_and_demo_tiny_both_run_demo_threads_default_one():
     for target in ("demo", "demo-tiny"):
         recipe = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", makefile, re.M).group(1).replace("\\\n", " ")
         assert "OMP_NUM_THREADS=$(DEMO_THREADS)" in recipe and "--threads $(DEMO_THREADS)" in recipe, target
+
+
+# --- Progress during every held-out evaluation ----------------------------------------------------------------------
+
+
+def progress_lines(printed: str, marker: str) -> list[str]:
+    """The 'done/total' of each progress line holding `marker`, in order; each line also states its seconds."""
+    lines = [line for line in printed.splitlines() if marker in line]
+    assert all(re.search(r"\(\d+ s\)$", line) for line in lines), lines
+    return [re.search(r"(\d+/\d+) answers", line).group(1) for line in lines]
+
+
+def test_tiny_demo_evaluation_prints_progress_per_batch_and_scores_as_avg_at_k(tiny_model, monkeypatch, capsys):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ada.cli import demo
+    from trl_ada.cli.evaluate import avg_at_k
+    from trl_ada.examples.arithmetic import synthetic_arithmetic
+
+    monkeypatch.setattr(demo, "TINY_EVAL_BATCH", 4)
+    held = synthetic_arithmetic(6, 1, seed=1)
+    score = demo.evaluate(tiny_model, held, k=2, seed=0, when=" before RL")
+    assert progress_lines(capsys.readouterr().out, "[demo] held-out avg@2 before RL:") == ["4/12", "8/12", "12/12"]
+    torch.manual_seed(0)  # the same noise: the same batches give the same answers
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(tiny_model), AutoTokenizer.from_pretrained(tiny_model)
+    assert score == avg_at_k(model, tokenizer, held, k=2, max_new_tokens=24, batch_size=4)
+
+
+def test_real_model_demo_evaluation_prints_progress_per_batch_and_scores_as_held_out_accuracy(tiny_model, capsys):
+    """The smollm2 demo's before/after evaluation (here on the tiny model): a line per batch of each measure, and the
+    numbers `held_out_accuracy` gives with the same batches."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ada.cli.demo import held_out_in_batches
+    from trl_ada.cli.evaluate import held_out_accuracy
+    from trl_ada.examples.arithmetic import arithmetic_problems
+    from trl_ada.rewards import last_number_reward
+
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(tiny_model), AutoTokenizer.from_pretrained(tiny_model)
+    held = arithmetic_problems(6, 0, split="test")
+
+    def report_for(measure):
+        return lambda done, total: print(f"[test] {measure}: {done}/{total} answers (0 s)")
+
+    torch.manual_seed(0)
+    result = held_out_in_batches(model, tokenizer, held, 2, 8, [last_number_reward], None, 4, report_for)
+    printed = capsys.readouterr().out
+    assert progress_lines(printed, "[test] greedy:") == ["4/6", "6/6"]
+    assert progress_lines(printed, "[test] avg@k:") == ["4/12", "8/12", "12/12"]
+    torch.manual_seed(0)
+    expected = held_out_accuracy(
+        model, tokenizer, held, k=2, max_new_tokens=8, reward_func=[last_number_reward], batch_size=4
+    )
+    assert result == expected and "greedy 2-digit +" in result
+
+
+def test_smollm2_demo_evaluates_in_batches_small_enough_for_a_line_every_30_seconds():
+    """8 greedy answers of SmolLM2 took 11-15 s a call with 1 thread beside a busy process; 48 (the whole set) took
+    44-55 s, in silence."""
+    from trl_ada.cli import demo
+
+    assert demo.REAL_EVAL_BATCH <= 8
+
+
+def test_compare_held_out_score_prints_progress_per_batch_when_labelled(tiny_model, capsys):
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ada.cli.heldout import HeldOutScore
+    from trl_ada.rewards import last_number_reward
+
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(tiny_model), AutoTokenizer.from_pretrained(tiny_model)
+    held = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": f"question {i}"}], "answer": "1"} for i in range(3)]
+    )
+    score = HeldOutScore(tokenizer, held, [last_number_reward], None, 8, 1234, batch_size=2)
+    labelled = score(model, label="ada seed 0 step 4")
+    assert progress_lines(capsys.readouterr().out, "[compare] ada seed 0 step 4: held-out greedy:") == ["2/3", "3/3"]
+    score(model, k=2, temperature=1.0, label="ada seed 0 step 4")
+    printed = capsys.readouterr().out
+    assert progress_lines(printed, "[compare] ada seed 0 step 4: held-out sampled (k=2):") == ["2/6", "4/6", "6/6"]
+    assert score(model) == labelled and capsys.readouterr().out == ""  # unlabelled: quiet, the same scores
+
+
+def test_compare_progress_labels_each_evaluation_with_its_run_and_step():
+    import types
+
+    from trl_ada.cli.progress import Progress
+
+    calls = []
+
+    def score(model, k=1, temperature=0.0, reuse=False, label=None):
+        calls.append((k, label))
+        return [1.0]
+
+    score.seconds = 0.0
+    progress = Progress(score, every=4, eval_k=2, label="ada seed 0")
+    progress.count = types.SimpleNamespace(completions=0, tokens=0, trained_tokens=0)
+    progress._point(4, model=None, final=True)
+    assert calls == [(1, "ada seed 0 step 4"), (2, "ada seed 0 step 4")]

@@ -299,4 +299,8 @@ def test_demo_on_the_real_model_reports_held_out_accuracy_per_kind(smollm2, tmp_
     printed = capsys.readouterr().out
     assert "| held-out (6 questions never trained on) | before RL | after RL |" in printed
     assert "| greedy, 2-digit + |" in printed and "completions generated for 16 kept" in printed
+    for when in ("before", "after"):  # a progress line per batch of 8 answers, none silent for the whole set
+        assert f"held-out {when} RL, greedy: 6/6 answers (" in printed
+        assert f"held-out {when} RL, sampled (avg@2): 8/12 answers (" in printed
+        assert f"held-out {when} RL, sampled (avg@2): 12/12 answers (" in printed
     assert (out / "demo.png").stat().st_size > 0 and (out / "ada" / "model.safetensors").exists()

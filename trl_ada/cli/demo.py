@@ -28,19 +28,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
 
 import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, ProgressCallback, TrainerCallback
 
-from trl_ada.cli.evaluate import avg_at_k, held_out_accuracy
+from trl_ada.cli.evaluate import reward_samples
+from trl_ada.cli.heldout import generate_in_batches
 from trl_ada.cli.plotting import pyplot
 from trl_ada.cli.train import ScriptArguments, load_reward_funcs, load_train_dataset
 from trl_ada.examples import RESOURCES
 from trl_ada.examples.arithmetic import arithmetic_problems, synthetic_arithmetic
 from trl_ada.examples.tiny import build_tiny_model
 from trl_ada.examples.warm_start import warm_start
+from trl_ada.rewards import boxed_math_reward
 from trl_ada.trainer import AdaGRPOTrainer
 
 
@@ -53,6 +56,12 @@ MEASURED_TIME = "703 s with 1 thread beside another busy process, 333 s with 2 t
 # The first steps cost most (the base model answers in long prose): the demo trains with answers cut at 64 tokens
 # (a cut answer scores 0, as in any GRPO run with a cap) and evaluates at the recipe's 96, so "before" is not lowered.
 REAL_DEMO_TRAIN_TOKENS = 64
+# Answers per generate call in the held-out evaluations, with a progress line after each call: the whole set in one
+# call printed nothing for minutes on a busy machine. With 1 thread beside a busy process, 8 of SmolLM2's greedy
+# answers took 11-15 s a call (its 48 in one call, 44-55 s; in calls of 8, 76-81 s in all, the same answers). The
+# tiny model's 256 is the one call of avg_at_k's batch size: the same answers and sampling noise as before.
+REAL_EVAL_BATCH = 8
+TINY_EVAL_BATCH = 256
 
 
 class SamplingLine(TrainerCallback):
@@ -79,11 +88,42 @@ class ProgressBarOnly(ProgressCallback):
         pass
 
 
-def evaluate(model_dir: str, dataset, k: int, seed: int) -> float:
+def evaluate(model_dir: str, dataset, k: int, seed: int, when: str = "") -> float:
+    """The tiny demo's held-out avg@k (k samples at T=1.0, `boxed_math_reward`), as `avg_at_k` computes it, with a
+    progress line per generate call of TINY_EVAL_BATCH answers."""
     torch.manual_seed(seed)  # the same sampling noise before and after training
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    return avg_at_k(model, tokenizer, dataset, k=k, max_new_tokens=24, batch_size=256)
+    started = time.time()
+
+    def report(done: int, total: int) -> None:
+        print(f"[demo] held-out avg@{k}{when}: {done}/{total} answers ({time.time() - started:.0f} s)", flush=True)
+
+    texts, ids = generate_in_batches(model, tokenizer, list(dataset["prompt"]), k, 24, 1.0, TINY_EVAL_BATCH, report)
+    rewards = reward_samples([boxed_math_reward], None, dataset, texts, k, completion_ids=ids)
+    return sum(rewards) / len(rewards)
+
+
+def held_out_in_batches(
+    model, tokenizer, dataset, k, max_new_tokens, reward_funcs, reward_weights, batch_size, report_for
+) -> dict[str, float]:
+    """`held_out_accuracy`'s measures, computed as it computes them (greedy; avg@k at T=1.0 when k > 0; overall and
+    per `kind`), the answers generated `batch_size` at a time, with `report_for(measure)(done, total)` called after
+    each call. Equal to `held_out_accuracy(..., batch_size=batch_size)`: the same calls, so the same answers."""
+    groups = list(dataset["kind"]) if "kind" in dataset.column_names else []
+    prompts = list(dataset["prompt"])
+    result = {}
+    measures = (("greedy", 1, 0.0), ("avg@k", k, 1.0)) if k > 0 else (("greedy", 1, 0.0),)  # k=0: greedy only
+    for measure, samples, temperature in measures:
+        texts, ids = generate_in_batches(
+            model, tokenizer, prompts, samples, max_new_tokens, temperature, batch_size, report_for(measure)
+        )
+        rewards = reward_samples(reward_funcs, reward_weights, dataset, texts, samples, completion_ids=ids)
+        per_problem = [statistics.mean(rewards[i * samples : (i + 1) * samples]) for i in range(len(dataset))]
+        result[measure] = statistics.mean(per_problem)
+        for group in sorted(set(groups)):
+            result[f"{measure} {group}"] = statistics.mean(p for p, g in zip(per_problem, groups) if g == group)
+    return result
 
 
 def _mean(values) -> float:
@@ -231,14 +271,30 @@ def real_model_demo(args) -> dict:
         torch.manual_seed(training_args.seed)  # the same sampling noise before and after training
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(path)
-        return held_out_accuracy(
+        began = time.time()
+
+        def report_for(measure: str):
+            kind = "greedy" if measure == "greedy" else f"sampled (avg@{args.eval_k})"
+
+            def report(done: int, total: int) -> None:
+                print(
+                    f"[demo {_clock(started)}] held-out {when} RL, {kind}: {done}/{total} answers "
+                    f"({time.time() - began:.0f} s)",
+                    flush=True,
+                )
+
+            return report
+
+        return held_out_in_batches(
             model,
             tokenizer,
             held_out,
-            k=args.eval_k,
-            max_new_tokens=tokens,
-            reward_func=load_reward_funcs(script_args.reward_funcs),
-            reward_weights=training_args.reward_weights,
+            args.eval_k,
+            tokens,
+            load_reward_funcs(script_args.reward_funcs),
+            training_args.reward_weights,
+            REAL_EVAL_BATCH,
+            report_for,
         )
 
     before = measure(model_dir, "before")
@@ -303,10 +359,10 @@ def tiny_demo(args) -> dict:
     held_out = synthetic_arithmetic(
         args.eval_examples or 256, script_args.synthetic_difficulty, seed=training_args.seed + 1
     )
-    before = evaluate(warm, held_out, args.eval_k, training_args.seed)
+    before = evaluate(warm, held_out, args.eval_k, training_args.seed, " before RL")
     print(f"[demo] held-out avg@{args.eval_k} before RL: {100 * before:.1f}%")
     trainer = _train(warm, script_args, training_args)
-    after = evaluate(training_args.output_dir, held_out, args.eval_k, training_args.seed)
+    after = evaluate(training_args.output_dir, held_out, args.eval_k, training_args.seed, " after RL")
 
     summary = {
         f"held_out_avg@{args.eval_k}_before": before,

@@ -81,6 +81,36 @@ def weights_digest(model) -> str:
     return digest.hexdigest()
 
 
+def generate_in_batches(model, tokenizer, prompts, k, max_new_tokens, temperature, batch_size, report=None):
+    """k answers per prompt (texts, token ids), generated exactly as `_generate_transformers` generates them with the
+    same `batch_size` (the same batches in the same order, so the same answers and the same sampling noise), calling
+    `report(answers done, answers in all)` after each batch: an evaluation shows it is moving."""
+    from trl_ada.cli.evaluate import _generate_transformers
+
+    rows = [p for p in prompts for _ in range(k)]
+    texts, ids = [], []
+    for start in range(0, len(rows), batch_size):
+        batch = rows[start : start + batch_size]
+        batch_texts, batch_ids = _generate_transformers(
+            model, tokenizer, batch, 1, max_new_tokens, temperature, 1.0, len(batch)
+        )
+        texts += batch_texts
+        ids += batch_ids
+        if report is not None:
+            report(len(texts), len(rows))
+    return texts, ids
+
+
+def batch_progress(prefix: str, started: float):
+    """A `report` for `generate_in_batches`: one flushed line per batch, the answers done and the seconds since
+    `started`."""
+
+    def report(done: int, total: int) -> None:
+        print(f"{prefix}: {done}/{total} answers ({time.time() - started:.0f} s)", flush=True)
+
+    return report
+
+
 class HeldOutScore:
     """Each held-out question's score: the recipe's weighted reward of its answers (greedy, or k samples at T=1).
 
@@ -93,15 +123,22 @@ class HeldOutScore:
     wait on a lock beside the entry and read it.
     """
 
-    def __init__(self, tokenizer, dataset, reward_funcs, reward_weights, max_new_tokens, seed, cache_dir=None):
+    def __init__(
+        self, tokenizer, dataset, reward_funcs, reward_weights, max_new_tokens, seed, cache_dir=None, batch_size=64
+    ):
         self.tokenizer, self.dataset, self.reward_funcs = tokenizer, dataset, reward_funcs
         self.weights = reward_weights or [1.0] * len(reward_funcs)
         self.max_new_tokens, self.seed, self.seconds = max_new_tokens, seed, 0.0
         self.cache_dir = cache_dir
+        # Answers per generate call: the batches, and so the sampled answers, of every score in the cache
+        self.batch_size = batch_size
 
-    def __call__(self, model, k: int = 1, temperature: float = 0.0, reuse: bool = False) -> list[float]:
+    def __call__(
+        self, model, k: int = 1, temperature: float = 0.0, reuse: bool = False, label: str | None = None
+    ) -> list[float]:
+        """`label`: a line per batch of answers, prefixed with it (a long evaluation is not silent); None: quiet."""
         if not reuse or self.cache_dir is None:
-            return self._score(model, k, temperature)
+            return self._score(model, k, temperature, label)
         from trl_ada.cli.evaluate import SAMPLING
 
         device = str(model.device)
@@ -125,6 +162,8 @@ class HeldOutScore:
                     SAMPLING,
                     torch.__version__,
                     transformers.__version__,
+                    # other batches draw other sampling noise; the default adds nothing, so cached scores stay found
+                    *([self.batch_size] if self.batch_size != 64 else []),
                 ],
                 sort_keys=True,
                 default=str,
@@ -141,18 +180,22 @@ class HeldOutScore:
             if os.path.exists(path):
                 with open(path) as f:
                     return json.load(f)
-            items = self._score(model, k, temperature)
+            items = self._score(model, k, temperature, label)
             write_json(path, items)
             return items
 
-    def _score(self, model, k: int, temperature: float) -> list[float]:
-        from trl_ada.cli.evaluate import _generate_transformers, evaluation_noise, reward_samples
+    def _score(self, model, k: int, temperature: float, label: str | None = None) -> list[float]:
+        from trl_ada.cli.evaluate import evaluation_noise, reward_samples
 
         start = time.time()
         prompts = list(self.dataset["prompt"])
+        report = None
+        if label is not None:
+            kind = "greedy" if temperature == 0 else f"sampled (k={k})"
+            report = batch_progress(f"[compare] {label}: held-out {kind}", start)
         with evaluation_noise(model, self.seed):
-            texts, ids = _generate_transformers(
-                model, self.tokenizer, prompts, k, self.max_new_tokens, temperature, 1.0, 64
+            texts, ids = generate_in_batches(
+                model, self.tokenizer, prompts, k, self.max_new_tokens, temperature, self.batch_size, report
             )
         # No trainer_state of the run: a fresh one (step 0) at every evaluation, so that a reward that reads the step
         # scores every checkpoint alike (and the cache key holds no step).

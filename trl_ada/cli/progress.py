@@ -58,6 +58,7 @@ class Progress(TrainerCallback):
 
     def _point(self, step, model, final=False):
         reuse = step == 0  # the model every run starts from: scored once per comparison (see HeldOutScore)
+        label = f"{self.label} step {step}"  # a line per batch of answers: a long evaluation is not silent
         started = time.time()
         point = {
             "step": step,
@@ -65,15 +66,15 @@ class Progress(TrainerCallback):
             "tokens": self.count.tokens,
             "trained_tokens": self.count.trained_tokens,
             "seconds": self.training_seconds(),
-            "items": self.score(model, reuse=reuse),
+            "items": self.score(model, reuse=reuse, label=label),
         }
         point["greedy"] = sum(point["items"]) / len(point["items"])
         if self.extra_score is not None:
-            extra = self.extra_score(model, reuse=reuse)
+            extra = self.extra_score(model, reuse=reuse, label=f"{label} (second set)")
             point["extra_items"] = extra  # per question, as "items": the second set's comparisons pair them too
             point["extra_greedy"] = sum(extra) / len(extra)
         if final and self.eval_k > 0:
-            point["avg_items"] = self.score(model, k=self.eval_k, temperature=1.0, reuse=reuse)
+            point["avg_items"] = self.score(model, k=self.eval_k, temperature=1.0, reuse=reuse, label=label)
             point["avg@k"] = sum(point["avg_items"]) / len(point["avg_items"])
         if not reuse and not final:
             self.eval_estimate = time.time() - started
