@@ -160,3 +160,103 @@ def test_compare_progress_labels_each_evaluation_with_its_run_and_step():
     progress.count = types.SimpleNamespace(completions=0, tokens=0, trained_tokens=0)
     progress._point(4, model=None, final=True)
     assert calls == [(1, "ada seed 0 step 4"), (2, "ada seed 0 step 4")]
+
+
+# --- The help and the plot say what the demo runs ------------------------------------------------------------------
+
+
+def demo_help(capsys) -> str:
+    from trl_ada.cli.demo import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    return " ".join(capsys.readouterr().out.split())  # argparse wraps the options' help: one line to search
+
+
+def test_demo_help_states_the_steps_each_demo_runs(capsys, tmp_path):
+    from trl_ada.cli import demo
+
+    printed = demo_help(capsys)
+    # the steps the demos train, as they parse them
+    real = demo._parse_recipe(demo.DEFAULT_REAL_RECIPE, str(tmp_path), demo.REAL_DEMO_STEPS)[1].max_steps
+    tiny = demo._parse_recipe(demo.DEFAULT_RECIPE, str(tmp_path), None)[1].max_steps
+    assert f"for {real} steps" in printed and f"(smollm2: {real}; tiny: the recipe's {tiny})" in printed
+    assert f"({tiny} steps)" in printed and not re.search(r"\{[a-z_]+\}", printed)  # every placeholder filled
+
+
+def test_demo_runs_the_steps_its_help_states(monkeypatch, kept_threads, tmp_path, capsys):
+    """real_model_demo up to training: the steps it hands the trainer are the ones --help names."""
+    from trl_ada.cli import demo
+
+    class Trained(Exception):
+        pass
+
+    def stop(model, script_args, training_args):
+        raise Trained(training_args.max_steps)
+
+    monkeypatch.setattr(demo, "_train", stop)
+    monkeypatch.setattr("trl_ada.examples.models.materialize", lambda name, path: path)
+    monkeypatch.setattr(demo, "held_out_in_batches", lambda *args, **kwargs: {"greedy": 0.0})
+    monkeypatch.setattr(demo.AutoModelForCausalLM, "from_pretrained", lambda *args, **kwargs: None)
+    monkeypatch.setattr(demo.AutoTokenizer, "from_pretrained", lambda *args, **kwargs: None)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    with pytest.raises(Trained) as trained:
+        demo.main(["--output_dir", str(tmp_path / "out"), "--model_name_or_path", str(tmp_path / "model")])
+    assert trained.value.args[0] == demo.REAL_DEMO_STEPS
+    assert f"for {demo.REAL_DEMO_STEPS} steps" in demo_help(capsys)
+
+
+def record_legends(monkeypatch) -> list[str]:
+    """The legend texts of every figure the demo saves."""
+    pyplot = pytest.importorskip("matplotlib.pyplot")
+    legends = []
+    savefig = pyplot.Figure.savefig
+
+    def record(fig, path, *args, **kwargs):
+        legends.extend(text.get_text() for ax in fig.axes for text in ax.get_legend().get_texts())
+        return savefig(fig, path, *args, **kwargs)
+
+    monkeypatch.setattr(pyplot.Figure, "savefig", record)
+    return legends
+
+
+def test_the_demo_plot_legend_names_the_choice_it_ran(monkeypatch, kept_threads, tmp_path):
+    """The tiny demo at toy size with a positive_focused recipe: its plot says positive_focused, not balanced."""
+    from tests.helpers.data import small_tiny_recipe
+    from trl_ada.cli.demo import main
+
+    legends = record_legends(monkeypatch)
+    recipe = small_tiny_recipe(tmp_path, max_completion_length=8, reinforce_ada_choice="positive_focused")
+    argv = ["--model", "tiny", "--output_dir", str(tmp_path / "demo"), "--config", recipe, "--max_steps", "1"]
+    main(argv + ["--warm_start_steps", "1", "--eval_examples", "4", "--eval_k", "1"])
+    assert "kept-group reward (positive_focused)" in legends and not any("balanced" in t for t in legends), legends
+
+
+@pytest.mark.parametrize(
+    ("choice", "multiround", "expected"),
+    [
+        ("positive-focused", True, "kept-group reward (positive_focused)"),
+        ("balanced", True, "kept-group reward (balanced: ~50% by construction)"),
+        ("balanced", False, "reward (plain GRPO sampling: every sample kept)"),
+    ],
+)
+def test_the_plot_legend_follows_the_recipe(monkeypatch, tmp_path, choice, multiround, expected):
+    import types
+
+    from trl_ada.cli import demo
+
+    legends = record_legends(monkeypatch)
+    history = [
+        {
+            "step": s,
+            "reward": 0.5,
+            "sampling/iid_reward": 0.4,
+            "sampling/total_samples": 16,
+            "sampling/kept_samples": 8,
+        }
+        for s in (1, 2)
+    ]
+    args = types.SimpleNamespace(reinforce_ada_choice=choice, multiround_adaptive_downsampling=multiround)
+    demo.plot(history, str(tmp_path / "demo.png"), "title", 5, demo.kept_group_label(args))
+    assert expected in legends

