@@ -252,15 +252,16 @@ def _renamed(old: str, new: str, value, where: str) -> None:
 
 
 class RecipeParser(TrlParser):
-    """TrlParser with `--config` listed first in `--help`, TRL's older names of renamed keys, and a short usage line
+    """TrlParser with `--config` in the first lines of `--help` (usage and description), TRL's older names of renamed keys, and a short usage line
     on an argparse error (the full usage lists every field: some 240 lines above the message)."""
 
     def __init__(self, classes=RECIPE_CLASSES):
         super().__init__(
             classes,
             usage=RECIPE_USAGE,
-            description="Train with Reinforce-Ada from a YAML recipe; every key of the recipe is a flag below, and "
-            "flags given on the command line override the recipe's values.",
+            description="Train with Reinforce-Ada from a YAML recipe: --config RECIPE.yaml (e.g. "
+            "recipes/Qwen2.5-Math-1.5B/ada_balance.yaml). Every key of the recipe is a flag below, and flags given on "
+            "the command line override the recipe's values.",
         )
         group = self.add_argument_group("recipe")
         # SUPPRESS: TrlParser takes `--config` out of the arguments before argparse sees them, so this entry only
@@ -272,7 +273,6 @@ class RecipeParser(TrlParser):
             help="The YAML recipe (e.g. recipes/Qwen2.5-Math-1.5B/ada_balance.yaml); its keys are the fields listed "
             "below.",
         )
-        self._action_groups.insert(0, self._action_groups.pop())  # help lists it before the fields
 
     def error(self, message):
         self.print_usage(sys.stderr)
