@@ -25,12 +25,22 @@ def test_defaults_reproduce_the_reference():
     assert (args.pool_baseline, args.pool_selection) == ("threshold_fraction", "earliest")
 
 
-def test_sampling_off_takes_any_group_size_like_grpoconfig():
-    """round_repeat (default 8) is read only by the rounds: GRPO at n=16 with sampling off is GRPOConfig's n=16."""
-    args = make(multiround_adaptive_downsampling=False, num_generations=16, per_device_train_batch_size=16)
-    assert (args.num_generations, args.round_repeat, args.advantage_estimator) == (16, 8, "grpo")
+def test_any_group_size_grpoconfig_takes_builds_with_every_sampler():
+    """round_repeat follows num_generations unless set (the reference's 8 up to n=8): n=16, which GRPOConfig takes,
+    builds with the default sampler, sampling off and the rest; only an explicit round_repeat below n is refused."""
+    assert make(num_generations=16, per_device_train_batch_size=16).round_repeat == 16
+    assert make(num_generations=2, per_device_train_batch_size=8).round_repeat == 8
+    for sampler in ("grpo", "dapo", "budget", "est", "knapsack"):
+        assert make(sampler=sampler, num_generations=16, per_device_train_batch_size=16).num_generations == 16
     with pytest.raises(ValueError, match="round_repeat >= 16"):  # with the rounds on, one round must fill a group
-        make(num_generations=16, per_device_train_batch_size=16)
+        make(num_generations=16, per_device_train_batch_size=16, round_repeat=8)
+
+
+@pytest.mark.parametrize("value", [0, 1, -4, 2.0, True])
+def test_num_generations_below_two_is_refused_naming_the_field(value):
+    """TRL divides by it before checking it (num_generations=0 was a ZeroDivisionError)."""
+    with pytest.raises(ValueError, match=f"num_generations={value!r} must be an integer >= 2"):
+        make(num_generations=value)
 
 
 def test_readme_spelling_is_normalised():
@@ -151,14 +161,22 @@ def test_plain_grpo_does_not_need_whole_groups_per_process():
 @pytest.mark.parametrize(
     "kwargs, ignored",
     [
-        ({"est_exponent": 0.3}, "est_exponent=0.3 has no effect with reinforce_ada_est=False"),
-        ({"budget_skip_threshold": 0.2}, "budget_skip_threshold=0.2 has no effect with sampling_budget=None"),
+        ({"est_exponent": 0.3}, "est_exponent=0.3 has no effect with sampler='reinforce_ada'"),
+        ({"budget_skip_threshold": 0.2}, "budget_skip_threshold=0.2 has no effect with sampler='reinforce_ada'"),
         (
             {"sampling_budget": 4.0, "reinforce_ada_choice": "positive_focused"},
-            "reinforce_ada_choice='positive_focused' has no effect with sampling_budget set",
+            "reinforce_ada_choice='positive_focused' has no effect with sampler='budget'",
         ),
-        ({"sampling_budget": 8.0, "round_repeat": 4}, "round_repeat=4 has no effect with sampling_budget set"),
-        ({"reinforce_ada_est": True, "max_rounds": 2}, "max_rounds=2 has no effect with reinforce_ada_est=True"),
+        ({"sampling_budget": 8.0, "round_repeat": 4}, "round_repeat=4 has no effect with sampler='budget'"),
+        ({"sampler": "est", "max_rounds": 2}, "max_rounds=2 has no effect with sampler='est'"),
+        ({"reinforce_ada_est": True, "max_rounds": 2}, "max_rounds=2 has no effect with sampler='est'"),
+        ({"sampler": "grpo", "reinforce_ada_choice": "positive_focused"}, "reinforce_ada_choice='positive_focused' "),
+        ({"sampler": "grpo", "round_repeat": 16}, "round_repeat=16 has no effect with sampler='grpo'"),
+        ({"sampler": "grpo", "positive_threshold": 0.5}, "positive_threshold=0.5 has no effect with sampler='grpo'"),
+        ({"sampler": "dapo", "max_rounds": 2}, "max_rounds=2 has no effect with sampler='dapo'"),
+        ({"sampler": "knapsack", "round_repeat": 16}, "round_repeat=16 has no effect with sampler='knapsack'"),
+        ({"sampler": "knapsack", "pool_baseline": "mean_reward"}, "pool_baseline='mean_reward' has no effect"),
+        ({"sampler": "reinforce_ada", "max_refill_batches": 3}, "max_refill_batches=3 has no effect"),
     ],
 )
 def test_a_field_the_chosen_sampling_does_not_read_is_named(kwargs, ignored):

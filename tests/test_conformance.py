@@ -33,7 +33,7 @@ from datasets import Dataset
 from packaging.version import Version
 from trl import GRPOConfig, GRPOTrainer
 
-from tests.helpers import ROOT, tool_policy
+from tests.helpers import ROOT, open_r1, tool_policy
 from tests.helpers.tool_policy import ScriptedPolicy, calculator_dataset, install, multiply, product_reward
 from tests.helpers.trainers import SMALL
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
@@ -262,7 +262,9 @@ class Cell:
     kwargs: Callable[[Callable[[str], str]], dict] = lambda models: {}
     samplers: tuple[str, ...] = ("balanced",)  # the samplers whose training rows are replayed through GRPOTrainer
     replay: bool = True  # False: generation GRPOTrainer cannot be handed (tool loop, rollout_func): trains only
-    policy: bool = False  # the scripted tool-calling policy answers for the model (tests/helpers/tool_policy.py)
+    policy: Any = False  # True: the scripted tool-calling policy answers for the model (tests/helpers/tool_policy.py);
+    # or a class that does, built with the tokenizer
+    ada: dict[str, Any] = field(default_factory=dict)  # AdaGRPOConfig's own fields, which GRPOConfig does not take
     requires: str | None = None  # what the stack must have (shown in the table whatever is installed)
     needs: str | None = None  # set where the installed stack lacks it: the reason to skip
     instance: bool = False  # hand the trainer a model instance (loaded here) instead of its path
@@ -327,19 +329,32 @@ CELLS = [
         "several reward functions with `reward_weights`",
         rewards=lambda models: [rate_reward, length_reward],
         config=dict(reward_weights=[1.0, 0.5]),
+        ada=dict(positive_reward_func="rate_reward"),
         samplers=("balanced", "dynamic", "est", "knapsack"),
+    ),
+    Cell(
+        "open-r1",
+        "open-r1's rewards: accuracy + format + tag count summed, a `solution` column, golds that do not parse",
+        dataset=open_r1.dataset,
+        rewards=lambda models: open_r1.REWARDS,
+        config=dict(max_completion_length=48),
+        ada=dict(positive_reward_func="accuracy_reward"),
+        policy=open_r1.OpenR1Policy,
+        samplers=("balanced", "positive_focused", "dynamic", "budget", "est", "knapsack"),
     ),
     Cell("reward-async", "an `async def` reward function", rewards=lambda models: async_rate_reward),
     Cell(
         "reward-model",
         "a reward model (a sequence classifier's path) beside a function",
         rewards=lambda models: [rate_reward, models("reward_model")],
+        ada=dict(positive_reward_func="rate_reward"),
         samplers=("positive_focused",),
     ),
     Cell(
         "reward-none",
         "a reward returning `None` for some samples, beside one that scores all",
         rewards=lambda models: [partial_reward, length_reward],
+        ada=dict(positive_reward_func="partial_reward"),
         samplers=("balanced", "budget", "est", "knapsack"),
     ),
     Cell(
@@ -514,7 +529,8 @@ BASE = dict(SMALL, max_steps=1, learning_rate=1e-3)
 
 
 def config_of(cell: Cell, config_class, tmp_path, **extra):
-    values = {**BASE, **cell.config, **extra, "output_dir": str(tmp_path / "out")}
+    ada = cell.ada if config_class is AdaGRPOConfig and extra != OFF else {}  # OFF: exactly GRPOTrainer's fields
+    values = {**BASE, **cell.config, **ada, **extra, "output_dir": str(tmp_path / "out")}
     return config_class(**values)
 
 
@@ -559,8 +575,12 @@ class TrappedAda(Trap, AdaGRPOTrainer):
         return samples
 
     def _replace_advantages(self, output, results):
-        if results is not None:  # the chosen prompts' sampling, for an independent advantage check
+        if (
+            results is not None
+        ):  # the chosen prompts' sampling and every reward of their pools, for an independent check
+            pools = [torch.stack(self._step_sampling.pool_rewards_per_func[p]) for p in self._step_sampling.chosen]
             self.sampled = getattr(self, "sampled", []) + [results]
+            self.sampled_pools = getattr(self, "sampled_pools", []) + [pools]
         return super()._replace_advantages(output, results)
 
 
@@ -601,8 +621,10 @@ def run(trainer_class, cell: Cell, models, tmp_path, config_class, dataset=None,
         train_dataset=dataset if dataset is not None else cell.dataset(),
         **kwargs,
     )
-    if cell.policy:
+    if cell.policy is True:
         install(trainer, ScriptedPolicy(trainer.processing_class, malformed_rate=0.0))
+    elif cell.policy:
+        install(trainer, cell.policy(trainer.processing_class))
     trainer.train()
     return trainer
 
@@ -725,6 +747,49 @@ def test_sampling_on_rows_are_grpo_rows(cell, sampler, models, tmp_path):
     check_advantages_and_metrics(ada, replay, sampler)
 
 
+OPEN_R1 = next(cell for cell in CELLS if cell.id == "open-r1")
+
+
+@pytest.mark.parametrize("sampler", ["balanced", "positive_focused", "budget", "est", "knapsack"])
+def test_open_r1_summed_rewards_without_positive_reward_func_are_refused_before_the_model_loads(sampler, tmp_path):
+    """The sum of accuracy, format and tag count passes positive_threshold on format alone: every sampler that reads
+    positives refuses it, naming the functions and the field to set (a model path that does not exist: the error
+    comes first)."""
+    args = config_of(OPEN_R1, AdaGRPOConfig, tmp_path, **SAMPLERS[sampler], positive_reward_func=None)
+    names = r"\['accuracy_reward', 'format_reward', 'tag_count_reward'\]"
+    with pytest.raises(ValueError, match=rf"3 reward functions {names} are summed.*Set positive_reward_func"):
+        AdaGRPOTrainer(
+            model=str(tmp_path / "no-model"), reward_funcs=open_r1.REWARDS, args=args, train_dataset=OPEN_R1.dataset()
+        )
+    with pytest.raises(ValueError, match=r"positive_reward_func='accuracy' is not one of the reward functions"):
+        AdaGRPOTrainer(
+            model=str(tmp_path / "no-model"),
+            reward_funcs=open_r1.REWARDS,
+            args=config_of(OPEN_R1, AdaGRPOConfig, tmp_path, **SAMPLERS[sampler], positive_reward_func="accuracy"),
+            train_dataset=OPEN_R1.dataset(),
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampler", ["balanced", "positive_focused", "dynamic", "budget", "est", "knapsack"])
+def test_open_r1_positives_are_the_correct_answers(sampler, models, tmp_path):
+    """With positive_reward_func='accuracy_reward', what every sampler reads as a prompt's pool is each sample's
+    correctness (None where the gold does not parse), while well-formatted wrong answers (2.0 of 3) are there to be
+    miscounted; a balanced group that met its exit rule holds exactly floor(n/2) correct answers."""
+    ada = run(TrappedAda, OPEN_R1, models, tmp_path, AdaGRPOConfig, **SAMPLERS[sampler])
+    accuracy = ada.reward_func_names.index("accuracy_reward")
+    n, traps, balanced = ada.args.num_generations, 0, 0
+    for results, pools in zip(ada.sampled, ada.sampled_pools):
+        for result, pool in zip(results, pools):
+            assert torch.allclose(torch.tensor(result.pool_rewards), pool[:, accuracy], equal_nan=True)
+            traps += int(((pool[:, accuracy] == 0) & (pool.nansum(dim=1) >= 2)).sum())
+            if ada.args.sampler == "reinforce_ada" and ada.args.reinforce_ada_choice == "balanced" and result.finished:
+                assert sum(float(pool[i, accuracy]) == 1.0 for i in result.selected) == n // 2
+                balanced += 1
+    assert traps > 0, "no well-formatted wrong answer was sampled: the test would not see the sum miscount"
+    assert balanced > 0 or sampler != "balanced", "no balanced group met its exit rule: nothing was checked"
+
+
 # The metrics both trainers compute from the same kept rows (the rest, e.g. completion lengths and tokens seen, cover
 # every generated sample on Ada's side by design).
 SAME_VALUE = ("reward", "reward_std", "frac_reward_zero_std")  # and `entropy` at the first optimizer step of a
@@ -741,21 +806,30 @@ def check_advantages_and_metrics(ada, replay, sampler):
             assert torch.allclose(mine["advantages"], theirs["advantages"], atol=1e-6)
     else:
         assert ada.args.advantage_estimator == "reinforce_ada" and not ada.args.pool_std_scaling
-        threshold = ada.args.positive_threshold
-        for batch, results, rewards_per_func in zip(ada.batches, ada.sampled, replay.batch_rewards):
+        threshold, name = ada.args.positive_threshold, ada.args.positive_reward_func
+        for batch, results, pools, rewards_per_func in zip(
+            ada.batches, ada.sampled, ada.sampled_pools, replay.batch_rewards
+        ):
             weights = torch.tensor(ada.args.reward_weights or [1.0] * rewards_per_func.shape[1])
-            kept = (rewards_per_func * weights).nansum(dim=1)  # the kept rows' rewards, as GRPOTrainer scored them
-            kept[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-            expected = []
-            for r in results:  # r - (share of positives among the pool's scorable samples); unscorable rows 0
+            # what decides a positive, as GRPOTrainer scored the kept rows: the weighted sum, or the named function's
+            decides = [weighted(rewards_per_func, weights)]
+            if name is not None:
+                decides = [rewards_per_func[:, ada.reward_func_names.index(name)]]
+            expected, trained = [], []
+            for r, pool in zip(results, pools):  # r - (the pool's share of positives, or its mean reward)
+                trained_pool = weighted(pool, weights).tolist()
                 scorable = [x for x in r.pool_rewards if not math.isnan(x)]
-                baseline = sum(x > threshold for x in scorable) / len(scorable) if scorable else 0.0
-                expected += [
-                    0.0 if math.isnan(r.pool_rewards[i]) else r.pool_rewards[i] - baseline for i in r.selected
-                ]
+                if ada.args.pool_baseline == "threshold_fraction":
+                    baseline = sum(x > threshold for x in scorable) / len(scorable) if scorable else 0.0
+                else:
+                    finite = [x for x in trained_pool if not math.isnan(x)]
+                    baseline = sum(finite) / len(finite) if finite else 0.0
+                trained += [trained_pool[i] for i in r.selected]
+                expected += [0.0 if math.isnan(trained_pool[i]) else trained_pool[i] - baseline for i in r.selected]
             assert torch.allclose(
-                kept, torch.tensor([r.pool_rewards[i] for r in results for i in r.selected]), equal_nan=True
+                decides[0], torch.tensor([r.pool_rewards[i] for r in results for i in r.selected]), equal_nan=True
             ), "the kept rows are not the selected pool samples"
+            assert torch.allclose(weighted(rewards_per_func, weights), torch.tensor(trained), equal_nan=True)
             assert torch.allclose(batch["advantages"], torch.tensor(expected), atol=1e-5)
     mine_logs = [h for h in ada.state.log_history if "loss" in h]
     their_logs = [h for h in replay.state.log_history if "loss" in h]
@@ -768,6 +842,13 @@ def check_advantages_and_metrics(ada, replay, sampler):
             first_step = index == 0 and ada.args.steps_per_generation == 1
             if key in SAME_VALUE or key.startswith("rewards/") or (key == "entropy" and first_step):
                 assert mine[key] == pytest.approx(theirs[key], nan_ok=True, abs=1e-6), key
+
+
+def weighted(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """GRPOTrainer's reward: the weighted nansum over the functions, NaN where every function returned None."""
+    total = (rewards_per_func * weights).nansum(dim=1)
+    total[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return total
 
 
 def replay_grpo(cell, models, tmp_path, kept, dataset, **config) -> ReplayGRPO:

@@ -72,10 +72,14 @@ class AdaGRPOConfig(GRPOConfig):
             (one positive).
         positive_threshold (`float`, *optional*, defaults to `0.7`):
             A sample is positive iff its reward is strictly greater.
+        positive_reward_func (`str` or `None`, *optional*, defaults to `None`):
+            The reward function (by its name in `reward_func_names`) whose own reward decides a positive; `None`: the
+            weighted sum, which must then come from a single reward function wherever positives are read
+            (`"weighted_sum"`: the sum of several).
         max_rounds (`int`, *optional*, defaults to `4`):
             Rounds at most; a prompt that never meets its exit rule keeps a fallback group.
-        round_repeat (`int`, *optional*, defaults to `8`):
-            Samples per active prompt per round (at least `num_generations`).
+        round_repeat (`int` or `None`, *optional*, defaults to `None`):
+            Samples per active prompt per round (at least `num_generations`); `None`: max(8, `num_generations`).
 
         > Advantages
 
@@ -85,8 +89,10 @@ class AdaGRPOConfig(GRPOConfig):
             Divide pooled advantages by the pool's standard deviation (a deviation from the reference).
         advantage_estimator (`str` or `None`, *optional*, defaults to `None`):
             `"reinforce_ada"`, `"grpo"`, `"reinforce_rej"`, `"raft"` or `"est"`; `None` picks the sampler's own.
-        pool_baseline (`str`, *optional*, defaults to `"threshold_fraction"`):
-            The pooled baseline: the share of positives (reference) or `"mean_reward"` (for shaped rewards).
+        pool_baseline (`str` or `None`, *optional*, defaults to `None`):
+            The pooled baseline: the share of positives (`"threshold_fraction"`, the reference) or `"mean_reward"`
+            (for shaped rewards); `None`: `"mean_reward"` with `positive_reward_func` naming a function, else the
+            reference's.
         pool_selection (`str`, *optional*, defaults to `"earliest"`):
             Which pool samples form the kept group: the earliest (reference) or a seeded `"random"` subset.
 
@@ -197,14 +203,28 @@ class AdaGRPOConfig(GRPOConfig):
         default=0.7,
         metadata={"help": "A sample is positive iff its reward is strictly greater than this value."},
     )
+    positive_reward_func: str | None = field(
+        default=None,
+        metadata={
+            "help": "What decides that a sample is positive (solved) for the exit rule, the selection, the prompt "
+            "memory and every sampler that reads it: the name of one reward function, as TRL names them in "
+            "`reward_func_names` (a function's __name__, a reward model's name), whose own unweighted reward must "
+            "exceed positive_threshold; e.g. 'accuracy_reward' next to format rewards. None (the default): the "
+            "weighted sum of the rewards (the reference, with its single reward). With several reward functions a "
+            "sum can pass the threshold on format alone, so None is refused there wherever positives are read. The "
+            "advantages keep using the weighted sum TRL trains on. 'weighted_sum': the sum decides, also of several "
+            "reward functions (when only a solved sample can pass positive_threshold)."
+        },
+    )
     max_rounds: int = field(
         default=4,
         metadata={"help": "Maximum sampling rounds per step; at most max_rounds * round_repeat samples per prompt."},
     )
-    round_repeat: int = field(
-        default=8,
+    round_repeat: int | None = field(
+        default=None,
         metadata={
-            "help": "Fresh samples drawn for each still-active prompt in each round. Must be >= num_generations."
+            "help": "Fresh samples drawn for each still-active prompt in each round. Must be >= num_generations. "
+            "None (the default): max(8, num_generations), the reference's 8 wherever it can fill a group."
         },
     )
     global_stat_est: bool = field(
@@ -234,11 +254,13 @@ class AdaGRPOConfig(GRPOConfig):
             "one advantage per kept sample (docs/samplers.md)."
         },
     )
-    pool_baseline: str = field(
-        default="threshold_fraction",
+    pool_baseline: str | None = field(
+        default=None,
         metadata={
-            "help": "Pooled baseline. 'threshold_fraction' (the reference): fraction of pool rewards above "
-            "positive_threshold. 'mean_reward' (deviation, for shaped non-binary rewards): mean pool reward.",
+            "help": "Pooled baseline. 'threshold_fraction' (the reference): fraction of the pool's positives. "
+            "'mean_reward' (deviation, for shaped non-binary rewards): the pool's mean reward (the weighted sum TRL "
+            "trains on). None (the default): 'mean_reward' with positive_reward_func naming a function (the trained "
+            "reward is then a sum that a share of positives does not centre), else 'threshold_fraction'.",
             "choices": list(BASELINES),
         },
     )
@@ -421,6 +443,17 @@ class AdaGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        as_set = {name: getattr(self, name) for name in _DEFAULTS}  # as the user set them, before any is resolved
+        # TRL divides by num_generations before it checks it: a bad value would surface as a ZeroDivisionError.
+        if (
+            isinstance(self.num_generations, bool)
+            or not isinstance(self.num_generations, int)
+            or self.num_generations < 2
+        ):
+            raise ValueError(
+                f"num_generations={self.num_generations!r} must be an integer >= 2: GRPO needs at least 2 completions "
+                "per prompt for a baseline (the paper uses 4)."
+            )
         # TRL's own checks first: they derive steps_per_generation and generation_batch_size, which ours use.
         super().__post_init__()
 
@@ -467,6 +500,16 @@ class AdaGRPOConfig(GRPOConfig):
                 _check_one_of("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
             if not callable(import_path(self.advantage_estimator, "advantage_estimator")):
                 raise ValueError(f"advantage_estimator={self.advantage_estimator!r} is not a function.")
+        if self.positive_reward_func is not None and (
+            not isinstance(self.positive_reward_func, str) or not self.positive_reward_func
+        ):
+            raise ValueError(
+                f"positive_reward_func={self.positive_reward_func!r} must be the name of one reward function (as in "
+                "the trainer's reward_func_names, e.g. 'accuracy_reward'), or None."
+            )
+        if self.pool_baseline is None:  # the sum of several rewards is not centred by a share of positives
+            one_function = self.positive_reward_func not in (None, "weighted_sum")
+            self.pool_baseline = "mean_reward" if one_function else "threshold_fraction"
         _check_one_of("pool_baseline", self.pool_baseline, BASELINES)
         _check_one_of("pool_selection", self.pool_selection, SELECTIONS)
 
@@ -477,6 +520,8 @@ class AdaGRPOConfig(GRPOConfig):
             )
         if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds < 1:
             raise ValueError(f"max_rounds={self.max_rounds!r} must be an integer >= 1 (the reference uses 4).")
+        if self.round_repeat is None:  # the reference's 8, or one group's worth where n is larger
+            self.round_repeat = max(8, self.num_generations)
         # Only the rounds read round_repeat: GRPO at num_generations=16 with sampling off must not need it raised.
         if self.sampler == "reinforce_ada" and (
             isinstance(self.round_repeat, bool)
@@ -596,7 +641,7 @@ class AdaGRPOConfig(GRPOConfig):
                     f"Set per_device_train_batch_size (or steps_per_generation) so that the product is a multiple of "
                     f"{self.num_generations}."
                 )
-        self._warn_of_ignored_fields()
+        self._warn_of_ignored_fields(as_set)
 
     def _select_sampler(self) -> None:
         """One selector: `sampler` names the allocation rule; the older switches map onto it (as TRL maps old
@@ -693,23 +738,34 @@ class AdaGRPOConfig(GRPOConfig):
                 )
         self.prompt_memory = True  # Est's estimator of p_x is the prompt memory
 
-    def _warn_of_ignored_fields(self) -> None:
-        """Name the fields set away from their defaults that the chosen sampling does not read."""
-        ignored = []
-        if not self.reinforce_ada_est:
-            ignored += [(name, "reinforce_ada_est=False") for name in _EST_FIELDS]
-        if self.sampling_budget is None:
-            ignored += [(name, "sampling_budget=None") for name in _BUDGET_FIELDS]
-        if self.multiround_adaptive_downsampling and (self.sampling_budget is not None or self.reinforce_ada_est):
-            why = "sampling_budget set" if self.sampling_budget is not None else "reinforce_ada_est=True"
-            ignored += [(name, why) for name in _ROUNDS_FIELDS]
-        for name, why in ignored:
-            if getattr(self, name) != _DEFAULTS[name]:
-                warnings.warn(
-                    f"{name}={getattr(self, name)!r} has no effect with {why}: it is ignored.",
-                    UserWarning,
-                    stacklevel=4,
-                )  # the caller of the constructor (with the lock's transformers)
+    def _warn_of_ignored_fields(self, as_set: dict) -> None:
+        """Name the fields set away from their defaults (`as_set`: as the user set them) that the chosen sampling does
+        not read. A sampler of the user's may read any field: only the built-ins' are known."""
+        reads = {
+            "reinforce_ada": _ROUNDS_FIELDS + (_DYNAMIC_FIELDS if self.dynamic_sampling else ()),
+            "grpo": (),
+            "dapo": _DYNAMIC_FIELDS,
+            "budget": _BUDGET_FIELDS + ("max_refill_batches",),
+            "est": _EST_FIELDS,
+            "knapsack": (),
+        }.get(self.sampler)
+        if reads is not None:
+            known = _ROUNDS_FIELDS + _DYNAMIC_FIELDS + _BUDGET_FIELDS + _EST_FIELDS
+            ignored = [name for name in known if name not in reads]
+            if not self.reads_positives:
+                ignored.append("positive_threshold")
+            if not (self.reads_positives or self.dynamic_sampling):  # DAPO's signal: the rewards that decide one
+                ignored.append("positive_reward_func")
+            if self.advantage_estimator != "reinforce_ada":
+                ignored.append("pool_baseline")
+            for name in ignored:
+                if as_set[name] != _DEFAULTS[name]:
+                    warnings.warn(
+                        f"{name}={as_set[name]!r} has no effect with sampler={self.sampler!r} (advantage_estimator="
+                        f"{self.advantage_estimator!r}): it is ignored.",
+                        UserWarning,
+                        stacklevel=4,
+                    )  # the caller of the constructor (with the lock's transformers)
         if self.replaces_grpo_advantages and self.scale_rewards != "group":
             pooled = (
                 " (pool_std_scaling scales the pooled ones)" if self.advantage_estimator == "reinforce_ada" else ""
@@ -734,6 +790,16 @@ class AdaGRPOConfig(GRPOConfig):
         return self.advantage_estimator != "grpo"
 
     @property
+    def reads_positives(self) -> bool:
+        """Whether anything decides with "reward > positive_threshold": the rounds' exit rule and selection, the
+        budget's top-ups, the prompt memory (Est's and the knapsack's allocation), the share-of-positives baseline."""
+        return (
+            self.sampler in ("reinforce_ada", "budget", "est", "knapsack")
+            or self.prompt_memory
+            or (self.advantage_estimator == "reinforce_ada" and self.pool_baseline == "threshold_fraction")
+        )
+
+    @property
     def sampling_active(self) -> bool:
         """Whether AdaGRPOTrainer takes over sampling (adaptive rounds or budget, Est, dynamic sampling, prompt
         memory)."""
@@ -746,6 +812,7 @@ _DEFAULTS = {f.name: f.default for f in _OWN}
 _EST_FIELDS = ("est_exponent", "est_min_samples", "est_max_samples", "est_epsilon")
 _BUDGET_FIELDS = ("budget_top_up", "budget_skip_threshold", "budget_skip_decay", "budget_explore_floor")
 _ROUNDS_FIELDS = ("reinforce_ada_choice", "round_repeat", "max_rounds", "pool_selection")
+_DYNAMIC_FIELDS = ("max_refill_batches", "dynamic_sampling_tolerance")
 
 
 def _normalize_field_choice(value: str) -> str:

@@ -16,6 +16,7 @@ slice of the chosen prompts, and their selected completions travel to it.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import inspect
 import os
@@ -38,7 +39,7 @@ from trl_ada.config import PAPER, AdaGRPOConfig, trainer_config
 from trl_ada.core.memory import text_only
 from trl_ada.core.sampling import PromptResult
 from trl_ada.integration import prompt_keys
-from trl_ada.integration.context import log_step, sampling_context, settle
+from trl_ada.integration.context import log_step, sampling_context, settle, trained_pool
 from trl_ada.integration.estimators import replace_advantages
 from trl_ada.integration.generation_count import GenerationCount, counting_rollout_func, model_tokens
 from trl_ada.integration.pipelined_rank import RankEngine, check_reward_models_unsharded, decode, sample_pipelined
@@ -56,6 +57,7 @@ from trl_ada.integration.rollouts import (
     join_rollout,
     merge_logged_metrics,
     merge_round_metrics,
+    positive_rewards,
     scored_samples,
     take_extra_logs,
     weighted_sum,
@@ -64,6 +66,8 @@ from trl_ada.integration.support import (
     check_trainer_arguments,
     checked_reward,
     environment_names,
+    positive_reward_index,
+    reward_names,
     warn_if_fewer_processes,
     warn_if_threshold_outside,
 )
@@ -100,6 +104,7 @@ class AdaGRPOTrainer(GRPOTrainer):
     _step_sampling: StepSampling | None = None
     _rollout_capture: list | tuple | None = None  # inside a round: where `_generate` leaves the round's output
     generation_count: GenerationCount | None = None  # what training generated so far
+    _positive_index: int | None = None  # the reward function that decides a positive (None: the weighted sum)
 
     _tag_names = ["trl", "grpo", "reinforce-ada"]
     _name = "AdaGRPO"
@@ -110,10 +115,15 @@ class AdaGRPOTrainer(GRPOTrainer):
         args = trainer_config(args, model)
         given = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *pos, **kwargs)
         check_trainer_arguments(args, given.arguments)  # before the model loads
+        own_rewards = reward_names(reward_funcs)
+        if not given.arguments.get("environment_factory"):  # an environment's reward is named inside TRL's __init__
+            positive_reward_index(args, own_rewards)
         self._sampler = load_sampler(args)  # the allocation rule (trl_ada.samplers): its own checks, before the model
         with vllm_generation_for(args):
             super().__init__(model, reward_funcs, args, *pos, **kwargs)
         self.reward_funcs = [checked_reward(f, name) for f, name in zip(self.reward_funcs, self.reward_func_names)]
+        environments = len(self.reward_func_names) > len(own_rewards)  # each scores only the rows it owns: one source
+        self._positive_index = positive_reward_index(args, self.reward_func_names, len(own_rewards) + environments)
         check_reward_models_unsharded(args.pipelined_rounds, self.reward_func_names, self.reward_funcs)
         warn_if_fewer_processes(self.accelerator.num_processes)
         self._warned: set[str] = set()  # the warnings given once per trainer (a log_extra column's among them)
@@ -149,7 +159,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             self._last_loaded_step = self.state.global_step  # pushed below, once for all of the step's rounds
             with awake_for_rounds(self.vllm_generation if self.use_vllm else None, sync=sync):
                 selection = self._sampler.sample(context, target)
-            settle(step, selection, context, self.sampling_state, self.args, target, self.reward_weights)
+            settle(step, selection, context, self.sampling_state, self.args, target, self._positive_rewards)
             merge_round_metrics(self._metrics["train"], metrics_before, step.rollout_sizes)
             merge_logged_metrics(self._pending_metrics, self._logged_metric_rows)
             local = step.chosen[rank * (target // world) : (rank + 1) * (target // world)]
@@ -161,7 +171,9 @@ class AdaGRPOTrainer(GRPOTrainer):
             advantages = self._last_advantages  # None: TRL's statistics, of which only this rank's slice is at hand
             advantages = self.accelerator.gather(output["advantages"]) if advantages is None else advantages
             rewards = weighted_sum(self._last_rewards_per_func, self.reward_weights)
-            log_step(self._metrics["train"], step, advantages, rewards, self.args, self.sampling_state)
+            log_step(
+                self._metrics["train"], step, advantages, rewards, self.args, self.sampling_state, self.reward_weights
+            )
         finally:
             self._step_sampling = None
         return output
@@ -176,7 +188,7 @@ class AdaGRPOTrainer(GRPOTrainer):
                 self.vllm_generation,
                 self._score,
                 functools.partial(decode, self.processing_class, self._tokenizer, self.tools),
-                self.reward_weights,
+                self._positive_rewards,
                 {*self.eos_token_ids, self._tokenizer.pad_token_id},
                 self.generation_count,
                 self._metrics["train"],
@@ -191,12 +203,17 @@ class AdaGRPOTrainer(GRPOTrainer):
             global_step=self.state.global_step,
             rollout=self._rollout,
             reward_weights=self.reward_weights,
+            positive_rewards=self._positive_rewards,
             tokenize=self._tokenize,
             as_dataloader_rows=self._as_dataloader_rows,
             train_dataset=self.train_dataset,
             with_environment=self.environment_factories is not None,
             run_rounds=run_rounds,
         )
+
+    def _positive_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """The reward that decides a positive (`positive_reward_func`, or the weighted sum): what samplers read."""
+        return positive_rewards(rewards_per_func, self.reward_weights, self._positive_index)
 
     def _tokenize(self, rows: list[dict[str, Any]]) -> list[list[int]]:
         """The rows' prompts as TRL tokenizes them, text only (memory keys, pipelining): before any environment
@@ -268,7 +285,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             rewards_per_func = super()._calculate_rewards(
                 inputs, prompts, completions, completion_ids, *args, **kwargs
             )
-            warn_if_threshold_outside(self.args, weighted_sum(rewards_per_func, self.reward_weights), self._warned)
+            warn_if_threshold_outside(self.args, self._positive_rewards(rewards_per_func), self._warned)
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
 
@@ -278,8 +295,14 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _replace_advantages(self, output: dict[str, Any], results: list[PromptResult] | None) -> None:
         rewards, rank = weighted_sum(self._last_rewards_per_func, self.reward_weights), self.accelerator.process_index
+        step, trained = self._step_sampling, None
+        if results is not None and self._positive_index is not None:  # the pools TRL trains on differ: the sum's
+            trained = [
+                dataclasses.replace(r, pool_rewards=trained_pool(step, p, self.reward_weights))
+                for p, r in zip(step.chosen, results)
+            ]
         self._last_advantages = replace_advantages(  # None: TRL's own group statistics stand in `output`
-            output, self._step_sampling, results, rewards, self.args, rank, self._logs["advantages"], self._warned
+            output, step, results, rewards, self.args, rank, self._logs["advantages"], self._warned, trained
         )
 
     # --- Logs and the checkpoint (which carries the sampling state) ------------------------------------------------

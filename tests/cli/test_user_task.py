@@ -346,7 +346,8 @@ def test_the_readme_task_trains_through_every_entry_point(tmp_path):
     # The reward sees the prompt as written, on both processes of a 2-process run.
     (tmp_path / "marker.py").write_text(MARKER)
     train = "-m trl_ada.cli.train --config upper_ada.yaml --max_steps 1".split()
-    marker = ["--reward_funcs", "task.upper_reward", "marker.seen", "--output_dir", "out/marked"]
+    marker = ["--reward_funcs", "task.upper_reward", "marker.seen", "--positive_reward_func", "upper_reward"]
+    marker += ["--output_dir", "out/marked"]
     done = run([os.path.join(bin_dir, "torchrun"), "--nproc_per_node", "2", *train, *marker])
     assert done.returncode == 0, done.stderr[-3000:]
     written = [json.loads(line)["prompt"] for line in (tmp_path / "upper.jsonl").read_text().splitlines()]

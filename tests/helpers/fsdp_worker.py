@@ -163,6 +163,7 @@ def pipelined_with_a_reward_model(model_path, output_dir, **overrides):
         report_to="none",
         per_device_train_batch_size=8,
         max_steps=1,
+        positive_reward_func="hash_reward",  # the reward model scores beside it: not what decides a positive
     )
     trainer = AdaGRPOTrainer(
         model=model_path,

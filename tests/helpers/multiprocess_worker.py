@@ -256,7 +256,9 @@ def environment(t, tool_model, output_dir, common, record):
         model=tool_model,
         reward_funcs=t.answer_format_reward,
         environment_factory=t.ROUTED,
-        args=AdaGRPOConfig(**common, positive_threshold=1.5, output_dir=f"{output_dir}/routed"),
+        args=AdaGRPOConfig(
+            **common, positive_threshold=1.5, positive_reward_func="weighted_sum", output_dir=f"{output_dir}/routed"
+        ),
         train_dataset=t.routing_dataset(),
     )
     install(trainer, t.ScriptedPolicy(trainer.processing_class, malformed_rate=0.0))

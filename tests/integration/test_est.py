@@ -170,8 +170,8 @@ def test_config_defaults_follow_the_authors_estimator(tmp_path):
     assert (plain.prompt_memory_decay, plain.prompt_memory_prior_alpha, plain.prompt_memory_prior_beta) == (0.5, 1, 1)
     mine = est_config(tmp_path, prompt_memory_decay=0.5, prompt_memory_prior_beta=4.0)
     assert (mine.prompt_memory_decay, mine.prompt_memory_prior_beta) == (0.5, 4.0)
-    # GRPO's n=16 with Est: round_repeat (a rounds-only field) is not checked against it.
-    assert est_config(tmp_path, num_generations=16).round_repeat == 8
+    # GRPO's n=16 with Est builds: round_repeat (a rounds-only field) follows it.
+    assert est_config(tmp_path, num_generations=16).round_repeat == 16
 
 
 @pytest.mark.parametrize(

@@ -514,20 +514,21 @@ def test_a_checkpoint_written_before_the_resume_module_still_resumes(tmp_path):
 
 
 def test_budget_iid_reward_reads_each_prompts_first_n_samples_not_an_equal_share_of_its_rounds():
-    """`sampling/iid_reward` is round one's mean reward: under the budget, the first num_generations samples of each
-    pool, whatever top-ups of `budget_top_up` followed."""
+    """`sampling/iid_reward` is round one's mean reward: under the budget, each pool's first call (num_generations
+    samples), whatever top-ups of `budget_top_up` followed."""
     import torch
 
     from trl_ada.core.sampling import PromptResult
     from trl_ada.integration.rollouts import StepSampling, step_metrics
 
-    topped_up = PromptResult(
-        pool_rewards=[1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0], selected=[0, 1, 4, 5], rounds=3, finished=True
-    )  # n = 4, then two top-ups of 2 that found the negatives
-    uniform = PromptResult(pool_rewards=[0.0, 0.0, 0.0, 0.0], selected=[0, 1, 2, 3], rounds=1)
+    pools = {0: [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0], 1: [0.0, 0.0, 0.0, 0.0]}  # n = 4, then two top-ups of 2
+    topped_up = PromptResult(pool_rewards=pools[0], selected=[0, 1, 4, 5], rounds=3, finished=True)
+    uniform = PromptResult(pool_rewards=pools[1], selected=[0, 1, 2, 3], rounds=1)
     step = StepSampling(rows=[{}, {}], results={0: topped_up, 1: uniform}, chosen=[0, 1])
+    step.pool_rewards_per_func = [[torch.tensor([r]) for r in pools[p]] for p in (0, 1)]
+    step.first_call = {0: 4, 1: 4}
     advantages = torch.tensor([0.5, 0.5, -0.5, -0.5, 0.0, 0.0, 0.0, 0.0])
-    metrics = step_metrics(step, advantages, num_generations=4, budget=True, epochs_drawn=0.1)
+    metrics = step_metrics(step, advantages, torch.ones(1), epochs_drawn=0.1)
     assert metrics["sampling/iid_reward"] == 0.5  # (4 + 0) / 8; an equal share of 3 rounds read 2 / 6
     assert metrics["sampling/total_samples"] == 12 and metrics["sampling/rounds_max"] == 3
 

@@ -464,7 +464,13 @@ def test_an_environment_routed_dataset_without_prompts_builds_as_grpo_and_trains
     AdaGRPOTrainer builds it with the same reward sources, and trains it with sampling off and on."""
     config = {
         "off": dict(multiround_adaptive_downsampling=False),  # rewards 1 or 2: a tool call adds the env's 1
-        "balanced": dict(reinforce_ada_choice="balanced", round_repeat=4, max_rounds=2, positive_threshold=1.5),
+        "balanced": dict(  # the format reward and a tool call's 1: only a sum of 2 is solved
+            reinforce_ada_choice="balanced",
+            round_repeat=4,
+            max_rounds=2,
+            positive_threshold=1.5,
+            positive_reward_func="weighted_sum",
+        ),
         "dynamic": dict(multiround_adaptive_downsampling=False, dynamic_sampling=True, max_refill_batches=1),
     }
     grpo = GRPOTrainer(

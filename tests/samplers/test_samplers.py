@@ -27,7 +27,7 @@ from trl_ada.core.memory import PromptMemory
 from trl_ada.core.sampling import PromptResult
 from trl_ada.integration import estimators
 from trl_ada.integration.context import check_pools, sample_request
-from trl_ada.integration.rollouts import StepSampling
+from trl_ada.integration.rollouts import StepSampling, positive_rewards
 from trl_ada.samplers import BUILT_IN, SamplingContext, Selection, check_selection, load_sampler
 from trl_ada.samplers.knapsack import allocate, group_advantages, value
 
@@ -84,6 +84,7 @@ class Simulated:
             prompt_key=lambda p: p,
             pass_rate_posterior=self.posterior,
             begin_batch=self.begin_batch,
+            trained_rewards=lambda p: self.pools[p],
             memory=self.memory,
         )
 
@@ -198,14 +199,17 @@ def pools_step(pools: dict[int, list[float]], rows: int = 4) -> StepSampling:
 
 def test_pools_that_are_not_what_the_samples_got_are_refused():
     made = {0: [1.0, 0.0, math.nan, 1.0], 1: [0.0, 0.0, 1.0, 1.0, 0.5, 0.0]}
-    weights = torch.ones(1)
+
+    def weights(rewards_per_func):  # the reward that decides a positive: one function, weight 1
+        return positive_rewards(rewards_per_func, torch.ones(1), None)
+
     whole = {p: PromptResult(list(pool), [0, 1, 2, 3]) for p, pool in made.items()}
     check_pools(pools_step(made), Selection(results=whole, chosen=[0, 1]), weights)  # NaN where NaN: the same
     later = {**whole, 1: PromptResult(made[1][2:], [0, 1, 2, 3])}  # a sampler keeping only its top-up's rewards
-    with pytest.raises(ValueError, match=r"results\[1\].pool_rewards \(4 rewards\).*\(6 rewards\)"):
+    with pytest.raises(ValueError, match=r"results\[1\].pool_rewards \(4 rewards: \[1, 1, 0.5, 0\]\).*\(6 rewards: "):
         check_pools(pools_step(made), Selection(results=later, chosen=[0, 1]), weights)
     swapped = {**whole, 0: PromptResult([0.0, 1.0, math.nan, 1.0], [0, 1, 2, 3])}  # same length, other order
-    with pytest.raises(ValueError, match=r"results\[0\]"):
+    with pytest.raises(ValueError, match=r"results\[0\].*\[0, 1, nan, 1\].*\[1, 0, nan, 1\]"):  # the values shown
         check_pools(pools_step(made), Selection(results=swapped, chosen=[0, 1]), weights)
     with pytest.raises(ValueError, match="every prompt sampled is in Selection.results"):  # prompt 1 left out
         check_pools(pools_step(made), Selection(results={0: whole[0]}, chosen=[0]), weights)
@@ -433,6 +437,49 @@ def test_a_sampler_with_unequal_groups_and_no_advantages_is_refused(tiny_model, 
         given.train()  # the sampler's own advantages win, and the unused estimator is named
     assert given._last_advantages.tolist() == [0.25] * 8
     assert "advantage_estimator='reinforce_ada''s, which is not used" in caplog.text
+
+
+def test_a_sampler_returning_no_selection_is_named(tiny_model, tmp_path, monkeypatch):
+    (tmp_path / "forgetful.py").write_text(
+        "class Forgetful:\n    def __init__(self, args):\n        pass\n\n"
+        "    def sample(self, context, target):\n        context.sample(list(range(target)), 4)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    args = config(tmp_path, sampler="forgetful.Forgetful", max_steps=1)
+    trainer = recording_trainer(tiny_model, pass_rate_dataset([0.5]), args)
+    with pytest.raises(
+        TypeError, match=r"sampler='forgetful.Forgetful''s sample\(\) returned NoneType: it must return"
+    ):
+        trainer.train()
+
+
+def test_iid_reward_is_each_prompts_first_call_when_calls_differ_in_size(tiny_model, tmp_path, monkeypatch):
+    """A sampler asking 2 samples of every prompt, then 6 more: `sampling/iid_reward` is the mean reward of the first
+    call (what the reward function scored first), not an equal share of the pool per reported round."""
+    (tmp_path / "two_then_six.py").write_text(
+        "from trl_ada.core.sampling import PromptResult\nfrom trl_ada.samplers import Selection\n\n"
+        "class TwoThenSix:\n    def __init__(self, args):\n        pass\n\n"
+        "    def sample(self, context, target):\n"
+        "        prompts = list(range(target))\n"
+        "        first, more = context.sample(prompts, 2), context.sample(prompts, 6)\n"
+        "        results = {p: PromptResult(a + b, [0, 1, 2, 3], rounds=2, finished=True)\n"
+        "                   for p, a, b in zip(prompts, first, more)}\n"
+        "        return Selection(results=results, chosen=prompts)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    trainer = recording_trainer(
+        tiny_model, pass_rate_dataset([0.5, 0.25]), config(tmp_path, sampler="two_then_six.TwoThenSix", max_steps=1)
+    )
+    trainer.train()
+    target = 2  # prompts a step: per_device_train_batch_size 8 / num_generations 4
+    scored = [reward for _, _, reward in trainer.reward_funcs[0].__wrapped__.log]  # in the order scored
+    assert len(scored) == 8 * target
+    first_call = sum(scored[: 2 * target]) / (2 * target)
+    pools = [scored[2 * p : 2 * p + 2] + scored[2 * target + 6 * p : 2 * target + 6 * p + 6] for p in range(target)]
+    equal_share = sum(sum(pool[:4]) for pool in pools) / (4 * target)  # len(pool) // rounds, the pool's first half
+    assert first_call != equal_share, "the test's rewards cannot tell the two readings apart"
+    logged = next(h["sampling/iid_reward"] for h in trainer.state.log_history if "sampling/iid_reward" in h)
+    assert logged == pytest.approx(first_call)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

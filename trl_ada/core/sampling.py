@@ -199,9 +199,12 @@ class PromptResult:
     """Indices into `pool_rewards` of the kept group: positives first, then negatives, then (only when the scorable
     samples run out) unscorable ones."""
     rounds: int = 0
-    """Rounds the prompt was sampled in."""
+    """Rounds the prompt was sampled in: `sampling/rounds_mean`, `rounds_max` and `finished_round_1` read it (a
+    sampler that samples a prompt in one call reports 1). `sampling/iid_reward` does not: it reads each prompt's
+    first `context.sample` call."""
     finished: bool = False
-    """True if it met the exit rule; False if it got the fallback selection after `max_rounds`."""
+    """True if it met the exit rule; False if it got the fallback selection after `max_rounds`: `sampling/unfinished`
+    and `finished_round_1` read it (a sampler without an exit rule reports True)."""
 
     @property
     def selected_rewards(self) -> list[float]:

@@ -39,6 +39,7 @@ def sampling_context(
     global_step: int,
     rollout: Callable,
     reward_weights,
+    positive_rewards: Callable[[torch.Tensor], torch.Tensor],
     tokenize: Callable[[list[dict[str, Any]]], list[list[int]]],
     as_dataloader_rows: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
     train_dataset,
@@ -46,7 +47,8 @@ def sampling_context(
     run_rounds: Callable | None = None,
 ) -> SamplingContext:
     """The context of one generation batch (`step`). `rollout(rows)` generates one sample per row through TRL's path
-    and returns them with every rank's rewards per function; `tokenize` and `as_dataloader_rows` treat a drawn row as
+    and returns them with every rank's rewards per function; `positive_rewards(rewards_per_func)` is the reward that
+    decides a positive (what `sample` returns), `reward_weights` weigh the reward TRL trains on; `tokenize` and `as_dataloader_rows` treat a drawn row as
     TRL treats the dataloader's (its tokens, the Trainer's column filter); `with_environment`: an environment factory
     is set, so a row's environment columns are part of its memory key."""
     world, rank = accelerator.num_processes, accelerator.process_index
@@ -79,9 +81,12 @@ def sampling_context(
         if sum(counts) == 0:  # nothing to generate (the same on every rank: no collective is skipped by one alone)
             return [[] for _ in active]
         round_ = plan_round(step, active, counts, world)
+        for p, count in zip(active, counts):  # a prompt's first call: its unbiased sample (sampling/iid_reward)
+            if count and not step.pool_rewards_per_func[p]:
+                step.first_call[p] = count
         start = time.perf_counter()
         samples, rewards_per_func = rollout([step.rows[p] for p, _ in round_.share(rank)])
-        rewards = weighted_sum(rewards_per_func, reward_weights)
+        rewards = positive_rewards(rewards_per_func)
         return record_round(step, round_, rank, samples, rewards_per_func, rewards, time.perf_counter() - start)
 
     def begin_batch() -> int:
@@ -99,9 +104,16 @@ def sampling_context(
         prompt_key=prompt_key,
         pass_rate_posterior=lambda p: posterior(prompt_key(p), step.rows[p][column] if column else None),
         begin_batch=begin_batch,
+        trained_rewards=lambda p: trained_pool(step, p, reward_weights),
         memory=state.memory,
         run_rounds=run_rounds,
     )
+
+
+def trained_pool(step: StepSampling, prompt: int, reward_weights) -> list[float]:
+    """The prompt's pool as TRL trains on it: the weighted sum of every reward function, in the order made."""
+    rows = step.pool_rewards_per_func[prompt]
+    return weighted_sum(torch.stack(rows), reward_weights).tolist() if rows else []
 
 
 def sample_request(prompts, k, known: int) -> tuple[list[int], list[int]]:
@@ -133,14 +145,19 @@ def settle(
     state: SamplingState,
     args,
     target: int,
-    reward_weights: torch.Tensor,
+    positive_rewards: Callable[[torch.Tensor], torch.Tensor],
 ) -> None:
     """Check the sampler's decision for the batch's `target` prompts and keep it in the step's bookkeeping; count the
     prompts drawn, and fold every scored sample into the prompt memory and the group prior (their metrics go to
     `step.memory_metrics`)."""
     n, groups_of_n = args.num_generations, not args.replaces_grpo_advantages
+    if not isinstance(selection, Selection):
+        raise TypeError(
+            f"sampler={args.sampler!r}'s sample() returned {type(selection).__name__}: it must return a "
+            "trl_ada.samplers.Selection (results, chosen) for the batch."
+        )
     check_selection(selection, target, n, context.world_size, groups_of_n=groups_of_n)
-    check_pools(step, selection, reward_weights)
+    check_pools(step, selection, positive_rewards)
     if selection.advantages is not None and args.advantage_estimator != "grpo":
         logger.warning_once(
             f"sampler={args.sampler!r} returned its own advantages: they replace advantage_estimator="
@@ -161,7 +178,7 @@ def settle(
     )
 
 
-def check_pools(step: StepSampling, selection: Selection, reward_weights: torch.Tensor) -> None:
+def check_pools(step: StepSampling, selection: Selection, positive_rewards: Callable) -> None:
     """Refuse pools that are not what the sampler's samples got: the trainer trains the samples `context.sample`
     made, in the order made, while the advantages, the memory and the metrics read `PromptResult.pool_rewards`."""
     if not all(isinstance(p, int) and 0 <= p < len(step.rows) for p in selection.results):
@@ -169,17 +186,22 @@ def check_pools(step: StepSampling, selection: Selection, reward_weights: torch.
     sampled = {p for p, rows in enumerate(step.pool_rewards_per_func) if rows}
     for p in sorted(sampled | set(selection.results)):
         rows = step.pool_rewards_per_func[p]
-        made = weighted_sum(torch.stack(rows), reward_weights).tolist() if rows else []
+        made = positive_rewards(torch.stack(rows)).tolist() if rows else []
         given = list(selection.results[p].pool_rewards) if p in selection.results else []
         if len(given) != len(made) or not all(
             (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6)
             for a, b in zip(given, made)
         ):
             raise ValueError(
-                f"Selection.results[{p}].pool_rewards ({len(given)} rewards) is not what context.sample returned "
-                f"for the prompt ({len(made)} rewards): every prompt sampled is in Selection.results, its pool every "
-                "reward it got this batch, in the order made (what `selected` indexes)."
+                f"Selection.results[{p}].pool_rewards {_shown(given)} is not what context.sample returned for the "
+                f"prompt, {_shown(made)}: every prompt sampled is in Selection.results, its pool every reward it got "
+                "this batch, in the order made (what `selected` indexes)."
             )
+
+
+def _shown(rewards: list[float]) -> str:
+    values = ", ".join(f"{r:g}" for r in rewards[:8]) + (", ..." if len(rewards) > 8 else "")
+    return f"({len(rewards)} rewards: [{values}])"
 
 
 def check_same_on_every_rank(selection: Selection) -> None:
@@ -200,16 +222,17 @@ def log_step(
     rewards,
     args,
     state: SamplingState,
+    reward_weights: torch.Tensor,
 ) -> None:
-    """Add the step's `sampling/*` metrics to GRPOTrainer's (`advantages`, `rewards`: of the kept samples, all ranks),
+    """Add the step's `sampling/*` metrics to GRPOTrainer's (`advantages`, `rewards`: of the kept samples, all ranks;
+    `reward_weights`: of the reward TRL trains on),
     and correct its `frac_reward_zero_std` where the kept groups are not TRL's groups of num_generations."""
     n = args.num_generations
     unequal = any(len(step.results[p].selected) != n for p in step.chosen)
     if args.reinforce_ada_est or step.advantages is not None or unequal:  # TRL reads groups of n with its own scaling
         metrics["frac_reward_zero_std"][-1] = estimators.zero_std_fraction(rewards, step)
     epochs_drawn = state.prompts_drawn / state.refill.num_prompts if state.refill is not None else None
-    budget = args.sampling_budget is not None
-    for name, value in {**step_metrics(step, advantages, n, budget, epochs_drawn), **step.memory_metrics}.items():
+    for name, value in {**step_metrics(step, advantages, reward_weights, epochs_drawn), **step.memory_metrics}.items():
         metrics[name].append(value)
 
 

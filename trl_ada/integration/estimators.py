@@ -23,21 +23,33 @@ logger = get_logger(__name__)
 
 
 def step_advantages(
-    args, rewards: list[float], num_generations: int, results: list[PromptResult] | None
+    args,
+    rewards: list[float],
+    num_generations: int,
+    results: list[PromptResult] | None,
+    trained: list[PromptResult] | None = None,
 ) -> list[list[float]]:
     """Advantages of the kept samples, one list per chosen prompt (`rewards`: the kept samples' weighted rewards, in
-    TRL's order; `results`: the chosen prompts' sampling, None when sampling is off)."""
+    TRL's order; `results`: the chosen prompts' sampling, None when sampling is off, whose pools hold the rewards that
+    decide a positive; `trained`: the same with the pools TRL trains on, the weighted sum, where they differ)."""
     estimator, n = args.advantage_estimator, num_generations
+    trained = results if trained is None else trained
     if estimator not in ADVANTAGE_ESTIMATORS:  # the user's: each kept group's advantages from its pool
-        return own_advantages(import_path(estimator, "advantage_estimator"), args, rewards, n, results)
+        return own_advantages(import_path(estimator, "advantage_estimator"), args, rewards, n, trained)
     if estimator == "est":  # every sample of the prompt, N_x of them: the kept group is the whole pool
-        return [est_advantages(r.pool_rewards, args.est_epsilon, 1.0 - args.est_exponent) for r in results]
+        return [est_advantages(t.pool_rewards, args.est_epsilon, 1.0 - args.est_exponent) for t in trained]
     if estimator == "reinforce_ada":
+        # The trained reward minus the pool's baseline: its share of positives (the reference) or its mean reward.
+        share = args.pool_baseline == "threshold_fraction"
         return [
             pooled_advantages(
-                r.selected_rewards, r.pool_rewards, args.positive_threshold, args.pool_std_scaling, args.pool_baseline
+                t.selected_rewards,
+                (r if share else t).pool_rewards,
+                args.positive_threshold,
+                args.pool_std_scaling,
+                args.pool_baseline,
             )
-            for r in results
+            for r, t in zip(results, trained)
         ]
     sizes = [n] * (len(rewards) // n) if results is None else [len(r.selected) for r in results]
     ends = list(itertools.accumulate(sizes))
@@ -106,18 +118,27 @@ def zero_std_fraction(rewards: torch.Tensor, step) -> float:
 
 
 def replace_advantages(
-    output: dict, step, results: list[PromptResult] | None, rewards: torch.Tensor, args, rank: int, logged, warned
+    output: dict,
+    step,
+    results: list[PromptResult] | None,
+    rewards: torch.Tensor,
+    args,
+    rank: int,
+    logged,
+    warned,
+    trained: list[PromptResult] | None = None,
 ) -> torch.Tensor | None:
     """Swap TRL's GRPO advantages in `output` for the sampler's own (`step.advantages`) or the configured
     estimator's, computed from `rewards` (the kept samples' weighted rewards, all ranks) and `results` (the chosen
-    prompts' sampling, None when sampling is off). Returns the installed advantages, all ranks; None where TRL's
-    group statistics stand. `warned` holds the warnings given once per trainer."""
+    prompts' sampling, None when sampling is off; `trained`: with the pools TRL trains on, where they differ).
+    Returns the installed advantages, all ranks; None where TRL's group statistics stand. `warned` holds the
+    warnings given once per trainer."""
     if step is not None and step.advantages is not None:
         values = [step.advantages[p] for p in step.chosen]
     elif args.replaces_grpo_advantages:
-        if "not_binary" not in warned and warn_if_not_binary(args, results or []):
+        if "not_binary" not in warned and warn_if_not_binary(args, trained or results or []):
             warned.add("not_binary")
-        values = step_advantages(args, rewards.tolist(), args.num_generations, results)
+        values = step_advantages(args, rewards.tolist(), args.num_generations, results, trained)
     else:
         return None
     return install(output, values, rank, logged)

@@ -24,7 +24,7 @@ from trl.trainer import grpo_trainer as _grpo_module
 from trl_ada.core.pipelined import run_pipelined_sampling
 from trl_ada.core.sampling import PromptResult
 from trl_ada.integration.generation_count import GenerationCount
-from trl_ada.integration.rollouts import Sample, StepSampling, weighted_sum
+from trl_ada.integration.rollouts import Sample, StepSampling
 
 
 @dataclass
@@ -36,7 +36,7 @@ class RankEngine:
     generation: Any  # the colocated engine (`ReloadingVLLMGeneration`): `open_stream(prompt_ids)`
     score: Callable  # `score(inputs, prompts, completions, completion_ids)`: rewards per function, log_extra values
     decode: Callable  # `decode(prompts, prompt_ids, completion_ids)`: completions as reward functions see them
-    reward_weights: torch.Tensor
+    positive_rewards: Callable  # rewards per function -> the reward that decides a positive (what the rounds read)
     stop_ids: set[int]  # EOS and padding: a completion ending otherwise was cut at max_completion_length
     generation_count: GenerationCount
     metrics: dict[str, list]  # GRPOTrainer's training metrics, where the rounds' completion lengths go
@@ -56,6 +56,7 @@ def sample_pipelined(step: StepSampling, engine: RankEngine, prompts: list[int],
     accelerator = engine.accelerator
     positions = list(range(accelerator.process_index, len(prompts), accelerator.num_processes))
     mine = [prompts[i] for i in positions]
+    step.first_call.update(dict.fromkeys(prompts, args.round_repeat))  # every prompt's first round, whole
     reward_rows: dict[tuple[int, int], list[float]] = {}
     start = time.perf_counter()
     stream = engine.generation.open_stream([step.prompt_ids[p] for p in mine])
@@ -83,7 +84,7 @@ def sample_pipelined(step: StepSampling, engine: RankEngine, prompts: list[int],
                 extra_logs=extra_logs[offset],
             )
             reward_rows[key] = rewards_per_func[offset].tolist()
-        return weighted_sum(rewards_per_func, engine.reward_weights).tolist()
+        return engine.positive_rewards(rewards_per_func).tolist()
 
     with stream:
         out = run_pipelined_sampling(

@@ -209,6 +209,7 @@ class StepSampling:
     rows: list[dict[str, Any]]  # one dataset row per prompt
     prompt_ids: list[list[int]] = field(default_factory=list)  # the row's prompt, tokenized (memory keys, pipelining)
     pool_rewards_per_func: list[list[torch.Tensor]] = field(default_factory=list)  # per prompt, per sample
+    first_call: dict[int, int] = field(default_factory=dict)  # per sampled prompt: the samples of its first call
     generated: dict[tuple[int, int], Sample] = field(default_factory=dict)  # (prompt, slot): this rank's samples
     results: dict[int, PromptResult] = field(default_factory=dict)  # per sampled prompt (budget: not the skipped)
     chosen: list[int] = field(default_factory=list)  # prompts trained on, rank r's slice r-th
@@ -229,19 +230,22 @@ class StepSampling:
 
 
 def step_metrics(
-    step: StepSampling, advantages: torch.Tensor, num_generations: int, budget: bool, epochs_drawn: float | None
+    step: StepSampling, advantages: torch.Tensor, reward_weights: torch.Tensor, epochs_drawn: float | None
 ) -> dict[str, float]:
     """The step's `sampling/*` metrics (docs/knobs.md lists them), from its bookkeeping and the global
     advantages of the kept completions, then the sampler's own (`epochs_drawn`: None when it draws no refills)."""
     results = list(step.results.values())  # every prompt sampled this step, refills included
     sampled = len(results)
     rounds = [r.rounds for r in results]
-    # Round one: the budget's first round is num_generations per prompt and its top-ups are smaller; the reference's
-    # rounds are all round_repeat.
+    # Round one: each prompt's first `context.sample` call, sized before any of its rewards was seen, so an
+    # unbiased sample of the policy; the reward TRL trains on (the weighted sum), as GRPO logs it.
     round_one = [
         x
-        for r in results
-        for x in r.pool_rewards[: num_generations if budget else len(r.pool_rewards) // max(r.rounds, 1)]
+        for p in step.results
+        if step.first_call.get(p)
+        for x in weighted_sum(
+            torch.stack(step.pool_rewards_per_func[p][: step.first_call[p]]), reward_weights
+        ).tolist()
     ]
     sizes = [len(step.results[p].selected) for p in step.chosen]  # num_generations each; N_x under Est
     signal = torch.stack([group.abs().amax() > 1e-8 for group in torch.split(advantages, sizes)])
@@ -358,6 +362,16 @@ def weighted_sum(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch
     return rewards
 
 
+def positive_rewards(
+    rewards_per_func: torch.Tensor, weights: torch.Tensor, positive_index: int | None
+) -> torch.Tensor:
+    """The reward that decides a positive (`reward > positive_threshold`), what samplers read: the weighted sum
+    (`positive_index` None, the reference), or the named reward function's own reward (NaN where it returned None)."""
+    if positive_index is None:
+        return weighted_sum(rewards_per_func, weights)
+    return rewards_per_func[:, positive_index].clone()
+
+
 def _nanmean(values: list[float]) -> float:
     finite = [v for v in values if not math.isnan(v)]
     return sum(finite) / len(finite) if finite else float("nan")
@@ -369,6 +383,7 @@ __all__ = [
     "check_rollout_rows",
     "join_rollout",
     "merge_round_metrics",
+    "positive_rewards",
     "scored_samples",
     "split_rollout",
     "step_metrics",

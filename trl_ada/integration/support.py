@@ -27,6 +27,7 @@ from datasets import Dataset
 
 
 ROLLOUT_KINDS = ("tools", "rollout_func", "environment_factory")
+WEIGHTED_SUM = "weighted_sum"  # positive_reward_func's name for the sum of every reward function
 
 
 def check_trainer_arguments(args, arguments: dict) -> None:
@@ -136,6 +137,49 @@ def checked_reward(func, name: str):
     return checked
 
 
+def reward_names(reward_funcs) -> list[str]:
+    """The names GRPOTrainer will give `reward_funcs` (`reward_func_names`), known before any model loads: a
+    function's name, a reward model's id. An environment's `get_reward` joins them later, inside TRL's constructor."""
+    from trl.trainer.utils import get_callable_name, get_config_model_id
+
+    funcs = [] if reward_funcs is None else reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+    return [
+        f.rstrip("/").split("/")[-1]
+        if isinstance(f, str)
+        else get_config_model_id(f.config).split("/")[-1]
+        if isinstance(f, torch.nn.Module)
+        else get_callable_name(f)
+        for f in funcs
+    ]
+
+
+def positive_reward_index(args, names: list[str], sources: int | None = None) -> int | None:
+    """Which reward function decides a positive (`positive_reward_func`), as an index into `names`; None: the
+    weighted sum. Refuses a name that is not among them, and, wherever positives are read, a sum of several rewards
+    left to decide alone: format rewards would count a well-formatted wrong answer as solved. `sources`: the rewards
+    a sample's sum adds up (default: every name; the environments' count as one, each scoring only its own rows)."""
+    name = args.positive_reward_func
+    if name == WEIGHTED_SUM:  # the user's explicit choice: the sum decides, whatever it adds up
+        return None
+    if name is not None:
+        if name not in names:
+            raise ValueError(
+                f"positive_reward_func={name!r} is not one of the reward functions: {names}. Set it to the name of "
+                "the one that says an answer is correct (a function's __name__, a reward model's name)."
+            )
+        return names.index(name)
+    if (len(names) if sources is None else sources) > 1 and args.reads_positives:
+        raise ValueError(
+            f"{len(names)} reward functions {names} are summed into one reward, and sampler={args.sampler!r} "
+            f"decides which samples are solved by that sum > positive_threshold={args.positive_threshold}: a "
+            "wrong answer can pass on the other rewards (format, tags) alone. Set positive_reward_func to the one "
+            f"that says an answer is correct, e.g. positive_reward_func={names[0]!r} (the advantages keep using "
+            f"the weighted sum); positive_reward_func={WEIGHTED_SUM!r} if a sum above the threshold does mean solved; "
+            "or sampler='grpo', which reads no positives."
+        )
+    return None
+
+
 def warn_if_threshold_outside(args, rewards: torch.Tensor, warned: set[str]) -> None:
     """Warn when `positive_threshold` lies outside the range of the rewards seen, once rewards differ (a first
     batch that is all wrong says nothing yet), where the threshold decides what counts as positive: the exit rules,
@@ -197,6 +241,8 @@ def warn_if_fewer_processes(world_size: int) -> None:
 
 
 __all__ = [
+    "positive_reward_index",
+    "reward_names",
     "check_prompt_column",
     "check_trainer_arguments",
     "checked_reward",

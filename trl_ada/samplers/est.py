@@ -71,8 +71,8 @@ class Est:
             prompt: PromptResult(pool_rewards=pool, selected=list(range(len(pool))), rounds=1, finished=True)
             for prompt, pool in enumerate(pools)
         }
-        means = [nanmean(pool) for pool in pools]
-        metrics = allocation_metrics(pass_rates, counts, means)
-        # Round one is every sample here, N_x per prompt: weigh prompts equally, as GRPO's n per prompt does.
-        metrics["sampling/iid_reward"] = nanmean(means)
+        metrics = allocation_metrics(pass_rates, counts, [nanmean(pool) for pool in pools])
+        # Round one is every sample here, N_x per prompt: weigh prompts equally, as GRPO's n per prompt does; the
+        # reward TRL trains on, as GRPO logs it.
+        metrics["sampling/iid_reward"] = nanmean([nanmean(context.trained_rewards(p)) for p in range(target)])
         return Selection(results=results, chosen=list(range(target)), metrics=metrics)

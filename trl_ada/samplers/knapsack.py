@@ -121,10 +121,11 @@ class Knapsack:
             p: PromptResult(pool_rewards=pool, selected=list(range(len(pool))), rounds=1, finished=True)
             for p, pool in enumerate(pools)
         }
-        advantages = {p: group_advantages(pool, scale) for p, pool in enumerate(pools)}
+        trained = [context.trained_rewards(p) for p in range(target)]  # what TRL trains on: the weighted sum
+        advantages = {p: group_advantages(pool, scale) for p, pool in enumerate(trained)}
         metrics = {
             # Every sample is round one here, N_x per prompt: weigh prompts equally, as GRPO's n per prompt does.
-            "sampling/iid_reward": nanmean([nanmean(pool) for pool in pools]),
+            "sampling/iid_reward": nanmean([nanmean(pool) for pool in trained]),
             "sampling/knapsack/samples_max": float(max(counts)),
             "sampling/knapsack/samples_min": float(min(counts)),
             "sampling/knapsack/value": sum(value(c, p) for c, p in zip(counts, pass_rates)) / target,

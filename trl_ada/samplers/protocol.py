@@ -83,9 +83,11 @@ class SamplingContext:
     seed: int
     sample: Callable[[list[int], int | list[int]], list[list[float]]]
     """`sample(prompts, k)`: k more samples of each prompt (or k[i] of the i-th), through GRPOTrainer's rollout path,
-    split evenly over the ranks; returns each prompt's new rewards (weighted over the reward functions; NaN where
-    a sample cannot be scored), the same on every rank. A prompt's pool is every sample drawn for it this batch, in
-    order: `PromptResult.selected` indexes it."""
+    split evenly over the ranks; returns each prompt's new rewards, the same on every rank: the rewards that decide
+    a positive (`reward > positive_threshold`): the weighted sum of the reward functions, or with
+    `positive_reward_func` that function's own reward; NaN where a sample cannot be scored. A prompt's pool is every
+    sample drawn for it this batch, in order: `PromptResult.selected` indexes it. A prompt's first call is its
+    unbiased sample (`sampling/iid_reward` reads it): decide its size before seeing the prompt's rewards."""
     draw: Callable[[int], list[int]]
     """`draw(count)`: `count` new prompts from the training set (a seeded stream that a resumed run continues), the
     same on every rank; returns their numbers. Needs a map-style `train_dataset`."""
@@ -102,6 +104,10 @@ class SamplingContext:
     begin_batch: Callable[[], int]
     """`begin_batch()`: call before sampling a new batch of prompts from their first round (the per-round metrics
     count rounds from it); returns the batch's number in the step (0 first)."""
+    trained_rewards: Callable[[int], list[float]]
+    """`trained_rewards(prompt)`: the prompt's pool as TRL trains on it, the weighted sum of the reward functions;
+    what `sample` returned unless `positive_reward_func` names one function. A sampler that computes its own
+    advantages (`Selection.advantages`) takes them from these."""
     memory: PromptMemory | None = None
     """The per-prompt memory itself (`prompt_memory=True`), keyed by `prompt_key`: read it, or `forget` prompts."""
     run_rounds: Callable[[list[int], int], list[PromptResult]] | None = None
