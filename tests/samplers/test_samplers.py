@@ -530,35 +530,29 @@ def docs_example() -> tuple[str, str]:
 
 @pytest.mark.slow
 def test_the_docs_example_sampler_trains_from_a_users_file(tmp_path):
+    """The page's file and command exactly as printed, run from a folder outside the clone (no recipes/ there: the
+    recipe is the one shipped with the package), through the installed console script."""
     code, command = docs_example()
     (tmp_path / "my_sampler.py").write_text(code)
-    argv = shlex.split(command)
-    assert argv[0] == "trl-ada-train"
-    recipe = argv[argv.index("--config") + 1]
-    argv[argv.index("--config") + 1] = os.path.join(ROOT, recipe)
-    overrides = [
-        "--model_name_or_path",
-        "tiny",
-        "--max_steps",
-        "3",
-        "--per_device_train_batch_size",
-        "8",
-        "--synthetic_num_examples",
-        "16",
-        "--max_completion_length",
-        "8",
-        "--report_to",
-        "none",
-    ]
+    assert shlex.split(command)[0] == "trl-ada-train" and not (tmp_path / "recipes").exists()
+    bin_dir = os.path.dirname(sys.executable)
     done = subprocess.run(
-        [sys.executable, "-m", "trl_ada.cli.train", *argv[1:], *overrides],
+        command,
+        shell=True,
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=900,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT, "HF_HUB_OFFLINE": "1"},
+        env={
+            **os.environ,
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": "",
+            "HF_HUB_OFFLINE": "1",
+        },
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "using the recipe shipped with trl-ada" in done.stdout
     assert "sampling/skip_solved/skipped" in done.stdout + done.stderr
     assert (tmp_path / "out" / "skip-solved" / "model.safetensors").exists()
 

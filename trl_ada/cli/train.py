@@ -28,6 +28,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 
 from trl_ada.config import AdaGRPOConfig
 from trl_ada.data import PROMPT_TEMPLATES, load_raw_dataset, to_trl_dataset
+from trl_ada.examples import RESOURCES
 from trl_ada.examples.models import missing_model_message
 from trl_ada.examples.offline import TASKS, offline_model, offline_task
 from trl_ada.integration.resume import check_checkpoint
@@ -313,7 +314,31 @@ def _command_line(argv, parser: RecipeParser) -> list[str]:
         parser.error("--config given more than once: one recipe per run (override its keys with flags).")
     if args and args[-1] == "--config":
         parser.error("argument --config: expected one argument (the recipe's path)")
+    if "--config" in args:
+        at = args.index("--config") + 1
+        args[at] = recipe_path(args[at], parser)
     return args
+
+
+SHIPPED_RECIPES = os.path.join(RESOURCES, "recipes")  # package data: what `recipes/...` names from any folder
+
+
+def recipe_path(path: str, parser: RecipeParser) -> str:
+    """The recipe's file: the path as given, or, where no such file exists here, the recipe of that name shipped with
+    trl-ada (`recipes/tiny/ada_balance.yaml` names one from any folder, as the docs print it)."""
+    if os.path.exists(path):
+        return path
+    shipped = os.path.join(SHIPPED_RECIPES, os.path.relpath(path, "recipes")) if path.startswith("recipes/") else None
+    if shipped is not None and os.path.isfile(shipped):
+        print(f"[trl-ada] {path} is not in {os.getcwd()}: using the recipe shipped with trl-ada, {shipped}")
+        return shipped
+    names = sorted(
+        os.path.join("recipes", os.path.relpath(os.path.join(folder, name), SHIPPED_RECIPES))
+        for folder, _, files in os.walk(SHIPPED_RECIPES)
+        for name in files
+        if name.endswith(".yaml")
+    )
+    parser.error(f"--config {path}: no such file here ({os.getcwd()}), nor shipped with trl-ada (shipped: {names}).")
 
 
 def parse_recipe(argv=None, classes=RECIPE_CLASSES) -> tuple:
