@@ -254,3 +254,24 @@ def test_adaptive_rounds_take_an_iterable_dataset(tiny_model, tmp_path):
             train_dataset=stream,
             args=tiny_args(tmp_path, per_device_train_batch_size=8, dynamic_sampling=True),
         )
+
+
+@pytest.mark.parametrize("resume", ["path", "latest"])
+def test_a_damaged_checkpoint_is_named_when_train_resumes_from_python(tiny_model, tmp_path, resume):
+    """`trainer.train(resume_from_checkpoint=...)` (a path, or True: the latest) checks the checkpoint before any
+    library reads it: weights cut short are named with their file, not safetensors' bare "incomplete metadata"."""
+    args = tiny_args(tmp_path, max_steps=1, save_strategy="steps", save_steps=1)
+    first = AdaGRPOTrainer(
+        model=tiny_model, reward_funcs=make_recording_reward(), args=args, train_dataset=pass_rate_dataset([0.5])
+    )
+    first.train()
+    weights = tmp_path / "out" / "checkpoint-1" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    again = AdaGRPOTrainer(
+        model=tiny_model,
+        reward_funcs=make_recording_reward(),
+        args=tiny_args(tmp_path, max_steps=2),
+        train_dataset=pass_rate_dataset([0.5]),
+    )
+    with pytest.raises(ValueError, match=f"{weights}: not a complete safetensors file"):
+        again.train(resume_from_checkpoint=str(weights.parent) if resume == "path" else True)

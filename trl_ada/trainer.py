@@ -26,7 +26,7 @@ import torch
 from accelerate.logging import get_logger
 from accelerate.utils import gather_object
 from datasets import Dataset
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 from trl import GRPOTrainer
 
 from trl_ada.integration.seams import check_seams, require_trl_internals, warn_if_unsupported_trl
@@ -46,6 +46,7 @@ from trl_ada.integration.pipelined_rank import RankEngine, check_reward_models_u
 from trl_ada.integration.refill import EpochSeededSampler
 from trl_ada.integration.resume import (
     SamplingState,
+    check_checkpoint,
     export_memory,
     load_generation_buffer,
     save_generation_buffer,
@@ -334,8 +335,13 @@ class AdaGRPOTrainer(GRPOTrainer):
             if buffer is not None:  # inside a generation batch: train on its rest, as the uninterrupted run
                 self._step, self._buffered_inputs = buffer
 
-    def train(self, *args, **kwargs):
-        output = super().train(*args, **kwargs)
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        checkpoint = resume_from_checkpoint
+        if checkpoint is True:  # Trainer's own meaning: the output folder's latest checkpoint
+            checkpoint = get_last_checkpoint(self.args.output_dir) if os.path.isdir(self.args.output_dir) else None
+        if isinstance(checkpoint, str) and os.path.isdir(checkpoint):
+            check_checkpoint(checkpoint)  # a damaged file is named here, not by the library that trips on it
+        output = super().train(resume_from_checkpoint, *args, **kwargs)
         if self.args.should_save:
             self.sampling_state.export(self.args.output_dir, self.export_prompt_memory)
         return output
