@@ -109,7 +109,7 @@ test-fast: $(REAL_STAMP) $(DS_STAMP)
 # DEMO_THREADS torch threads per demo, 1 unless told otherwise: beside one other busy process on the 2-core dev
 # machine, 2 threads ran `make demo` 9-12x slower than 1 (step 1 took 516 s against 59); one thread ran it there in
 # 703 s, with the documented numbers to the digit. On an idle 2-core machine `make demo DEMO_THREADS=2` took 333 s
-# (one thread there is not timed).
+# (one thread there is not timed). `make demo-tiny` beside other busy processes: 150-172 s with 1 thread, 310 s with 2.
 DEMO_THREADS ?= 1
 demo: $(REAL_STAMP)
 	OMP_NUM_THREADS=$(DEMO_THREADS) $(PY) -m trl_ada.cli.demo --output_dir runs/demo --threads $(DEMO_THREADS)

