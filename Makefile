@@ -1,6 +1,6 @@
 # Two commands for a newcomer (README): `make demo` runs the offline Reinforce-Ada training of a real model (SmolLM2,
-# about 6 min on 2 cores after the installs), `make test` the tests. `make demo-tiny` is the 90-second version on the
-# tiny offline model.
+# one torch thread: 703 s on a busy 2-core machine, 333 s with DEMO_THREADS=2 on an idle one), `make test` the tests.
+# `make demo-tiny` is the short version on the tiny offline model (150-172 s with one thread on a busy machine).
 # Both create .venv on first use: torch==2.13.0 (CPU wheel) first, then this package pinned by .ci/constraints.txt.
 PYTHON ?= python3
 VENV := .venv
