@@ -11,6 +11,7 @@ examples, in `trl_ada.examples.arithmetic`.
 
 from __future__ import annotations
 
+import difflib
 import os
 
 from datasets import Dataset, load_dataset
@@ -58,14 +59,69 @@ def is_local_file(name_or_path: str) -> bool:
     return os.path.splitext(name_or_path)[1].lower() in _LOCAL_FORMATS
 
 
-def load_raw_dataset(name_or_path: str, split: str = "train", local_split: str = "train") -> Dataset:
+def looks_like_a_path(name: str) -> bool:
+    """Whether `name` can only mean a local file or folder: a data file's extension, a leading `./`, `../`, `/` or
+    `~`, or more folders than a Hub id's `owner/name` has. `datasets` would otherwise look such a name up on the Hub
+    and fail after its retries with "Couldn't reach ... on the Hub", naming no local path."""
+    if "://" in name:  # hf://, s3://, https://: a remote address, for datasets to resolve
+        return False
+    separators = tuple({os.sep, os.altsep or os.sep, "/"})
+    return (
+        is_local_file(name)
+        or name.startswith(("~", *(prefix + sep for prefix in ("", ".", "..") for sep in separators)))
+        or name.count("/") > 1
+        or (os.sep != "/" and os.sep in name)
+    )
+
+
+def close_paths(name: str) -> list[str]:
+    """Existing paths a typo or two from `name`: each part of it that does not exist matched (difflib) among the
+    entries of the folder above it, at most three."""
+    parts = os.path.normpath(os.path.expanduser(name)).split(os.sep)
+    root = os.sep if parts[0] == "" else os.curdir
+    return [os.path.normpath(path) for path in _close_paths(root, [part for part in parts if part])][:3]
+
+
+def _close_paths(folder: str, parts: list[str]) -> list[str]:
+    if not parts:
+        return [folder]
+    here = os.path.join(folder, parts[0])
+    if os.path.exists(here):
+        return _close_paths(here, parts[1:])
+    try:
+        entries = sorted(os.listdir(folder))
+    except OSError:  # not a folder, or unreadable: nothing to suggest
+        return []
+    found = []
+    for entry in difflib.get_close_matches(parts[0], entries, n=3):
+        found.extend(_close_paths(os.path.join(folder, entry), parts[1:]))
+    return found
+
+
+def check_local_path(name: str, source: str = "dataset") -> None:
+    """A name that can only be a local path (`looks_like_a_path`) must exist: said at once, with the folder a
+    relative path is read from and the close names there, instead of the Hub's "Couldn't reach" after its retries."""
+    if not looks_like_a_path(name) or os.path.exists(os.path.expanduser(name)):
+        return
+    close = close_paths(name)
+    hint = f" Close names there: {', '.join(map(repr, close))}." if close else ""
+    raise FileNotFoundError(
+        f"{source}={name!r}: no such file or folder (a relative path is read from the current folder "
+        f"{os.getcwd()}).{hint} Give an existing json/jsonl/csv/parquet file or data set folder, or a Hub id "
+        "(owner/name)."
+    )
+
+
+def load_raw_dataset(
+    name_or_path: str, split: str = "train", local_split: str = "train", source: str = "dataset"
+) -> Dataset:
     """A data set as its source holds it, columns unchanged: a Hub id or a local folder (`split` chosen there), or a
     single local json/jsonl/parquet/csv file, which holds one split. `local_split="train"` refuses any other `split`
     for such a file, so that a held-out split asked of it is never silently the training rows; `"any"` reads the file
-    whatever `split` says (an evaluation file is its own split)."""
+    whatever `split` says (an evaluation file is its own split). A name that can only be a local path and does not
+    exist is a FileNotFoundError naming it (`source`: the argument it came from), before any Hub lookup."""
+    check_local_path(name_or_path, source)
     if is_local_file(name_or_path):
-        if not os.path.exists(name_or_path):
-            raise FileNotFoundError(f"dataset file {name_or_path!r} does not exist.")
         if local_split != "any" and split != local_split:
             raise ValueError(
                 f"split {split!r}: {name_or_path!r} is a single file, which holds one split ({local_split!r}). Give "
@@ -73,8 +129,12 @@ def load_raw_dataset(name_or_path: str, split: str = "train", local_split: str =
                 "folder with one file per split (train.jsonl, test.jsonl)."
             )
         return load_dataset(
-            _LOCAL_FORMATS[os.path.splitext(name_or_path)[1].lower()], data_files=name_or_path, split="train"
+            _LOCAL_FORMATS[os.path.splitext(name_or_path)[1].lower()],
+            data_files=os.path.expanduser(name_or_path),
+            split="train",
         )
+    if name_or_path.startswith("~"):
+        name_or_path = os.path.expanduser(name_or_path)
     return load_dataset(name_or_path, split=split)  # a Hub id or a local data set folder
 
 

@@ -377,7 +377,7 @@ def load_train_dataset(script_args: ScriptArguments, seed: int):
     dataset = offline_task(script_args, seed)
     if dataset is not None:
         return dataset
-    raw = load_raw_dataset(script_args.dataset_name, script_args.dataset_split)
+    raw = load_raw_dataset(script_args.dataset_name, script_args.dataset_split, source="dataset_name")
     if script_args.dataset_num_examples is not None:
         raw = raw.select(range(min(script_args.dataset_num_examples, len(raw))))
     dataset = to_trl_dataset(

@@ -28,6 +28,13 @@ from datasets import Dataset
 
 ROLLOUT_KINDS = ("tools", "rollout_func", "environment_factory")
 WEIGHTED_SUM = "weighted_sum"  # positive_reward_func's name for the sum of every reward function
+# What GRPOTrainer's `_calculate_rewards` passes every reward function besides the rows' columns (`environments` only
+# with an environment_factory, where this check does not run).
+TRL_REWARD_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
+# Columns `_calculate_rewards` leaves out of the keyword arguments: the prompt arrives as `prompts`.
+UNPASSED_COLUMNS = ("prompt", "completion", "completion_ids")
+# What `remove_unused_columns=True` keeps of a row (GRPOTrainer's `_set_signature_columns_if_needed`).
+SIGNATURE_COLUMNS = ("prompt", "image", "images")
 
 
 def check_trainer_arguments(args, arguments: dict) -> None:
@@ -36,6 +43,8 @@ def check_trainer_arguments(args, arguments: dict) -> None:
     dataset = arguments.get("train_dataset")
     environments = arguments.get("environment_factory")
     check_prompt_column(dataset, environments)
+    if not environments and not arguments.get("rollout_func"):  # both add keyword arguments of their own
+        check_reward_columns(arguments.get("reward_funcs"), dataset, getattr(args, "remove_unused_columns", False))
     if not args.sampling_active:
         return
     if dataset is None and not environments:
@@ -93,6 +102,58 @@ def check_prompt_column(dataset, environment_factory=None) -> None:
             "dataset.map; the recipe loader's dataset_prompt_template does it from a problem column. (Only with an "
             "environment_factory may the prompt come from each environment's reset() instead.)"
         )
+
+
+def check_reward_columns(reward_funcs, dataset, remove_unused_columns: bool = False) -> None:
+    """A reward function's parameter without a default is a keyword GRPOTrainer must pass: one of its own
+    (`TRL_REWARD_ARGUMENTS`) or a column of the training rows. One the rows lack fails as a bare TypeError only once
+    the model has loaded and the first batch is generated; said here with the data set's columns. Only plain callables
+    on a map-style Dataset: a reward model takes tokens, and a stream's columns may not be known."""
+    if not isinstance(dataset, Dataset):
+        return
+    columns = list(dataset.column_names)
+    passed = set(columns) & set(SIGNATURE_COLUMNS) if remove_unused_columns else set(columns)
+    passed = (passed - set(UNPASSED_COLUMNS)) | set(TRL_REWARD_ARGUMENTS)
+    funcs = [] if reward_funcs is None else reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+    for func, name in zip(funcs, reward_names(funcs)):
+        if isinstance(func, (str, torch.nn.Module)) or not callable(func):
+            continue
+        try:
+            parameters = inspect.signature(func).parameters.values()
+        except (TypeError, ValueError):  # a builtin without a readable signature: TRL's call will tell
+            continue
+        required = [
+            p.name
+            for p in parameters
+            if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in passed
+        ]
+        if required:
+            raise ValueError(missing_reward_column_message(name, required, columns, remove_unused_columns))
+
+
+def missing_reward_column_message(name: str, missing: list[str], columns: list[str], removed: bool) -> str:
+    first = missing[0]
+    needs = f"reward function {name!r} requires the argument{'s' if len(missing) > 1 else ''} " + ", ".join(
+        repr(m) for m in missing
+    )
+    if first in UNPASSED_COLUMNS:
+        plural = {"prompt": "prompts", "completion": "completions", "completion_ids": "completion_ids"}[first]
+        return (
+            f"{needs}, but GRPOTrainer passes the {first!r} column under the name {plural!r} (one per completion), "
+            f"never as {first!r}. Rename the parameter to {plural}, or give it a default ({first}=None)."
+        )
+    if removed and first in columns:
+        return (
+            f"{needs}: train_dataset has the column, but remove_unused_columns=True drops every column except "
+            f"{list(SIGNATURE_COLUMNS)} before the reward functions see the rows. Set remove_unused_columns=False "
+            "(GRPOConfig's default)."
+        )
+    return (
+        f"{needs}, which GRPOTrainer passes from the train_dataset column of that name; train_dataset has no such "
+        f"column (its columns: {columns}; besides them a reward function gets {list(TRL_REWARD_ARGUMENTS)}). Add the "
+        f"column to train_dataset (dataset.add_column or dataset.map), or give the parameter a default ({first}=None) "
+        "or take **kwargs and read what is there."
+    )
 
 
 def checked_reward(func, name: str):
@@ -244,6 +305,7 @@ __all__ = [
     "positive_reward_index",
     "reward_names",
     "check_prompt_column",
+    "check_reward_columns",
     "check_trainer_arguments",
     "checked_reward",
     "warn_if_fewer_processes",
