@@ -133,3 +133,14 @@ def test_hub_ids_and_remote_addresses_are_not_taken_for_paths():
     assert not looks_like_a_path("gsm8k")
     assert not looks_like_a_path("hf://datasets/owner/name/data/train.parquet")
     assert looks_like_a_path("data/train.parquet") and looks_like_a_path("./owner/name")
+
+
+def test_trl_ada_train_names_a_missing_reward_column_before_building_the_model(tmp_path, monkeypatch):
+    """Through the CLI the check comes before the model is resolved: `tiny-warm` would build and warm-start one."""
+    (tmp_path / "train.jsonl").write_text('{"prompt": "What is 1 + 1?", "answer": "2"}\n' * 8)
+    (tmp_path / "needs.py").write_text("def solution_reward(completions, solution, **kwargs):\n    return [0.0]\n")
+    monkeypatch.chdir(tmp_path)
+    argv = ["--dataset_name", "train.jsonl", "--reward_funcs", "needs.solution_reward", "--output_dir", "out"]
+    with pytest.raises(ValueError, match=r"solution_reward.*'solution'.*\['prompt', 'answer'\]"):
+        train_main([*argv, "--model_name_or_path", "tiny-warm", "--use_cpu", "true"])
+    assert not (tmp_path / "out").exists()  # no model built or warm-started, nothing written

@@ -32,6 +32,7 @@ from trl_ada.examples import RESOURCES
 from trl_ada.examples.models import missing_model_message
 from trl_ada.examples.offline import TASKS, offline_model, offline_task
 from trl_ada.integration.resume import check_checkpoint
+from trl_ada.integration.support import check_reward_columns
 from trl_ada.rewards import boxed_math_reward, check_gold_answers, last_number_reward
 from trl_ada.trainer import AdaGRPOTrainer
 
@@ -503,6 +504,8 @@ def main(argv=None):
     reward_funcs = load_reward_funcs(script_args.reward_funcs)
     agents = load_agents(script_args)
     train_dataset = load_train_dataset(script_args, training_args.seed)
+    if not (agents.get("environment_factory") or agents.get("rollout_func")):  # those add columns of their own
+        check_reward_columns(reward_funcs, train_dataset, training_args.remove_unused_columns)
     model = resolve_model(model_args.model_name_or_path, training_args, script_args.warm_start_steps)
     if model_args.dtype not in (None, "auto"):
         training_args.model_init_kwargs = {**(training_args.model_init_kwargs or {}), "dtype": model_args.dtype}

@@ -43,8 +43,15 @@ def check_trainer_arguments(args, arguments: dict) -> None:
     dataset = arguments.get("train_dataset")
     environments = arguments.get("environment_factory")
     check_prompt_column(dataset, environments)
+    check_sampling_arguments(args, arguments)
     if not environments and not arguments.get("rollout_func"):  # both add keyword arguments of their own
         check_reward_columns(arguments.get("reward_funcs"), dataset, getattr(args, "remove_unused_columns", False))
+
+
+def check_sampling_arguments(args, arguments: dict) -> None:
+    """The combinations sampling cannot run (the module's docstring says why), each named with its fix."""
+    dataset = arguments.get("train_dataset")
+    environments = arguments.get("environment_factory")
     if not args.sampling_active:
         return
     if dataset is None and not environments:
@@ -74,9 +81,15 @@ def check_trainer_arguments(args, arguments: dict) -> None:
                     f"column per task (reset() receives the row), or turn {name} off."
                 )
         return
-    refills = args.dynamic_sampling or args.sampling_budget is not None
+    refills = args.dynamic_sampling or args.sampling_budget is not None or args.sampler == "retire_solved"
     if refills and not isinstance(dataset, Dataset):
-        name = "dynamic_sampling=True" if args.dynamic_sampling else f"sampling_budget={args.sampling_budget}"
+        name = (
+            "dynamic_sampling=True"
+            if args.dynamic_sampling
+            else f"sampling_budget={args.sampling_budget}"
+            if args.sampling_budget is not None
+            else "sampler='retire_solved'"
+        )
         raise ValueError(
             f"{name} draws replacement prompts by index, so train_dataset must be a map-style datasets.Dataset (got "
             f"{type(dataset).__name__}). Convert an IterableDataset with Dataset.from_generator, or turn it off."
