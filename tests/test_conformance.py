@@ -244,6 +244,7 @@ SAMPLERS = {  # adaptive sampling on, the four ways a user turns it on
     # is built from the initial weights, as GRPOTrainer's replay builds it.
     "est": dict(reinforce_ada_est=True, max_steps=3, learning_rate=0.0),
     "knapsack": dict(sampler="knapsack", max_steps=3, learning_rate=0.0),  # as Est: groups of unequal sizes
+    "retire_solved": dict(sampler="retire_solved", max_steps=3),  # three steps: a prompt comes back retired
 }
 OFF = dict(multiround_adaptive_downsampling=False)
 # The agent cells' common part: the tool model in TRL's tool-calling loop, the scripted policy answering for it; that
@@ -788,6 +789,31 @@ def test_open_r1_positives_are_the_correct_answers(sampler, models, tmp_path):
                 balanced += 1
     assert traps > 0, "no well-formatted wrong answer was sampled: the test would not see the sum miscount"
     assert balanced > 0 or sampler != "balanced", "no balanced group met its exit rule: nothing was checked"
+
+
+MAXRL_CELLS = ("standard", "conversational", "reward-weights", "reward-none", "llava-image-placeholder")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell", cell_params(lambda cell: cell.id in MAXRL_CELLS))
+def test_grpo_with_maxrl_is_grpos_batch_with_maxrls_advantages(cell, models, tmp_path):
+    """GRPO n=4 with `advantage_estimator="maxrl"`: GRPOTrainer's training batch, every tensor, but the advantages,
+    which are (r - mean) / mean over each group of GRPOTrainer's own rewards (0 where the mean is 0 or below)."""
+    grpo = run(TrappedGRPO, cell, models, tmp_path / "grpo", GRPOConfig)
+    ada = run(TrappedAda, cell, models, tmp_path / "ada", AdaGRPOConfig, sampler="grpo", advantage_estimator="maxrl")
+    assert len(ada.batches) == len(grpo.batches) >= 1
+    n = BASE["num_generations"]
+    for mine, theirs, rewards_per_func in zip(ada.batches, grpo.batches, grpo.batch_rewards):
+        assert_same_batch(mine, theirs, skip=("advantages",))
+        weights = torch.tensor(cell.config.get("reward_weights") or [1.0] * rewards_per_func.shape[1])
+        rewards = weighted(rewards_per_func, weights)
+        expected = []
+        for group in rewards.split(n):
+            finite = group[~torch.isnan(group)]
+            mean = finite.mean().item() if finite.numel() else 0.0
+            expected += [0.0 if mean <= 0 or math.isnan(r) else (r - mean) / mean for r in group.tolist()]
+        rank_rows = mine["advantages"].shape[0]  # one process: every row
+        assert torch.allclose(mine["advantages"], torch.tensor(expected[:rank_rows]), atol=1e-5)
 
 
 # The metrics both trainers compute from the same kept rows (the rest, e.g. completion lengths and tokens seen, cover

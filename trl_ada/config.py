@@ -36,7 +36,7 @@ TRL_CHOICES = {
     "importance_sampling_level": ("token", "sequence"),
     "multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
 }
-ADVANTAGE_ESTIMATORS = ("reinforce_ada", "grpo", "reinforce_rej", "raft", "est")
+ADVANTAGE_ESTIMATORS = ("reinforce_ada", "grpo", "reinforce_rej", "raft", "est", "maxrl")
 
 
 @dataclass
@@ -58,8 +58,9 @@ class AdaGRPOConfig(GRPOConfig):
         > The sampler (the allocation rule)
 
         sampler (`str` or `None`, *optional*, defaults to `None`):
-            `"reinforce_ada"` (the rounds), `"grpo"` (sampling off), `"dapo"`, `"budget"`, `"est"`, `"knapsack"`, or
-            an import path `module.Class` (docs/samplers.md); `None` maps the fields below onto a name.
+            `"reinforce_ada"` (the rounds), `"grpo"` (sampling off), `"dapo"`, `"budget"`, `"est"`, `"knapsack"`,
+            `"retire_solved"`, or an import path `module.Class` (docs/samplers.md); `None` maps the fields below onto a
+            name.
         sampler_kwargs (`dict` or `None`, *optional*, defaults to `None`):
             Keyword arguments of the sampler's constructor (a dict, or its JSON on the command line).
 
@@ -88,7 +89,8 @@ class AdaGRPOConfig(GRPOConfig):
         pool_std_scaling (`bool`, *optional*, defaults to `False`):
             Divide pooled advantages by the pool's standard deviation (a deviation from the reference).
         advantage_estimator (`str` or `None`, *optional*, defaults to `None`):
-            `"reinforce_ada"`, `"grpo"`, `"reinforce_rej"`, `"raft"` or `"est"`; `None` picks the sampler's own.
+            `"reinforce_ada"`, `"grpo"`, `"reinforce_rej"`, `"raft"`, `"est"` or `"maxrl"`; `None` picks the sampler's
+            own.
         pool_baseline (`str` or `None`, *optional*, defaults to `None`):
             The pooled baseline: the share of positives (`"threshold_fraction"`, the reference) or `"mean_reward"`
             (for shaped rewards); `None`: `"mean_reward"` with `positive_reward_func` naming a function, else the
@@ -169,7 +171,8 @@ class AdaGRPOConfig(GRPOConfig):
             "help": "The allocation rule, one of "
             "'reinforce_ada' (Reinforce-Ada's rounds), 'grpo' (GRPO's sampling: one round of num_generations), "
             "'dapo' (GRPO with DAPO's dynamic sampling), 'budget' (budgeted sampling, sampling_budget completions per "
-            "trained prompt), 'est' (Reinforce-Ada-Est), 'knapsack' (Knapsack RL's allocation), or an import path "
+            "trained prompt), 'est' (Reinforce-Ada-Est), 'knapsack' (Knapsack RL's allocation), 'retire_solved' "
+            "(ScaleRL's No-Positive-Resampling: GRPO, a prompt a visit shows solved retired for good), or an import path "
             "'module.Class' to your own sampler (trl_ada.samplers.protocol; importable from the current folder). None "
             "(the default) maps the older switches onto a name: reinforce_ada_est=True is 'est', sampling_budget set "
             "is 'budget', multiround_adaptive_downsampling=False is 'grpo' (or 'dapo' with dynamic_sampling=True), "
@@ -248,7 +251,8 @@ class AdaGRPOConfig(GRPOConfig):
             "help": "'reinforce_ada' (pooled statistics), 'grpo' (TRL's group statistics over the kept samples, "
             "following `scale_rewards`), 'reinforce_rej' (raw reward for mixed groups, 0 for uniform ones) or 'raft' "
             "(max(r, 0)) or 'est' (Reinforce-Ada-Est's residual-weighted advantage over all of a prompt's samples; "
-            "only with reinforce_ada_est). Default: 'est' with reinforce_ada_est, else 'reinforce_ada' with adaptive "
+            "only with reinforce_ada_est) or 'maxrl' (MaxRL's (r - mean) / mean, the mean over the prompt's pool, or "
+            "its group with sampling off; 0 where the mean is 0 or below). Default: 'est' with reinforce_ada_est, else 'reinforce_ada' with adaptive "
             "sampling, 'grpo' without, so that multiround_adaptive_downsampling=False is exactly GRPOTrainer. Or an "
             "import path 'module.function' to your own: function(pool_rewards, selected, positive_threshold) returns "
             "one advantage per kept sample (docs/samplers.md)."
@@ -353,7 +357,8 @@ class AdaGRPOConfig(GRPOConfig):
             "help": "With dynamic_sampling: extra generation batches at most per step (DAPO's max_num_gen_batches). "
             "Each is sized to close the remaining gap, at most one generation batch of prompts. With sampling_budget: "
             "refill candidates to screen at most per step, in batches of one generation batch of prompts (drawn one "
-            "by one, so a candidate the step does not reach stays in the stream)."
+            "by one, so a candidate the step does not reach stays in the stream). With sampler='retire_solved': "
+            "batches of candidates drawn at most per step to replace retired prompts."
         },
     )
     dynamic_sampling_tolerance: float = field(
@@ -491,7 +496,7 @@ class AdaGRPOConfig(GRPOConfig):
         if self.advantage_estimator is None:
             if est:
                 self.advantage_estimator = "est"
-            elif self.sampler not in BUILT_IN or self.sampler == "knapsack":
+            elif self.sampler not in BUILT_IN or self.sampler in ("knapsack", "retire_solved"):
                 self.advantage_estimator = "grpo"  # a sampler's own (Selection.advantages), else TRL's per group
             else:
                 self.advantage_estimator = "reinforce_ada" if self.multiround_adaptive_downsampling else "grpo"
@@ -748,6 +753,7 @@ class AdaGRPOConfig(GRPOConfig):
             "budget": _BUDGET_FIELDS + ("max_refill_batches",),
             "est": _EST_FIELDS,
             "knapsack": (),
+            "retire_solved": ("max_refill_batches",),
         }.get(self.sampler)
         if reads is not None:
             known = _ROUNDS_FIELDS + _DYNAMIC_FIELDS + _BUDGET_FIELDS + _EST_FIELDS
@@ -794,7 +800,7 @@ class AdaGRPOConfig(GRPOConfig):
         """Whether anything decides with "reward > positive_threshold": the rounds' exit rule and selection, the
         budget's top-ups, the prompt memory (Est's and the knapsack's allocation), the share-of-positives baseline."""
         return (
-            self.sampler in ("reinforce_ada", "budget", "est", "knapsack")
+            self.sampler in ("reinforce_ada", "budget", "est", "knapsack", "retire_solved")
             or self.prompt_memory
             or (self.advantage_estimator == "reinforce_ada" and self.pool_baseline == "threshold_fraction")
         )

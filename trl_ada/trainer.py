@@ -49,7 +49,9 @@ from trl_ada.integration.resume import (
     check_checkpoint,
     export_memory,
     load_generation_buffer,
+    load_sampler_state,
     save_generation_buffer,
+    save_sampler_state,
 )
 from trl_ada.integration.rollouts import (
     Sample,
@@ -324,6 +326,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         save_generation_buffer(folder, self.accelerator.process_index, self._step, self._buffered_inputs, self.args)
         if self.args.should_save:
             self.sampling_state.save(folder, self.generation_count, self.args.sampling_active)
+            save_sampler_state(folder, self._sampler)
         super()._save_checkpoint(model, trial, *args, **kwargs)
 
     def _load_optimizer_and_scheduler(self, checkpoint, *args, **kwargs):
@@ -331,6 +334,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint, *args, **kwargs)
         if checkpoint is not None:
             self.sampling_state.load(checkpoint, self.generation_count, logger.warning)
+            load_sampler_state(checkpoint, self._sampler, logger.warning)
             buffer = load_generation_buffer(checkpoint, self.accelerator.process_index, self.accelerator.device)
             if buffer is not None:  # inside a generation batch: train on its rest, as the uninterrupted run
                 self._step, self._buffered_inputs = buffer

@@ -6,7 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_ada.core.advantages import pool_statistics, pooled_advantages, raft_advantages, reinforce_rej_advantages
+from trl_ada.core.advantages import (
+    maxrl_advantages,
+    pool_statistics,
+    pooled_advantages,
+    raft_advantages,
+    reinforce_rej_advantages,
+)
 
 
 def test_pooled_is_reward_minus_fraction_of_positives():
@@ -62,3 +68,33 @@ def test_binary_pools_baselines_agree(pool):
     # For 0/1 rewards the thresholded fraction is exactly the mean reward (the reference's claim).
     a, b = pool_statistics(pool, 0.7), pool_statistics(pool, 0.7, baseline="mean_reward")
     assert a == pytest.approx(b)
+
+
+def test_maxrl_is_reward_minus_mean_over_the_mean_by_hand():
+    # one right in four: mean 1/4, (1 - 1/4) / (1/4) = 3, (0 - 1/4) / (1/4) = -1
+    assert maxrl_advantages([1, 0, 0, 0]) == [3.0, -1.0, -1.0, -1.0]
+    # three in four: mean 3/4, (1 - 3/4) / (3/4) = 1/3, -1
+    assert maxrl_advantages([1, 1, 1, 0]) == pytest.approx([1 / 3, 1 / 3, 1 / 3, -1.0])
+    # a kept group of two from a pool of eight with two right: the pool's mean 1/4
+    assert maxrl_advantages([1, 0], [0, 1, 0, 0, 1, 0, 0, 0]) == [3.0, -1.0]
+    # shaped rewards: mean 0.5, (0.8 - 0.5) / 0.5 = 0.6, (0.2 - 0.5) / 0.5 = -0.6
+    assert maxrl_advantages([0.8, 0.2]) == pytest.approx([0.6, -0.6])
+
+
+def test_maxrl_gives_zero_where_the_mean_is_zero_or_below_and_to_unscorable_samples():
+    assert maxrl_advantages([0, 0, 0, 0]) == [0.0] * 4  # nothing succeeded: nothing to reweight
+    assert maxrl_advantages([-1.0, 0.5]) == [0.0, 0.0]  # a negative mean would flip every sign
+    assert maxrl_advantages([math.nan, 1.0, 0.0]) == [0.0, 1.0, -1.0]  # mean of the scorable 1 and 0: 0.5
+    assert maxrl_advantages([math.nan, math.nan]) == [0.0, 0.0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 1.0]), min_size=2, max_size=32))
+def test_maxrl_over_a_binary_group_sums_to_zero_and_weighs_rare_successes_by_one_over_p(group):
+    advantages = maxrl_advantages(group)
+    p = sum(group) / len(group)
+    if p == 0:
+        assert advantages == [0.0] * len(group)
+        return
+    assert sum(advantages) == pytest.approx(0.0, abs=1e-9)
+    assert all(a == pytest.approx(1 / p - 1 if r else -1.0) for a, r in zip(advantages, group))

@@ -133,6 +133,30 @@ def main():
         params = float(sum(p.detach().double().sum() for p in trainer.model.parameters()))
         write_rank(output_dir, trainer, reward, inputs=trainer.inputs_seen, params=params)
         return
+    if mode == "retire_solved":  # a question solved on one rank's visit is retired on both, and skipped by both
+        from datasets import Dataset
+
+        from tests.helpers.data import make_prompt
+
+        rates = [1.0, 0.5, 0.0, 0.3]  # each question 4 times in the data: it comes back
+        dataset = Dataset.from_list(
+            [{"prompt": make_prompt(f"q{i % 4} r{rates[i % 4]}"), "pass_rate": rates[i % 4]} for i in range(16)]
+        )
+        args = AdaGRPOConfig(
+            per_device_train_batch_size=8, max_steps=4, learning_rate=1e-2, sampler="retire_solved", **common
+        )
+        trainer = Recorder(model=model_path, reward_funcs=reward, args=args, train_dataset=dataset)
+        trainer.train()
+        params = float(sum(p.detach().double().sum() for p in trainer.model.parameters()))
+        record = {
+            "retired": sorted(trainer._sampler.retired),
+            "groups": trainer.groups,
+            "params": params,
+            "logs": [h for h in trainer.state.log_history if "loss" in h],
+        }
+        with open(os.path.join(output_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as f:
+            json.dump(record, f)
+        return
     if mode in ("dynamic", "budget"):  # refills (and, for the budget, screening): the same on both ranks
         if mode == "dynamic":  # DAPO: plain sampling, uniform groups dropped and refilled
             extra = dict(dynamic_sampling=True, multiround_adaptive_downsampling=False, max_steps=2)

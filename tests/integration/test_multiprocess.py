@@ -113,6 +113,22 @@ def test_two_processes_allocate_est_over_their_own_prompts(tiny_model, tmp_path,
 
 @pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
 # bookkeeping across ranks, which depends on our code, not on the release (accelerate's gather_object aside)
+def test_two_processes_retire_the_same_solved_prompts_and_skip_them(tiny_model, tmp_path):
+    ranks = launch(tmp_path, tiny_model, "retire_solved")
+    logs0, logs1 = ranks[0]["logs"], ranks[1]["logs"]
+    assert len(logs0) == 4 and all(
+        a[k] == b[k] for a, b in zip(logs0, logs1) for k in a if k.startswith("sampling/") and "seconds" not in k
+    )
+    assert ranks[0]["retired"] == ranks[1]["retired"] and ranks[0]["retired"]
+    assert ranks[0]["params"] == ranks[1]["params"]
+    assert sum(h["sampling/retire_solved/skipped"] for h in logs0) >= 1
+    # the always-right question trains in one step only, the one whose visit retired it, on whichever rank had it
+    steps = {step for rank in ranks for step, tags in enumerate(rank["groups"]) if any("q0 r1.0" in t for t in tags)}
+    assert len(steps) == 1
+
+
+@pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
+# bookkeeping across ranks, which depends on our code, not on the release (accelerate's gather_object aside)
 def test_two_processes_share_one_budget(tiny_model, tmp_path):
     ranks = launch(tmp_path, tiny_model, "budget")
     logs0, logs1 = ranks[0]["logs"], ranks[1]["logs"]

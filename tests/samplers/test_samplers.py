@@ -4,6 +4,7 @@ file trained through `trl-ada-train` as docs/samplers.md writes it."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -96,6 +97,7 @@ BUILT_IN_CONFIGS = {
     "budget": dict(sampler="budget", prompt_memory=True),
     "est": dict(sampler="est"),
     "knapsack": dict(sampler="knapsack"),
+    "retire_solved": dict(sampler="retire_solved"),
 }
 
 
@@ -125,6 +127,42 @@ def test_every_built_in_sampler_decides_a_batch_from_the_context_alone(name, wor
         assert selection.metrics["sampling/iid_reward"] == pytest.approx(sum(means) / 4)
     if name == "dapo":  # the all-wrong and all-right prompts were dropped and refilled
         assert not {0, 1} & set(selection.chosen) and selection.metrics["sampling/refill_batches"] >= 1
+
+
+def test_retire_solved_skips_a_prompt_a_visit_showed_solved_and_replaces_it(tmp_path):
+    """Prompt 1 (always right) is retired after its first visit; in the next batch it is skipped and a fresh prompt
+    takes its place; prompt 2 (right half the time) is never retired; the retired set survives a state_dict round
+    trip (what a checkpoint keeps)."""
+    args = config(tmp_path, sampler="retire_solved")
+    sampler = load_sampler(args)
+    sim = Simulated([0.0, 1.0, 0.5, 0.0], target=4)
+    first = sampler.sample(sim.context(), 4)
+    assert first.chosen == [0, 1, 2, 3] and first.skipped == 0
+    assert sampler.retired == {1} and first.metrics["sampling/retire_solved/retired_now"] == 1.0
+
+    sim.drawn = 4  # the next batch: the same four questions come back; a drawn one is new (keys 4, 5, ...)
+    second = sampler.sample(sim.context(step=1), 4)
+    assert 1 not in second.chosen and len(second.chosen) == 4 and second.skipped == 1
+    assert [p for p in second.chosen if p >= 4] == [4]  # one refill, drawn from the stream
+    restored = load_sampler(args)
+    restored.load_state_dict(json.loads(json.dumps(sampler.state_dict())))
+    assert restored.retired == sampler.retired
+
+
+def test_retire_solved_trains_retired_prompts_when_the_stream_has_no_others(tmp_path):
+    """Every prompt solved and the stream exhausted within max_refill_batches: the step still trains target prompts
+    (retired ones), and says how many."""
+    args = config(tmp_path, sampler="retire_solved", max_refill_batches=1)
+    sampler = load_sampler(args)
+    sim = Simulated([1.0], target=2)
+    sampler.sample(sim.context(), 2)
+    sim.drawn = 2
+    context = sim.context(step=1)
+    context.prompt_key = lambda p: p % 2  # every drawn prompt is a question already retired
+    selection = sampler.sample(context, 2)
+    assert sorted(selection.chosen) == [0, 1] and selection.metrics["sampling/retire_solved/retired_trained"] == 2
+    with pytest.raises(ValueError, match="threshold=1.5 must be a pass rate in"):
+        load_sampler(config(tmp_path, sampler="retire_solved", sampler_kwargs={"threshold": 1.5}))
 
 
 def test_a_selection_the_trainer_cannot_train_is_named():
@@ -340,6 +378,43 @@ def test_knapsack_trains_counts_what_it_generates_and_resumes_exactly(tiny_model
     assert all(np.array_equal(a[k], b[k]) for k in a)
     tails = [[h for h in r.state.log_history if "loss" in h][-2:] for r in (uninterrupted, resumed)]
     for key in ("loss", "sampling/knapsack/samples_max", "sampling/generated_completions_total"):
+        assert [h[key] for h in tails[0]] == [h[key] for h in tails[1]], key
+
+
+def test_retire_solved_trains_skips_solved_prompts_and_resumes_with_its_retired_set(tiny_model, tmp_path):
+    """Questions of pass rate 1.0 retire after their first visit and are not trained again; the retired set goes into
+    every checkpoint, so a run resumed at step 2 skips what the uninterrupted run skips."""
+    from datasets import Dataset
+
+    from tests.helpers.data import make_prompt
+
+    rates = [1.0, 0.5, 0.0, 0.25]  # each question four times in the data: it comes back
+    dataset = Dataset.from_list(
+        [{"prompt": make_prompt(f"q{i % 4} r{rates[i % 4]}"), "pass_rate": rates[i % 4]} for i in range(16)]
+    )
+
+    def run(folder, **kwargs):
+        args = tiny_args(folder, sampler="retire_solved", max_steps=4, shuffle_dataset=True, **kwargs)
+        trainer = recording_trainer(tiny_model, dataset, args)
+        trainer.reward_log = trainer.reward_funcs[0].log
+        return trainer
+
+    uninterrupted = run(tmp_path / "a", save_strategy="steps", save_steps=2)
+    uninterrupted.train()
+    logs = [h for h in uninterrupted.state.log_history if "loss" in h]
+    assert logs[-1]["sampling/retire_solved/retired_total"] >= 1
+    assert sum(h["sampling/retire_solved/skipped"] for h in logs) >= 1  # a retired question came back and was skipped
+    # Once retired, an always-right question is never sampled again: its samples all come from one visit.
+    solved = [prompt for prompt, _, _ in uninterrupted.reward_log if "r1.0" in prompt]
+    assert solved and all(solved.count(prompt) == 4 for prompt in set(solved))
+    checkpoint = tmp_path / "a" / "out" / "checkpoint-2"
+    saved = json.loads((checkpoint / "ada_sampler_state.json").read_text())
+    assert saved["retired"]
+    resumed = run(tmp_path / "b")
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert resumed._sampler.retired == uninterrupted._sampler.retired
+    tails = [[h for h in r.state.log_history if "loss" in h][-2:] for r in (uninterrupted, resumed)]
+    for key in ("loss", "sampling/retire_solved/retired_total", "sampling/retire_solved/skipped"):
         assert [h[key] for h in tails[0]] == [h[key] for h in tails[1]], key
 
 

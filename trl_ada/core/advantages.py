@@ -5,6 +5,8 @@
   half right still gets a large push on its rare right answers.
 - `reinforce_rej_advantages`: Minimal-RL's Reinforce-rej, raw rewards for mixed groups, zero for uniform ones.
 - `raft_advantages`: Minimal-RL's RAFT++, train on positive rewards only.
+- `maxrl_advantages`: MaxRL's (arXiv:2602.02710) `(r - mean) / mean`: GRPO's centring, scaled by the inverse pass rate
+  instead of the std, so a prompt solved once in ten weighs ten times one solved every time.
 
 GRPO's own group statistics are not restated here: the trainer keeps TRL's computation for them.
 
@@ -23,7 +25,14 @@ from collections.abc import Sequence
 
 BASELINES = ("threshold_fraction", "mean_reward")
 
-__all__ = ["BASELINES", "pool_statistics", "pooled_advantages", "reinforce_rej_advantages", "raft_advantages"]
+__all__ = [
+    "BASELINES",
+    "maxrl_advantages",
+    "pool_statistics",
+    "pooled_advantages",
+    "raft_advantages",
+    "reinforce_rej_advantages",
+]
 
 
 def _unbiased_std(values: Sequence[float], mean: float) -> float:
@@ -90,3 +99,22 @@ def reinforce_rej_advantages(group_rewards: Sequence[float], atol: float = 1e-6)
 def raft_advantages(group_rewards: Sequence[float]) -> list[float]:
     """max(r, 0): only samples with a positive reward are pushed up; the rest (unscorable ones too) give no gradient."""
     return [0.0 if math.isnan(r) else max(float(r), 0.0) for r in group_rewards]
+
+
+def maxrl_advantages(selected_rewards: Sequence[float], pool_rewards: Sequence[float] | None = None) -> list[float]:
+    """`(r_i - mean) / mean`, the mean over the prompt's pool (its kept group when `pool_rewards` is None), unscorable
+    samples left out of it and given 0.
+
+    Where the mean is 0 or below, every advantage is 0: with rewards in [0, 1] a mean of 0 means no sample succeeded
+    (MaxRL's estimator then has no success to reweight: no gradient, as GRPO gives an all-wrong group none), and a
+    negative mean would flip the sign of every advantage. Read rewards as pass rates, in [0, 1].
+
+        >>> maxrl_advantages([1, 0, 0, 0])  # one in four: mean 0.25
+        [3.0, -1.0, -1.0, -1.0]
+    """
+    pool = selected_rewards if pool_rewards is None else pool_rewards
+    scorable = [float(r) for r in pool if not math.isnan(r)]
+    mean = sum(scorable) / len(scorable) if scorable else 0.0
+    if mean <= 0.0:
+        return [0.0] * len(selected_rewards)
+    return [0.0 if math.isnan(r) else (float(r) - mean) / mean for r in selected_rewards]

@@ -13,7 +13,12 @@ import torch
 from accelerate.logging import get_logger
 
 from trl_ada.config import ADVANTAGE_ESTIMATORS
-from trl_ada.core.advantages import pooled_advantages, raft_advantages, reinforce_rej_advantages
+from trl_ada.core.advantages import (
+    maxrl_advantages,
+    pooled_advantages,
+    raft_advantages,
+    reinforce_rej_advantages,
+)
 from trl_ada.core.est import est_advantages
 from trl_ada.core.sampling import PromptResult
 from trl_ada.samplers import check_advantages, import_path
@@ -54,6 +59,10 @@ def step_advantages(
     sizes = [n] * (len(rewards) // n) if results is None else [len(r.selected) for r in results]
     ends = list(itertools.accumulate(sizes))
     groups = [rewards[end - size : end] for end, size in zip(ends, sizes)]  # each chosen prompt's kept samples
+    if estimator == "maxrl":  # the mean over the prompt's whole pool where there is one, else over its group
+        if trained is None:
+            return [maxrl_advantages(group) for group in groups]
+        return [maxrl_advantages(group, t.pool_rewards) for group, t in zip(groups, trained)]
     if estimator == "reinforce_rej":
         return [reinforce_rej_advantages(group) for group in groups]
     return [raft_advantages(group) for group in groups]
@@ -83,14 +92,20 @@ def warn_if_not_binary(args, results: list[PromptResult]) -> bool:
     """Warn (and return True) when the estimator reads rewards as what they are not: the pooled baseline counts
     positives of rewards that are not all 0 or 1; Est's scale (mean + eps) ** -(1 - est_exponent) takes them for
     pass rates in [0, 1]."""
-    if args.advantage_estimator == "est":
+    if args.advantage_estimator in ("est", "maxrl"):
         outside = [x for r in results for x in r.pool_rewards if not math.isnan(x) and not 0.0 <= x <= 1.0]
-        if outside:
+        if outside and args.advantage_estimator == "est":
             logger.warning(
                 f"reinforce_ada_est: rewards outside [0, 1] (e.g. {outside[0]!r}). Est's advantage "
                 "(r - mean) * (mean + est_epsilon) ** -(1 - est_exponent) takes the mean reward for a pass rate: a "
                 f"mean at or below 0 gets the weight {args.est_epsilon ** -(1 - args.est_exponent):.3g}. Scale the "
                 "rewards into [0, 1] (reward_weights, or the reward functions themselves)."
+            )
+        elif outside:
+            logger.warning(
+                f"advantage_estimator='maxrl': rewards outside [0, 1] (e.g. {outside[0]!r}). MaxRL's advantage "
+                "(r - mean) / mean takes the mean reward for a pass rate: a group whose mean is 0 or below gets "
+                "advantage 0. Scale the rewards into [0, 1] (reward_weights, or the reward functions themselves)."
             )
         return bool(outside)
     if args.advantage_estimator != "reinforce_ada" or args.pool_baseline != "threshold_fraction":

@@ -7,6 +7,8 @@ TRL checkpoints the model, optimizer, scheduler and RNG states; these files sit 
 - `ada_sampling_state.json`: the prompts drawn so far, the refill stream's state, the group prior, and the
   sampling settings it was saved with (`sampling_settings`; a resume with other values warns, naming them);
 - `prompt_memory.npz`: the prompt memory (`trl_ada.core.memory.PromptMemory.save`);
+- `ada_sampler_state.json`: the sampler's own state, for a sampler that keeps one (`state_dict()` and
+  `load_state_dict(state)`, JSON: e.g. `retire_solved`'s retired prompts, or a user's sampler's history);
 - `ada_generation_count.json`: the completions and tokens generated so far (`trl_ada.integration.generation_count`), written with
   any sampling settings, sampling off included (a checkpoint without it resumes with the totals counted from 0).
 
@@ -40,6 +42,7 @@ MEMORY_STATE_FILE = "prompt_memory.npz"  # the prompt memory, in every checkpoin
 MEMORY_EXPORT_FILE = "prompt_memory.parquet"  # the readable export, in output_dir at the end of training
 GROUP_EXPORT_FILE = "prompt_groups.json"  # the group prior per group, in output_dir at the end of training
 GENERATION_COUNT_FILE = "ada_generation_count.json"  # generated completions and tokens so far, in every checkpoint
+SAMPLER_STATE_FILE = "ada_sampler_state.json"  # a sampler's own state (its `state_dict()`), in every checkpoint
 BUFFER_FILE = "ada_generation_buffer_{rank}.pt"  # a rank's rest of a generation batch, in a checkpoint inside one
 
 
@@ -109,7 +112,7 @@ def check_checkpoint(checkpoint: str) -> None:
     first and fails with the file unnamed (safetensors' "incomplete metadata, file not fully covered")."""
     from safetensors import safe_open
 
-    for name in (SAMPLING_STATE_FILE, GENERATION_COUNT_FILE, "trainer_state.json"):
+    for name in (SAMPLING_STATE_FILE, GENERATION_COUNT_FILE, SAMPLER_STATE_FILE, "trainer_state.json"):
         path = os.path.join(checkpoint, name)
         if os.path.exists(path):
             read_checkpoint_json(path, checkpoint)
@@ -191,6 +194,25 @@ def load_sampling_state(checkpoint: str, refill=None, group_prior=None, memory=N
     return state["prompts_drawn"]
 
 
+def save_sampler_state(folder: str, sampler) -> None:
+    """The sampler's own state (`sampler.state_dict()`, JSON), for a sampler that has one."""
+    if callable(getattr(sampler, "state_dict", None)):
+        with open(os.path.join(folder, SAMPLER_STATE_FILE), "w") as f:
+            json.dump(sampler.state_dict(), f)
+
+
+def load_sampler_state(checkpoint: str, sampler, warn) -> None:
+    """Hand the sampler its state from `checkpoint` (`sampler.load_state_dict(state)`); a sampler that keeps one,
+    resumed from a checkpoint without it, starts afresh, said by `warn`."""
+    if not callable(getattr(sampler, "load_state_dict", None)):
+        return
+    path = os.path.join(checkpoint, SAMPLER_STATE_FILE)
+    if not os.path.exists(path):
+        warn(f"{checkpoint} holds no {SAMPLER_STATE_FILE}: the sampler starts from its initial state.")
+        return
+    sampler.load_state_dict(read_checkpoint_json(path, checkpoint))
+
+
 def save_generation_count(folder: str, count) -> None:
     """Write the generated totals (a `GenerationCount`) into a checkpoint folder."""
     with open(os.path.join(folder, GENERATION_COUNT_FILE), "w") as f:
@@ -243,6 +265,7 @@ class SamplingState:
         refills = (
             args.dynamic_sampling
             or args.sampling_budget is not None
+            or (args.sampler == "retire_solved" and isinstance(train_dataset, Dataset))
             or (args.sampler not in BUILT_IN and isinstance(train_dataset, Dataset))
         )
         refill = PromptStream(len(train_dataset), args.seed, shuffle=shuffle) if refills else None
@@ -296,6 +319,7 @@ __all__ = [
     "GROUP_EXPORT_FILE",
     "MEMORY_EXPORT_FILE",
     "MEMORY_STATE_FILE",
+    "SAMPLER_STATE_FILE",
     "SAMPLING_STATE_FILE",
     "SamplingState",
     "changed_settings",
@@ -304,10 +328,12 @@ __all__ = [
     "export_memory",
     "load_generation_buffer",
     "load_generation_count",
+    "load_sampler_state",
     "load_sampling_state",
     "read_checkpoint_json",
     "save_generation_buffer",
     "save_generation_count",
+    "save_sampler_state",
     "sampling_settings",
     "save_sampling_state",
 ]

@@ -24,6 +24,7 @@ BUILT_IN = {
     "budget": ("trl_ada.samplers.budget", "Budget"),
     "est": ("trl_ada.samplers.est", "Est"),
     "knapsack": ("trl_ada.samplers.knapsack", "Knapsack"),
+    "retire_solved": ("trl_ada.samplers.retire_solved", "RetireSolved"),
 }
 
 
