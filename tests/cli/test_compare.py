@@ -515,3 +515,201 @@ def test_runs_scored_on_other_held_out_sets_are_refused_by_name(tmp_path):
         load_results(str(tmp_path))
     (tmp_path / "results" / "b-seed0.json").unlink()
     assert list(load_results(str(tmp_path))) == ["a"]
+
+
+def on_token_grid(argv: list[str], every_tokens: int) -> list[str]:
+    """`argv` with its --eval_every replaced by --eval_every_tokens."""
+    at = argv.index("--eval_every")
+    return [*argv[:at], "--eval_every_tokens", str(every_tokens), *argv[at + 2 :]]
+
+
+def grid_evaluations(record: dict) -> dict[int, dict]:
+    """Grid point -> the evaluation taken for it; each grid point once (a second would fail here)."""
+    points = [(g, point) for point in record["curve"] for g in point.get("grid_tokens", [])]
+    assert len({g for g, _ in points}) == len(points), f"a grid point evaluated twice: {[g for g, _ in points]}"
+    return dict(points)
+
+
+def assert_on_the_token_grid(record: dict, every: int) -> None:
+    """Every grid point up to what the run generated is evaluated exactly once, at the first step whose logged
+    sampling/generated_tokens_total is at or past it, and that evaluation holds the logged count of its step."""
+    logged = [0, *record["generated_tokens_by_step"]]  # by step; nothing generated before training
+    assert len(logged) == record["steps"] + 1 and logged[-1] == record["generated_tokens"]
+    grid = grid_evaluations(record)
+    assert sorted(grid) == list(range(0, record["generated_tokens"] + 1, every))  # none skipped
+    for g, point in grid.items():
+        assert point["step"] == next(s for s, tokens in enumerate(logged) if tokens >= g), (g, logged)
+        assert point["tokens"] == logged[point["step"]]
+
+
+@pytest.mark.slow
+def test_eval_every_tokens_evaluates_at_the_first_step_past_each_grid_point(tmp_path, capsys):
+    """--eval_every_tokens 100: every arm is evaluated at the first optimizer step at or past each multiple of 100
+    generated tokens (by the trainer's logged count), before training and at the end, and at no other step; the
+    report's equal-tokens comparison reads the grid (each seed at the last grid point both runs reached, scored by the
+    evaluations taken for it), not an interpolation, and says so."""
+    import numpy as np
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE)
+    out = tmp_path / "compare"
+    argv = on_token_grid(grpo_against_balanced(recipe, out, max_steps=3, eval_every=1, eval_k=0), 100)
+    report = compare_main(argv)
+    results = {(r["arm"], r["seed"]): r for r in (json.load(open(p)) for p in (out / "results").glob("*.json"))}
+    assert len(results) == 4
+    skipped = 0
+    for record in results.values():
+        assert record["eval_every_tokens"] == 100 and record["eval_every"] is None
+        assert_on_the_token_grid(record, 100)
+        grid_steps = {p["step"] for p in record["curve"] if p.get("grid_tokens")}
+        assert [p["step"] for p in record["curve"]] == sorted(grid_steps | {0, 3})  # off the grid: only the end
+        skipped += 3 - len(grid_steps - {0} | {3})
+    assert skipped > 0  # some step was passed over: a grid of tokens, not of steps
+    arm = report["arms"]["balanced"]
+    assert arm["equal_tokens"]["method"] == "grid" and arm["equal_tokens"]["every_tokens"] == 100
+    for i, seed in enumerate((0, 1)):
+        run, base = grid_evaluations(results[("balanced", seed)]), grid_evaluations(results[("grpo", seed)])
+        x = max(set(run) & set(base))
+        assert arm["equal_tokens"]["tokens"][i] == x > 0
+        assert arm["equal_tokens"]["generated"][i] == [run[x]["tokens"], base[x]["tokens"]]
+    expected = np.mean(
+        [
+            np.subtract(
+                grid_evaluations(results[("balanced", s)])[x]["items"],
+                grid_evaluations(results[("grpo", s)])[x]["items"],
+            )
+            for s, x in zip((0, 1), arm["equal_tokens"]["tokens"])
+        ]
+    )
+    assert arm["equal_tokens"]["mean"] == pytest.approx(expected)
+    rows = {row["tokens"]: row["seeds"] for row in arm["equal_tokens_grid"]}
+    assert rows[0] == 2 and all(g % 100 == 0 for g in rows)
+    assert json.loads((out / "report.json").read_text())["arms"]["balanced"]["equal_tokens"]["method"] == "grid"
+    printed = capsys.readouterr().out
+    assert "on the token grid (--eval_every_tokens)" in printed and "on the generated-token grid" in printed
+
+    # The step grid's report is unchanged: interpolated between evaluations, and saying so.
+    steps = grpo_against_balanced(recipe, tmp_path / "steps", max_steps=1, eval_every=1, eval_k=0)
+    assert compare_main(steps + ["--seeds", "0"])["arms"]["balanced"]["equal_tokens"]["method"] == "interpolated"
+
+
+def test_eval_every_and_eval_every_tokens_are_one_grid_or_the_other(tmp_path):
+    """Both grids at once is refused, naming both flags; without either, the step grid of 5 stays the default."""
+    from trl_ada.cli.compare import build_parser, resolve_eval_grid
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE)
+    out = tmp_path / "compare"
+    argv = grpo_against_balanced(recipe, out, max_steps=1, eval_every=2, eval_k=0)
+    with pytest.raises(ValueError, match=r"--eval_every 2 and --eval_every_tokens 100: give one evaluation grid"):
+        compare_main(argv + ["--eval_every_tokens", "100"])
+    with pytest.raises(ValueError, match="--eval_every_tokens 0: must be at least 1"):
+        compare_main(on_token_grid(argv, 0))
+    assert not out.exists()
+    base = ["--config", "x.yaml", "--arm", "a", "--max_steps", "1"]
+    for extra, grid in (
+        ([], (5, None)),
+        (["--eval_every_tokens", "4000"], (None, 4000)),
+        (["--eval_every", "3"], (3, None)),
+    ):
+        args = build_parser().parse_args(base + extra)
+        resolve_eval_grid(args)
+        assert (args.eval_every, args.eval_every_tokens) == grid
+
+
+@pytest.mark.slow
+def test_a_cut_run_on_the_token_grid_reports_the_grid_points_it_reached_and_a_rerun_continues_the_grid(
+    tmp_path, capsys
+):
+    """A run cut by a deadline holds the grid points it reached, and the report pairs it there only; a rerun
+    continues the grid from the saved records (none evaluated twice, none skipped) into the evaluations of a run never
+    cut; continuing it on another grid is refused."""
+    import time
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE)
+    out = tmp_path / "compare"
+    argv = on_token_grid(grpo_against_balanced(recipe, out, max_steps=3, eval_every=1, eval_k=0), 50)
+    compare_main(argv + ["--only", "grpo", "0", "--stop_at", repr(time.time())])  # the deadline has passed
+    cut = json.loads((out / "results" / "grpo-seed0.json").read_text())
+    assert cut["cut"] and cut["steps"] == 1
+    assert_on_the_token_grid(cut, 50)
+    reached = sorted(grid_evaluations(cut))
+    assert len(reached) >= 2  # step 1 passed a grid point: evaluated there, though the run was cut
+    compare_main(argv + ["--only", "balanced", "0"])
+    report = compare_main(argv + ["--seeds", "0", "--report_only"])
+    arm = report["arms"]["balanced"]
+    assert [
+        row["tokens"] for row in arm["equal_tokens_grid"]
+    ] == reached  # balanced went further: paired up to the cut
+    assert arm["equal_tokens"]["tokens"] == [reached[-1]] and arm["equal_tokens"]["method"] == "grid"
+
+    with pytest.raises(ValueError, match="continue it with --eval_every_tokens 50"):
+        at = argv.index("--eval_every_tokens") + 1
+        compare_main([*argv[:at], "40", *argv[at + 1 :], "--only", "grpo", "0"])
+    compare_main(argv + ["--only", "grpo", "0"])
+    assert "continuing from the cut at step 1" in capsys.readouterr().out
+    again = json.loads((out / "results" / "grpo-seed0.json").read_text())
+    assert not again["cut"] and again["steps"] == 3 and again["resumed_at"] == [1]
+    assert_on_the_token_grid(again, 50)
+    compare_main(argv[:-1] + [str(tmp_path / "uncut"), "--only", "grpo", "0"])
+    whole = json.loads((tmp_path / "uncut" / "results" / "grpo-seed0.json").read_text())
+    assert [(p["step"], p["tokens"], p.get("grid_tokens"), p["items"]) for p in again["curve"]] == [
+        (p["step"], p["tokens"], p.get("grid_tokens"), p["items"]) for p in whole["curve"]
+    ]
+
+
+def test_the_token_grid_evaluates_at_the_first_step_at_or_past_each_point_and_resumes_after_the_last():
+    """The rule alone, on a scripted count: a step that lands exactly on a grid point is evaluated for it, one that
+    passes several is evaluated once for all of them, a step that passes none is not evaluated (the end is); a resumed
+    run goes on after the last grid point its saved curve holds."""
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl, TrainerState
+
+    from trl_ada.cli.compare import Progress
+
+    class Score:
+        seconds = 0.0
+
+        def __call__(self, model, **kwargs):
+            return [1.0]
+
+    def train(progress, tokens_by_step, first=1):
+        state, control = TrainerState(), TrainerControl()
+        state.max_steps = first + len(tokens_by_step) - 1
+        progress.count = SimpleNamespace(completions=0, tokens=0, trained_tokens=0)
+        progress.on_train_begin(None, state, control)
+        for step, tokens in enumerate(tokens_by_step, start=first):
+            state.global_step, progress.count.tokens = step, tokens
+            progress.on_step_end(None, state, control)
+        return [(p["step"], p["tokens"], p.get("grid_tokens")) for p in progress.curve]
+
+    def progress():
+        return Progress(score=Score(), every=None, eval_k=0, label="x", every_tokens=64)
+
+    assert train(progress(), [30, 64, 100, 250, 260, 300]) == [
+        (0, 0, [0]),
+        (2, 64, [64]),  # exactly on the grid point
+        (4, 250, [128, 192]),  # one step past two: one evaluation for both
+        (5, 260, [256]),
+        (6, 300, None),  # the end, past no grid point
+    ]
+    resumed = progress()
+    resumed.resume(
+        {
+            "curve": [
+                {"step": 0, "tokens": 0, "grid_tokens": [0], "items": [1.0]},
+                {"step": 2, "tokens": 64, "grid_tokens": [64], "items": [1.0]},
+                {"step": 3, "tokens": 100, "items": [1.0]},
+            ],
+            "train_seconds": 1.0,
+        }
+    )
+    assert train(resumed, [250, 260, 300], first=4) == [
+        (0, 0, [0]),
+        (2, 64, [64]),  # the cut's own off-grid evaluation dropped: its end is later
+        (4, 250, [128, 192]),
+        (5, 260, [256]),
+        (6, 300, None),
+    ]

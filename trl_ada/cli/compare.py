@@ -16,7 +16,8 @@ its own recipe: `--arm mine path/to/recipe.yaml field=value`); the first arm is 
   file, which holds one split), else the built-in tasks' own held-out split, else `--eval_fraction` of the training
   rows, split off by a hash of their prompt. Its source and size are printed and reported; fewer than
   `--eval_min_examples` (20) questions is refused, since every interval is over them. Each question's score is the recipe's reward (the weighted sum of its reward functions: accuracy for 0/1
-  rewards) of a greedy answer, before training, every `--eval_every` optimizer steps and at the end; avg@k
+  rewards) of a greedy answer, before training, every `--eval_every` optimizer steps (or, with `--eval_every_tokens N`,
+  at the first step at or past each multiple of N generated tokens: every arm at the same costs) and at the end; avg@k
   (`--eval_k` samples at temperature 1) before and at the end too. Evaluation runs under fixed sampling noise and
   does not touch the run's random state, so the evaluation before training is scored once per initial model
   (`<output_dir>/eval_cache`, keyed by its weights) and read back by every run that starts from it.
@@ -28,7 +29,8 @@ its own recipe: `--arm mine path/to/recipe.yaml field=value`); the first arm is 
 - **Three comparisons**, each as the mean paired difference to the baseline with a 95% bootstrap interval over seeds
   and questions (`trl_ada.cli.paired`): at equal optimizer steps, at every evaluation step of the run; at equal
   generated completions and at equal generated tokens, each seed compared where both its runs have generated as many
-  (scores interpolated between evaluations). An interval that contains 0 reads **no difference measured**.
+  (scores interpolated between evaluations; on the token grid, at equal tokens, the grid's own evaluations, each
+  seed at the last grid point both its runs reached). An interval that contains 0 reads **no difference measured**.
 - **Resumable.** Each run writes `<output_dir>/results/<arm>-seed<seed>.json` when it ends; a rerun skips what is
   there and recomputes the report (`report.json`, `compare.png`) from all of them. `--jobs K` runs K runs at once
   (`--threads` torch threads each): on a CPU give each its own core.
@@ -64,6 +66,7 @@ from trl_ada.cli.heldout import HeldOutScore, held_out_split, weights_digest
 from trl_ada.cli.progress import Progress
 from trl_ada.cli.records import cut_checkpoint, load_results, result_path, write_json
 from trl_ada.cli.report import ROLLOUT_SHARE, arm_cost, compare, gpu_cost, plot, print_report
+from trl_ada.integration.generation_count import TOKENS_METRIC
 
 
 BASE_FIELDS = ("--report_to", "none", "--save_strategy", "no", "--logging_steps", "1", "--disable_tqdm", "true")
@@ -118,8 +121,8 @@ def check_inputs(args, arms: list[Arm]) -> None:
     and overrides parsed as its runs will parse them (a typo in the last arm fails now, not after the first trained)."""
     from trl_ada.cli.train import parse_recipe
 
-    for flag in ("max_steps", "eval_every", "threads", "jobs"):
-        if getattr(args, flag) < 1:
+    for flag in ("max_steps", "eval_every", "eval_every_tokens", "threads", "jobs"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise ValueError(f"--{flag} {getattr(args, flag)}: must be at least 1")
     if not 0 < args.eval_fraction < 1:
         raise ValueError(
@@ -194,6 +197,7 @@ def run_one(args, arm: Arm, seed: int) -> dict:
         max_tokens=args.max_tokens,
         extra_score=extra_score,
         continue_cut=not args.keep_cut,
+        every_tokens=args.eval_every_tokens,
     )
     checkpoint, cut_record = cut_checkpoint(args, arm.name, seed, run_dir)
     if checkpoint is not None:
@@ -222,6 +226,9 @@ def run_one(args, arm: Arm, seed: int) -> dict:
         "trained_completions": per_step * trainer.state.global_step * trainer.accelerator.num_processes,
         "train_seconds": progress.end_seconds,
         "threads": args.threads,  # seconds are per this many threads
+        # the evaluation grid: steps, or generated tokens (then each grid evaluation holds its "grid_tokens")
+        "eval_every": args.eval_every,
+        "eval_every_tokens": args.eval_every_tokens,
         # what the held-out evaluations cost (both sets, avg@k included; a continued run adds its cut part's)
         "eval_seconds": (cut_record or {}).get("eval_seconds", 0.0)
         + score.seconds
@@ -231,6 +238,8 @@ def run_one(args, arm: Arm, seed: int) -> dict:
         "curve": progress.curve,
         "resumed_at": [*(cut_record or {}).get("resumed_at", []), *([cut_record["steps"]] if cut_record else [])],
         "reward": [h.get("sampling/iid_reward", h.get("reward")) for h in logs],
+        # per step, the tokens generated so far as the trainer logged them: where each grid evaluation should be
+        "generated_tokens_by_step": [h.get(TOKENS_METRIC) for h in logs],
         # per step, the share of trained groups whose rewards differ, the groups that carry a gradient: 1 - TRL's
         # frac_reward_zero_std, which weighs each group by its samples (the same thing for equal groups; Est's
         # groups differ in size)
@@ -267,7 +276,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="overrides for every arm")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--max_steps", type=int, required=True, help="optimizer steps per run (every arm the same)")
-    parser.add_argument("--eval_every", type=int, default=5, help="optimizer steps between held-out evaluations")
+    parser.add_argument(
+        "--eval_every",
+        type=int,
+        default=None,
+        help="optimizer steps between held-out evaluations (default 5; not with --eval_every_tokens)",
+    )
+    parser.add_argument(
+        "--eval_every_tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="evaluate on a generated-token grid instead: at the first optimizer step at or past each multiple of N "
+        "generated tokens (every arm at the same costs; the report's equal-tokens comparison reads the grid)",
+    )
     parser.add_argument("--eval_examples", type=int, default=64, help="held-out questions at most")
     parser.add_argument(
         "--eval_split",
@@ -343,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    resolve_eval_grid(args)
     arms = [Arm.parse(tokens) for tokens in args.arm]
     names = [arm.name for arm in arms]
     if len(set(names)) != len(names):
@@ -388,6 +411,17 @@ def main(argv=None) -> dict:
     if failed:  # after the report: the runs that finished are not lost with the others
         raise RuntimeError(f"trl-ada-compare: these runs failed (rerun to retry them): {failed}")
     return report
+
+
+def resolve_eval_grid(args) -> None:
+    """One evaluation grid: `--eval_every` steps (5 when neither flag is given) or `--eval_every_tokens`."""
+    if args.eval_every is not None and args.eval_every_tokens is not None:
+        raise ValueError(
+            f"--eval_every {args.eval_every} and --eval_every_tokens {args.eval_every_tokens}: give one evaluation "
+            "grid, optimizer steps (--eval_every) or generated tokens (--eval_every_tokens)"
+        )
+    if args.eval_every is None and args.eval_every_tokens is None:
+        args.eval_every = 5
 
 
 class Deadline:

@@ -12,7 +12,8 @@ from trl_ada.cli.heldout import HeldOutScore
 
 class Progress(TrainerCallback):
     """Completions and tokens generated so far and the training clock (evaluation excluded); the held-out score
-    before training, every `every` steps and at the end. Training stops early, evaluated where it stopped, at
+    before training, every `every` steps (or, with `every_tokens`, at the first step at or past each multiple of
+    `every_tokens` generated tokens: the token grid) and at the end. Training stops early, evaluated where it stopped, at
     `stop_at` (a wall-clock time: the comparison's deadline; the run is then `cut`) or once `max_completions` are
     generated. `count` is the trainer's `generation_count`, set once the trainer exists."""
 
@@ -27,8 +28,12 @@ class Progress(TrainerCallback):
         max_tokens: int | None = None,
         extra_score: HeldOutScore | None = None,
         continue_cut: bool = True,
+        every_tokens: int | None = None,
     ):
         self.count = None
+        # The token grid: samplers generate at different rates per step, so a step grid lands at different token
+        # costs per arm; this one evaluates every arm at the same costs. `grid_done`: the last grid point evaluated.
+        self.every_tokens, self.grid_done = every_tokens, 0
         self.continue_cut = continue_cut  # a deadline's cut is continued later: evaluate at the real end only
         self.score, self.every, self.eval_k, self.label = score, every, eval_k, label
         self.extra_score = extra_score  # --eval_extra_split: a second held-out set, watched, not compared
@@ -43,20 +48,37 @@ class Progress(TrainerCallback):
         self.eval_estimate = None
 
     def resume(self, record: dict) -> None:
-        """Continue a cut run's curve: its evaluations on the `every` grid (and step 0) up to the cut, the cut's own
-        avg@k dropped (it was final then), the clock going on from the training seconds it had reached."""
+        """Continue a cut run's curve: its evaluations on the grid (steps, or tokens) and at step 0 up to the cut, the
+        cut's own avg@k dropped (it was final then), the clock going on from the training seconds it had reached. On
+        the token grid the next grid point follows the last one the saved curve holds: none is evaluated twice, none
+        skipped (the generated count goes on from the checkpoint)."""
+
+        def on_grid(point):
+            if self.every_tokens is not None:
+                return bool(point.get("grid_tokens"))
+            return point["step"] % self.every == 0
+
         self.curve = [
             {k: v for k, v in point.items() if point["step"] == 0 or k not in ("avg_items", "avg@k")}
             for point in record["curve"]
-            if point["step"] % self.every == 0 or point["step"] == 0
+            if point["step"] == 0 or on_grid(point)
         ]
+        self.grid_done = max((g for point in self.curve for g in point.get("grid_tokens", [])), default=0)
         self.resumed_seconds = record["train_seconds"]
 
     def training_seconds(self) -> float:
         evaluating = self.score.seconds + (self.extra_score.seconds if self.extra_score is not None else 0.0)
         return time.time() - self.started - evaluating
 
-    def _point(self, step, model, final=False):
+    def grid_points(self) -> list[int]:
+        """The token grid points the generated count has reached since the last one evaluated: the current step is
+        the first at or past each of them (several when one step generates more than `every_tokens`)."""
+        if self.every_tokens is None:
+            return []
+        reached = self.count.tokens // self.every_tokens
+        return [k * self.every_tokens for k in range(self.grid_done // self.every_tokens + 1, reached + 1)]
+
+    def _point(self, step, model, final=False, grid=()):
         reuse = step == 0  # the model every run starts from: scored once per comparison (see HeldOutScore)
         label = f"{self.label} step {step}"  # a line per batch of answers: a long evaluation is not silent
         started = time.time()
@@ -68,6 +90,9 @@ class Progress(TrainerCallback):
             "seconds": self.training_seconds(),
             "items": self.score(model, reuse=reuse, label=label),
         }
+        if grid:  # the grid points this evaluation stands for; "tokens" is what the run had generated then
+            point["grid_tokens"] = list(grid)
+            self.grid_done = max(grid)
         point["greedy"] = sum(point["items"]) / len(point["items"])
         if self.extra_score is not None:
             extra = self.extra_score(model, reuse=reuse, label=f"{label} (second set)")
@@ -81,7 +106,8 @@ class Progress(TrainerCallback):
         self.curve.append(point)
         print(
             f"[compare] {self.label} step {step:3d}  {point['samples']} completions generated  "
-            f"held-out greedy {point['greedy']:.3f}"
+            + (f"(grid {point['grid_tokens'][-1]} tokens: {point['tokens']})  " if grid else "")
+            + f"held-out greedy {point['greedy']:.3f}"
             + (f"  avg@{self.eval_k} {point['avg@k']:.3f}" if "avg@k" in point else ""),
             flush=True,
         )
@@ -91,7 +117,7 @@ class Progress(TrainerCallback):
             self.started = time.time() - self.resumed_seconds
             return
         self.started = time.time()
-        self._point(0, model, final=True)
+        self._point(0, model, final=True, grid=[0] if self.every_tokens is not None else ())
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if self.max_completions is not None and self.count.completions >= self.max_completions:
@@ -110,9 +136,11 @@ class Progress(TrainerCallback):
         cut = self.stopped == "deadline"
         if cut and self.continue_cut:
             final = False  # its end, evaluated then, is a later job's: here only the grid's evaluation
-        if final or state.global_step % self.every == 0:
+        grid = self.grid_points()
+        on_step_grid = self.every_tokens is None and state.global_step % self.every == 0
+        if final or on_step_grid or grid:
             # a final cut is scored greedily, as the grid is: avg@k over the held-out set would outlast the deadline
-            self._point(state.global_step, model, final=final and not cut)
+            self._point(state.global_step, model, final=final and not cut, grid=grid)
         if self.stopped is not None:
             control.should_training_stop = True
         if cut and self.continue_cut:  # a rerun continues from here (written whatever the save strategy)

@@ -25,7 +25,18 @@ def cut_checkpoint(args, arm: str, seed: int, run_dir: str) -> tuple[str | None,
             f"continue it with --max_steps {record['max_steps']}, or delete {path} to train it anew with "
             f"--max_steps {args.max_steps}"
         )
+    # the grid a resumed run goes on with is the one its saved evaluations were taken on (None: the step grid)
+    if record.get("eval_every_tokens") != args.eval_every_tokens:
+        then = _grid_flag(record.get("eval_every_tokens"))
+        raise ValueError(
+            f"{arm} seed {seed} was cut at step {record['steps']} of a run evaluated {then}: continue it {then}, or "
+            f"delete {path} to train it anew {_grid_flag(args.eval_every_tokens)}"
+        )
     return checkpoint, record
+
+
+def _grid_flag(every_tokens: int | None) -> str:
+    return "without --eval_every_tokens" if every_tokens is None else f"with --eval_every_tokens {every_tokens}"
 
 
 def result_path(output_dir: str, arm: str, seed: int) -> str:

@@ -10,7 +10,8 @@ from trl_ada.cli.plotting import pyplot
 
 def compare(results: dict[str, dict[int, dict]], arms: list[str]) -> dict:
     """Every arm against the first: paired differences at each common evaluation step, at equal generated
-    completions and at equal generated tokens."""
+    completions and at equal generated tokens: on the token grid when both arms' runs were evaluated on the same one
+    (`--eval_every_tokens`; its "method" says "grid"), else interpolated between evaluations ("interpolated")."""
     baseline = arms[0]
     report = {"baseline": baseline, "arms": {}}
     for arm in arms[1:]:
@@ -32,11 +33,19 @@ def compare(results: dict[str, dict[int, dict]], arms: list[str]) -> dict:
         def per_step(name, key):
             return sum(results[name][s][key] / max(results[name][s]["steps"], 1) for s in seeds) / len(seeds)
 
+        grids = {results[name][s].get("eval_every_tokens") for name in (arm, baseline) for s in seeds}
+        grid = grids.pop() if len(grids) == 1 else None  # runs on different grids share no grid point to pair
+        if grid is not None:
+            equal_tokens = {**_on_token_grid(runs, bases), "method": "grid", "every_tokens": grid}
+            on_grid = {"equal_tokens_grid": _token_grid_rows(runs, bases)}
+        else:
+            equal_tokens, on_grid = {**_at_equal_cost(runs, bases, "tokens", "tokens"), "method": "interpolated"}, {}
         report["arms"][arm] = {
             "seeds": seeds,
             "equal_steps": by_step,
             "equal_completions": _at_equal_cost(runs, bases, "samples", "completions"),
-            "equal_tokens": _at_equal_cost(runs, bases, "tokens", "tokens"),
+            "equal_tokens": equal_tokens,
+            **on_grid,
             **_trained_axes(runs, bases),
             "completions_per_step": per_step(arm, "generated_completions"),
             "baseline_completions_per_step": per_step(baseline, "generated_completions"),
@@ -66,6 +75,43 @@ def _at_equal_cost(runs, bases, axis: str, label: str) -> dict:
             paired.interpolate_items(run, axis, "items", x) - paired.interpolate_items(base, axis, "items", x)
         )
     return {label: at, **paired.paired_difference(diffs)}
+
+
+def _grid_points(curve) -> dict:
+    """A curve's evaluations on the token grid: grid point -> the evaluation taken for it."""
+    return {g: point for point in curve for g in point.get("grid_tokens", [])}
+
+
+def _on_token_grid(runs, bases) -> dict:
+    """The paired difference at equal generated tokens on the token grid: each seed at the last grid point both its
+    runs reached, each scored by the evaluation taken for that point (no interpolation). `generated`: the tokens
+    each run (arm, baseline) had actually generated at that evaluation."""
+    grids = [(_grid_points(run), _grid_points(base)) for run, base in zip(runs, bases)]
+    last = [max(set(run) & set(base), default=0) for run, base in grids]
+    if any(last):  # a seed cut before its first grid point after 0 would add exactly 0 (the same model)
+        grids, last = zip(*[(pair, x) for pair, x in zip(grids, last) if x > 0])
+    diffs = [_items(run[x]) - _items(base[x]) for (run, base), x in zip(grids, last)]
+    generated = [[run[x]["tokens"], base[x]["tokens"]] for (run, base), x in zip(grids, last)]
+    return {"tokens": list(last), "generated": generated, **paired.paired_difference(diffs)}
+
+
+def _token_grid_rows(runs, bases) -> list[dict]:
+    """At each grid point, the paired difference over the seeds whose two runs both reached it (a cut run stops
+    early)."""
+    grids = [(_grid_points(run), _grid_points(base)) for run, base in zip(runs, bases)]
+    rows = []
+    for x in sorted({g for pair in grids for grid in pair for g in grid}):
+        pairs = [(run[x], base[x]) for run, base in grids if x in run and x in base]
+        if pairs:
+            diffs = [_items(run) - _items(base) for run, base in pairs]
+            rows.append({"tokens": x, **paired.paired_difference(diffs)})
+    return rows
+
+
+def _items(point):
+    import numpy as np
+
+    return np.asarray(point["items"], dtype=float)
 
 
 # The GPU cost model (docs/compare.md): a step's cost is generated tokens plus trained tokens, weighed so that the
@@ -182,6 +228,20 @@ def print_report(report: dict) -> None:
         print("| arm | before | at the end |\n|---|---:|---:|")
         for arm, c in extras.items():
             print(f"| {arm} | {c['extra_before']:.3f} | {c['extra_after']:.3f} |")
+    methods = {r["equal_tokens"].get("method", "interpolated") for r in report["arms"].values()}
+    if methods == {"grid"}:
+        print(
+            "\nEqual generated tokens: on the token grid (--eval_every_tokens), each seed at the last grid point "
+            "both its runs reached, scored by the evaluation taken for it."
+        )
+    elif "grid" in methods:
+        print("\nEqual generated tokens: on the token grid where both arms' runs used one, else interpolated.")
+    for arm, r in report["arms"].items():
+        if "equal_tokens_grid" in r:
+            print(f"\n{arm} against {baseline} on the generated-token grid, along the run:\n")
+            print("| generated tokens | seeds | difference |\n|---:|---:|---|")
+            for row in r["equal_tokens_grid"]:
+                print(f"| {row['tokens']} | {row['seeds']} | {paired.describe(row)} |")
     for arm, r in report["arms"].items():
         print(f"\n{arm} against {baseline} at equal optimizer steps, along the run:\n")
         print("| step | seeds | difference |\n|---:|---:|---|")
