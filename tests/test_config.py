@@ -256,3 +256,25 @@ def test_defaults_and_the_paper_settings_warn_of_nothing():
         make(reinforce_ada_est=True, num_generations=8, per_device_train_batch_size=16, est_exponent=1.0)
         make(multiround_adaptive_downsampling=False, dynamic_sampling=True, scale_rewards="batch")  # DAPO: TRL's
         make(global_stat_est=False, scale_rewards="none")  # the kept group's own statistics: TRL's
+
+
+@pytest.mark.parametrize(
+    "switch, name",
+    [
+        ({"multiround_adaptive_downsampling": False}, "grpo"),
+        ({"multiround_adaptive_downsampling": False, "dynamic_sampling": True}, "dapo"),
+        ({"reinforce_ada_est": True, "num_generations": 8, "per_device_train_batch_size": 16}, "est"),
+        ({"sampling_budget": 6.0}, "budget"),
+    ],
+)
+def test_an_older_switch_still_selects_its_sampler_with_a_future_warning(switch, name):
+    """The switches the selector replaced are honoured, as TRL honours a deprecated value, and say what to write."""
+    with pytest.warns(FutureWarning, match=rf"is deprecated and will be removed: set sampler='{name}' instead"):
+        assert make(**switch).sampler == name
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        kept = {k: v for k, v in switch.items() if k in ("num_generations", "per_device_train_batch_size")}
+        own = {"sampling_budget": 6.0} if name == "budget" else {}  # the budget's own setting, not a switch
+        assert make(sampler=name, **kept, **own).sampler == name

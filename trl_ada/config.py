@@ -661,6 +661,26 @@ class AdaGRPOConfig(GRPOConfig):
                 ) from None
         if self.sampler_kwargs is not None and not isinstance(self.sampler_kwargs, dict):
             raise ValueError(f"sampler_kwargs={self.sampler_kwargs!r} must be a dict (or its JSON), or None.")
+        # The older switches that select a sampler: still honoured, as TRL maps a deprecated value, with a warning.
+        old = {
+            "reinforce_ada_est=True": ("est", self.reinforce_ada_est),
+            "multiround_adaptive_downsampling=False": (
+                "dapo" if self.dynamic_sampling else "grpo",
+                self.multiround_adaptive_downsampling is False,
+            ),
+            f"sampling_budget={self.sampling_budget} without a sampler": (
+                "budget",
+                self.sampler is None and self.sampling_budget is not None and not self.reinforce_ada_est,
+            ),
+        }
+        for switch, (name, on) in old.items():
+            if on:
+                warnings.warn(
+                    f"{switch} is deprecated and will be removed: set sampler={name!r} instead (the sampler's own "
+                    "settings stay as they are).",
+                    FutureWarning,
+                    stacklevel=5,
+                )
         selected = [
             name
             for name, on in (

@@ -117,11 +117,12 @@ class AdaGRPOTrainer(GRPOTrainer):
         check_seams()  # before any model is loaded: a changed TRL internal fails here, named, not inside step 1
         args = trainer_config(args, model)
         given = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *pos, **kwargs)
-        check_trainer_arguments(args, given.arguments)  # before the model loads
+        self._sampler = load_sampler(args)  # the allocation rule (trl_ada.samplers): its own checks, before the model
+        draws = getattr(self._sampler, "draws_prompts", None)
+        check_trainer_arguments(args, given.arguments, draws)  # before the model loads
         own_rewards = reward_names(reward_funcs)
         if not given.arguments.get("environment_factory"):  # an environment's reward is named inside TRL's __init__
             positive_reward_index(args, own_rewards)
-        self._sampler = load_sampler(args)  # the allocation rule (trl_ada.samplers): its own checks, before the model
         with vllm_generation_for(args):
             super().__init__(model, reward_funcs, args, *pos, **kwargs)
         self.reward_funcs = [checked_reward(f, name) for f, name in zip(self.reward_funcs, self.reward_func_names)]
@@ -134,7 +135,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         self._logged_metric_rows: dict[str, list[int]] = collections.defaultdict(list)
         self._last_rewards_per_func = self._last_advantages = None  # of the kept completions, all ranks
         # What sampling carries from step to step (and every checkpoint): the memory, group prior, refill stream
-        self.sampling_state = SamplingState.for_settings(args, self.train_dataset, self.shuffle_dataset)
+        self.sampling_state = SamplingState.for_settings(args, self.train_dataset, self.shuffle_dataset, draws)
         self.prompt_memory, self.group_prior = self.sampling_state.memory, self.sampling_state.group_prior
         # Refilled rows pass the column filter the dataloader's rows pass (`remove_unused_columns`, the Trainer's own
         # collator wrapper): a reward function gets the same keyword arguments for a refilled row as for any other.

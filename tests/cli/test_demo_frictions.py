@@ -234,14 +234,14 @@ def test_the_demo_plot_legend_names_the_choice_it_ran(monkeypatch, kept_threads,
 
 
 @pytest.mark.parametrize(
-    ("choice", "multiround", "expected"),
+    ("choice", "sampler", "expected"),
     [
-        ("positive-focused", True, "kept-group reward (positive_focused)"),
-        ("balanced", True, "kept-group reward (balanced: ~50% by construction)"),
-        ("balanced", False, "reward (plain GRPO sampling: every sample kept)"),
+        ("positive-focused", "reinforce_ada", "kept-group reward (positive_focused)"),
+        ("balanced", "reinforce_ada", "kept-group reward (balanced: ~50% by construction)"),
+        ("balanced", "grpo", "reward (sampler='grpo')"),
     ],
 )
-def test_the_plot_legend_follows_the_recipe(monkeypatch, tmp_path, choice, multiround, expected):
+def test_the_plot_legend_follows_the_recipe(monkeypatch, tmp_path, choice, sampler, expected):
     import types
 
     from trl_ada.cli import demo
@@ -257,6 +257,6 @@ def test_the_plot_legend_follows_the_recipe(monkeypatch, tmp_path, choice, multi
         }
         for s in (1, 2)
     ]
-    args = types.SimpleNamespace(reinforce_ada_choice=choice, multiround_adaptive_downsampling=multiround)
+    args = types.SimpleNamespace(reinforce_ada_choice=choice, sampler=sampler)
     demo.plot(history, str(tmp_path / "demo.png"), "title", 5, demo.kept_group_label(args))
     assert expected in legends

@@ -310,7 +310,7 @@ def test_memory_learns_the_pass_rates_and_is_exported(tiny_model, tmp_path):
 
 def test_dynamic_sampling_needs_an_indexable_dataset(tiny_model, tmp_path):
     stream = pass_rate_dataset([0.5]).to_iterable_dataset()
-    with pytest.raises(ValueError, match="dynamic_sampling=True .* map-style"):
+    with pytest.raises(ValueError, match="sampler=.reinforce_ada. draws replacement prompts by index .* map-style"):
         AdaGRPOTrainer(
             model=tiny_model,
             reward_funcs=make_recording_reward(),

@@ -418,6 +418,73 @@ def test_retire_solved_trains_skips_solved_prompts_and_resumes_with_its_retired_
         assert [h[key] for h in tails[0]] == [h[key] for h in tails[1]], key
 
 
+STATEFUL_SAMPLER = """from trl_ada.core.sampling import PromptResult
+from trl_ada.samplers import Selection
+
+
+class Alternating:
+    draws_prompts = False
+
+    def __init__(self, args):
+        self.batches = 0  # its state: which half of each pool the next batch keeps
+
+    def state_dict(self):
+        return {"batches": self.batches}
+
+    def load_state_dict(self, state):
+        self.batches = state["batches"]
+
+    def sample(self, context, target):
+        prompts = list(range(target))
+        pools = context.sample(prompts, 2 * context.num_generations)
+        half = (self.batches % 2) * context.num_generations
+        self.batches += 1
+        kept = list(range(half, half + context.num_generations))
+        return Selection(results={p: PromptResult(pool, kept, 1, True) for p, pool in zip(prompts, pools)},
+                         chosen=prompts, metrics={"sampling/alternating/half": float(half)})
+"""
+
+
+def test_a_users_sampler_with_state_resumes_into_the_uninterrupted_runs_decisions(tiny_model, tmp_path, monkeypatch):
+    """Its state goes into the checkpoint and comes back: the resumed run keeps the same halves of its pools."""
+    (tmp_path / "alternating.py").write_text(STATEFUL_SAMPLER)
+    monkeypatch.chdir(tmp_path)
+    dataset = pass_rate_dataset([0.5, 0.25], repeat=8)
+
+    def run(folder, **kwargs):
+        args = tiny_args(folder, sampler="alternating.Alternating", max_steps=3, **kwargs)
+        return recording_trainer(tiny_model, dataset, args)
+
+    uninterrupted = run(tmp_path / "a", save_strategy="steps", save_steps=1)
+    uninterrupted.train()
+    checkpoint = tmp_path / "a" / "out" / "checkpoint-1"
+    assert json.loads((checkpoint / "ada_sampler_state.json").read_text()) == {"batches": 1}
+    resumed = run(tmp_path / "b")
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    tails = [[h for h in r.state.log_history if "loss" in h][-2:] for r in (uninterrupted, resumed)]
+    assert [h["sampling/alternating/half"] for h in tails[1]] == [4.0, 0.0]  # batches 1 and 2, as uninterrupted
+    for key in ("loss", "sampling/alternating/half", "reward"):
+        assert [h[key] for h in tails[0]] == [h[key] for h in tails[1]], key
+
+
+def test_a_sampler_that_draws_on_a_stream_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    from datasets import IterableDataset
+
+    (tmp_path / "drawing.py").write_text(
+        "class Drawing:\n    draws_prompts = True\n\n    def __init__(self, args):\n        pass\n\n"
+        "    def sample(self, context, target):\n        pass\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    stream = IterableDataset.from_generator(lambda: iter([{"prompt": "q", "pass_rate": 0.5}]))
+    with pytest.raises(ValueError, match="sampler='drawing.Drawing' draws replacement prompts by index"):
+        AdaGRPOTrainer(
+            model=str(tmp_path / "no-model"),
+            reward_funcs=make_recording_reward(),
+            args=config(tmp_path, sampler="drawing.Drawing"),
+            train_dataset=stream,
+        )
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # One selector: the older switches map onto it; a conflict is refused, naming both.
 

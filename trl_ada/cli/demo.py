@@ -150,8 +150,8 @@ def _mean(values) -> float:
 
 def kept_group_label(training_args) -> str:
     """The plot's legend for the kept group's reward, naming the sampling the demo ran."""
-    if not training_args.multiround_adaptive_downsampling:
-        return "reward (plain GRPO sampling: every sample kept)"
+    if training_args.sampler != "reinforce_ada":
+        return f"reward (sampler={training_args.sampler!r})"
     choice = training_args.reinforce_ada_choice.replace("-", "_")
     if choice == "balanced":
         return "kept-group reward (balanced: ~50% by construction)"

@@ -229,7 +229,9 @@ def log_step(
     and correct its `frac_reward_zero_std` where the kept groups are not TRL's groups of num_generations."""
     n = args.num_generations
     unequal = any(len(step.results[p].selected) != n for p in step.chosen)
-    if args.reinforce_ada_est or step.advantages is not None or unequal:  # TRL reads groups of n with its own scaling
+    if (
+        args.advantage_estimator == "est" or step.advantages is not None or unequal
+    ):  # TRL reads groups of n with its own scaling
         metrics["frac_reward_zero_std"][-1] = estimators.zero_std_fraction(rewards, step)
     epochs_drawn = state.prompts_drawn / state.refill.num_prompts if state.refill is not None else None
     for name, value in {**step_metrics(step, advantages, reward_weights, epochs_drawn), **step.memory_metrics}.items():

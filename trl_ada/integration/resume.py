@@ -34,7 +34,6 @@ from datasets import Dataset
 
 from trl_ada.core.memory import GroupPrior, PromptMemory
 from trl_ada.integration.refill import PromptStream
-from trl_ada.samplers import BUILT_IN
 
 
 SAMPLING_STATE_FILE = "ada_sampling_state.json"  # refill cursor and counters, in every checkpoint
@@ -254,20 +253,16 @@ class SamplingState:
     settings: dict = field(default_factory=dict)  # `sampling_settings(args)`: recorded, and compared on resume
 
     @classmethod
-    def for_settings(cls, args, train_dataset, shuffle: bool) -> SamplingState:
+    def for_settings(cls, args, train_dataset, shuffle: bool, draws: bool | None = None) -> SamplingState:
+        """`draws`: the sampler's `draws_prompts`; a sampler that does not say gets a refill stream wherever the
+        training set can be drawn from."""
         memory = None
         if args.prompt_memory:
             memory = PromptMemory(
                 args.prompt_memory_decay, args.prompt_memory_prior_alpha, args.prompt_memory_prior_beta
             )
         group_prior = GroupPrior() if args.prompt_memory_group_column is not None else None
-        # A sampler of the user's may draw refills too (SamplingContext.draw), from a map-style dataset
-        refills = (
-            args.dynamic_sampling
-            or args.sampling_budget is not None
-            or (args.sampler == "retire_solved" and isinstance(train_dataset, Dataset))
-            or (args.sampler not in BUILT_IN and isinstance(train_dataset, Dataset))
-        )
+        refills = draws is not False and isinstance(train_dataset, Dataset)
         refill = PromptStream(len(train_dataset), args.seed, shuffle=shuffle) if refills else None
         return cls(memory, group_prior, refill, settings=sampling_settings(args))
 

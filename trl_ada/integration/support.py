@@ -10,7 +10,7 @@ What is still refused, and why (the same reasons are in docs/agents.md and the R
   all of them.
 - `prompt_memory` and `sampling_budget` with environment-owned data (no `train_dataset`): every row is the same empty
   placeholder and the task comes from `reset()`, so there is no prompt to remember.
-- `dynamic_sampling` and `sampling_budget` with an `IterableDataset`: refills draw prompts by index from the whole
+- a sampler that draws prompts (`draws_prompts`: dynamic sampling, the budget) with an `IterableDataset`: refills draw prompts by index from the whole
   training set (a seeded permutation that a resumed run continues exactly); a stream has no index.
 """
 
@@ -37,18 +37,18 @@ UNPASSED_COLUMNS = ("prompt", "completion", "completion_ids")
 SIGNATURE_COLUMNS = ("prompt", "image", "images")
 
 
-def check_trainer_arguments(args, arguments: dict) -> None:
+def check_trainer_arguments(args, arguments: dict, draws: bool | None = None) -> None:
     """Raise a ValueError naming the argument and the fix for a combination sampling cannot run, or a training set
-    without the prompt column GRPOTrainer reads."""
+    without the prompt column GRPOTrainer reads. `draws`: the sampler's `draws_prompts` (None: it does not say)."""
     dataset = arguments.get("train_dataset")
     environments = arguments.get("environment_factory")
     check_prompt_column(dataset, environments)
-    check_sampling_arguments(args, arguments)
+    check_sampling_arguments(args, arguments, draws)
     if not environments and not arguments.get("rollout_func"):  # both add keyword arguments of their own
         check_reward_columns(arguments.get("reward_funcs"), dataset, getattr(args, "remove_unused_columns", False))
 
 
-def check_sampling_arguments(args, arguments: dict) -> None:
+def check_sampling_arguments(args, arguments: dict, draws: bool | None = None) -> None:
     """The combinations sampling cannot run (the module's docstring says why), each named with its fix."""
     dataset = arguments.get("train_dataset")
     environments = arguments.get("environment_factory")
@@ -81,18 +81,11 @@ def check_sampling_arguments(args, arguments: dict) -> None:
                     f"column per task (reset() receives the row), or turn {name} off."
                 )
         return
-    refills = args.dynamic_sampling or args.sampling_budget is not None or args.sampler == "retire_solved"
-    if refills and not isinstance(dataset, Dataset):
-        name = (
-            "dynamic_sampling=True"
-            if args.dynamic_sampling
-            else f"sampling_budget={args.sampling_budget}"
-            if args.sampling_budget is not None
-            else "sampler='retire_solved'"
-        )
+    if draws is True and not isinstance(dataset, Dataset):
         raise ValueError(
-            f"{name} draws replacement prompts by index, so train_dataset must be a map-style datasets.Dataset (got "
-            f"{type(dataset).__name__}). Convert an IterableDataset with Dataset.from_generator, or turn it off."
+            f"sampler={args.sampler!r} draws replacement prompts by index (its draws_prompts), so train_dataset must "
+            f"be a map-style datasets.Dataset (got {type(dataset).__name__}). Convert an IterableDataset with "
+            "Dataset.from_generator, or use a sampler that does not draw (the rounds without dynamic_sampling, GRPO)."
         )
     group_column = args.prompt_memory_group_column
     if group_column is not None and group_column not in dataset.column_names:
@@ -258,7 +251,7 @@ def warn_if_threshold_outside(args, rewards: torch.Tensor, warned: set[str]) -> 
     """Warn when `positive_threshold` lies outside the range of the rewards seen, once rewards differ (a first
     batch that is all wrong says nothing yet), where the threshold decides what counts as positive: the exit rules,
     the selection and the memory. Checked once per trainer (`warned` holds the warnings given)."""
-    if "positive_threshold" in warned or not (args.multiround_adaptive_downsampling or args.prompt_memory):
+    if "positive_threshold" in warned or not args.reads_positives:
         return
     scorable = rewards[~torch.isnan(rewards)]
     if scorable.numel() == 0 or scorable.max() == scorable.min():

@@ -8,6 +8,8 @@ from trl_ada.samplers.protocol import SamplingContext, Selection, is_integer, is
 
 
 class Budget:
+    draws_prompts = True  # screened-out prompts are replaced from the training set
+
     def __init__(self, args):
         self.args = args
 

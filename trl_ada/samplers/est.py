@@ -20,6 +20,8 @@ def nanmean(values: list[float]) -> float:
 
 
 class Est:
+    draws_prompts = False  # it samples the batch's own prompts, N_x each
+
     def __init__(self, args):
         self.args = args
 

@@ -80,6 +80,8 @@ def group_advantages(rewards: list[float], scale: bool) -> list[float]:
 class Knapsack:
     """Knapsack RL's allocation over each rank's prompts, one round, every sample kept."""
 
+    draws_prompts = False  # it allocates over the batch's own prompts
+
     def __init__(self, args, min_samples: int = 2, max_samples: int | None = None):
         n = args.num_generations
         max_samples = 8 * n if max_samples is None else max_samples

@@ -120,7 +120,14 @@ class Sampler(Protocol):
     """An allocation rule. Built once per trainer as `Sampler(args)` (the `AdaGRPOConfig`), before the model
     loads: check your own fields there and raise a ValueError naming the field and the fix. A built-in sampler whose
     fields live on `AdaGRPOConfig` checks them in a static `check_fields(args)`, which the config calls at
-    construction whichever sampler is selected (a value no setting could use is a mistake)."""
+    construction whichever sampler is selected (a value no setting could use is a mistake).
+
+    Optional, asked of any sampler alike:
+    - `draws_prompts` (bool): whether it calls `context.draw`. True: a training set that cannot be drawn from (an
+      IterableDataset, environment-owned data) is refused when the trainer is built; False: no refill stream is kept.
+      Absent: a stream wherever the training set can be drawn from.
+    - `state_dict()` and `load_state_dict(state)`: its own state (JSON), written into every checkpoint and handed
+      back on resume (`ada_sampler_state.json`), so that a resumed run decides as the uninterrupted one."""
 
     def sample(self, context: SamplingContext, target: int) -> Selection: ...
 

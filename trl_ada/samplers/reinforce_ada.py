@@ -20,6 +20,7 @@ class Rounds:
 
     def __init__(self, args):
         self.args = args
+        self.draws_prompts = bool(args.dynamic_sampling)  # DAPO's refills come from the training set
 
     def sample(self, context: SamplingContext, target: int) -> Selection:
         args = self.args

@@ -35,6 +35,8 @@ from trl_ada.samplers.protocol import SamplingContext, Selection, is_number
 class RetireSolved:
     """GRPO's group of `num_generations` per prompt; a prompt whose visit reaches `threshold` pass rate is retired."""
 
+    draws_prompts = True  # retired prompts are replaced from the training set
+
     def __init__(self, args, threshold: float = 0.9):
         if not is_number(threshold) or not 0.0 < threshold <= 1.0:
             raise ValueError(
