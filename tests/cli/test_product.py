@@ -203,7 +203,7 @@ def test_tools_and_environments_load_by_import_path():
 
     assert load_object("trl_ada.examples.agents:multiply", "tools") is multiply
     assert load_object("trl_ada.examples.agents.CalculatorEnv", "environment_factory") is CalculatorEnv
-    with pytest.raises(ValueError, match="tools: cannot import 'trl_ada.examples.agents:nothing'"):
+    with pytest.raises(ValueError, match="tools='trl_ada.examples.agents:nothing': cannot import 'nothing'"):
         load_object("trl_ada.examples.agents:nothing", "tools")
 
 

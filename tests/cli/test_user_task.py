@@ -615,7 +615,11 @@ def test_the_eval_command_scores_a_users_task_with_its_own_reward(tiny_model, tm
     text = write_jsonl(tmp_path / "text.jsonl", [{**r, "prompt": r["prompt"][0]["content"]} for r in rows])
     no_model = tmp_path / "no-model"
     for data, flags, message in (  # each refused before the model loads
-        (path, "--reward_funcs capitals.no_such_reward", "reward_funcs: cannot import 'capitals.no_such_reward'"),
+        (
+            path,
+            "--reward_funcs capitals.no_such_reward",
+            "reward_funcs='capitals.no_such_reward': cannot import 'no_such_reward' from 'capitals'",
+        ),
         (
             path,
             "--answer_column solution --reward_funcs capitals.upper_reward",

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
-import importlib
 import os
 import sys
 import warnings
@@ -34,6 +33,7 @@ from trl_ada.examples.offline import TASKS, offline_model, offline_task
 from trl_ada.integration.resume import check_checkpoint
 from trl_ada.integration.support import check_reward_columns
 from trl_ada.rewards import boxed_math_reward, check_gold_answers, last_number_reward
+from trl_ada.samplers import import_path
 from trl_ada.trainer import AdaGRPOTrainer
 
 
@@ -211,22 +211,9 @@ def load_agents(script_args: ScriptArguments) -> dict:
 
 
 def load_object(path: str, field_name: str):
-    """`pkg.module:name` or `pkg.module.name`, imported; a clear error naming the field when it is not there.
-
-    The current folder is searched first, as `python -m trl_ada.cli.train` searches it, so that a console script
-    (`trl-ada-train`, `trl-ada-compare`) finds a reward module the user keeps beside their recipe."""
-    module, _, attribute = path.rpartition(":") if ":" in path else path.rpartition(".")
-    here = os.getcwd()
-    if here not in sys.path and "" not in sys.path:
-        sys.path.insert(0, here)
-    try:
-        return getattr(importlib.import_module(module), attribute)
-    except (ImportError, AttributeError, ValueError) as error:
-        raise ValueError(
-            f"{field_name}: cannot import {path!r} ({error}). Looked in the current folder ({here}) and "
-            "the installed packages; give an import path such as 'my_task:my_reward' for my_task.py in "
-            "the current folder, or 'trl_ada.examples.agents:multiply'."
-        ) from None
+    """`pkg.module:name` or `pkg.module.name`, imported from the current folder first (`trl_ada.samplers.import_path`,
+    the one loader of every import path); a clear error naming the field when it is not there."""
+    return import_path(path, field_name)
 
 
 RECIPE_CLASSES = (ScriptArguments, AdaGRPOConfig, ModelConfig)

@@ -24,6 +24,7 @@ import torch
 from accelerate.logging import get_logger
 from accelerate.utils import gather_object
 
+from trl_ada.core.advantages import nanmean
 from trl_ada.core.sampling import PromptResult
 
 
@@ -259,7 +260,7 @@ def step_metrics(
         "sampling/rounds_max": float(max(rounds)),
         "sampling/finished_round_1": sum(r.finished and r.rounds == 1 for r in results) / sampled,
         "sampling/unfinished": sum(not r.finished for r in results) / sampled,
-        "sampling/iid_reward": _nanmean(round_one),
+        "sampling/iid_reward": nanmean(round_one),
         "sampling/effective_prompt_ratio": signal.float().mean().item(),
     }
     m |= {f"sampling/pipelined/{name}": value for name, value in step.pipelined.items()}
@@ -370,11 +371,6 @@ def positive_rewards(
     if positive_index is None:
         return weighted_sum(rewards_per_func, weights)
     return rewards_per_func[:, positive_index].clone()
-
-
-def _nanmean(values: list[float]) -> float:
-    finite = [v for v in values if not math.isnan(v)]
-    return sum(finite) / len(finite) if finite else float("nan")
 
 
 __all__ = [

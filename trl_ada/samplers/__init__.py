@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import pkgutil
 import sys
 
 from trl_ada.samplers.protocol import Sampler, SamplingContext, Selection, check_advantages, check_selection
@@ -29,20 +30,28 @@ BUILT_IN = {
 
 
 def import_path(value: str, field: str):
-    """The object `module.name` names, importable from the current folder (as TRL's scripts find reward functions);
-    a ValueError naming `field` and the fix otherwise."""
-    module, _, attribute = value.rpartition(".")
-    if not module:
+    """The object `module.name` (or `module:name`) names: samplers, advantage functions, reward functions, tools and
+    environments all load through here. The current folder is searched first, as `python -m` searches it, so that a
+    console script finds a module the user keeps beside their recipe; a ValueError naming `field` and the fix
+    otherwise."""
+    if not isinstance(value, str) or not ("." in value.strip(".:") or ":" in value.strip(".:")):
         raise ValueError(f"{field}={value!r} is neither a built-in name nor an import path 'module.name'.")
-    if os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
     try:
-        return getattr(importlib.import_module(module), attribute)
-    except (ImportError, AttributeError) as error:
+        return pkgutil.resolve_name(value)
+    except (ImportError, AttributeError, ValueError) as error:
+        module, _, attribute = value.rpartition(":") if ":" in value else value.rpartition(".")
         raise ValueError(
-            f"{field}={value!r}: cannot import {attribute!r} from {module!r} ({error}). Give an import path "
-            f"importable from the current folder, e.g. {field}='my_module.{attribute}' for my_module.py here."
-        ) from error
+            f"{field}={value!r}: cannot import {attribute!r} from {module!r} ({error}). Looked in the current folder "
+            f"({here}) and the installed packages; give an import path such as '{field_stem(field)}.{attribute}' "
+            f"for {field_stem(field)}.py in the current folder."
+        ) from None
+
+
+def field_stem(field: str) -> str:
+    return "my_module" if field in ("sampler", "advantage_estimator") else "my_task"
 
 
 def sampler_class(name: str) -> type:

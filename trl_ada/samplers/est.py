@@ -7,16 +7,10 @@ the rows GRPOTrainer would; the one round then splits over the ranks along the s
 
 from __future__ import annotations
 
-import math
-
+from trl_ada.core.advantages import nanmean
 from trl_ada.core.est import allocate, allocation_metrics
 from trl_ada.core.sampling import PromptResult
 from trl_ada.samplers.protocol import SamplingContext, Selection, is_integer, is_number
-
-
-def nanmean(values: list[float]) -> float:
-    finite = [v for v in values if not math.isnan(v)]
-    return sum(finite) / len(finite) if finite else float("nan")
 
 
 class Est:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import heapq
 import math
 
+from trl_ada.core.advantages import nanmean
 from trl_ada.core.sampling import PromptResult
 from trl_ada.samplers.protocol import SamplingContext, Selection, is_integer
 
@@ -60,11 +61,6 @@ def allocate(pass_rates: list[float], budget: int, min_samples: int, max_samples
         if counts[i] < max_samples:
             heapq.heappush(heap, (-gain(i), i))
     return counts
-
-
-def nanmean(values: list[float]) -> float:
-    finite = [v for v in values if not math.isnan(v)]
-    return sum(finite) / len(finite) if finite else float("nan")
 
 
 def group_advantages(rewards: list[float], scale: bool) -> list[float]:
