@@ -1,9 +1,9 @@
 """`trl-ada-compare`: should I switch? A paired comparison of samplers on your own recipe and data, CPU or GPU.
 
     trl-ada-compare --config recipes/SmolLM2-135M-Instruct/arith_grpo.yaml \\
-        --arm grpo multiround_adaptive_downsampling=false \\
+        --arm grpo sampler=grpo \\
         --arm balanced reinforce_ada_choice=balanced \\
-        --arm dapo multiround_adaptive_downsampling=false dynamic_sampling=true \\
+        --arm dapo sampler=dapo \\
         --seeds 0 1 2 3 4 --max_steps 40 --eval_every 5 --jobs 2 --output_dir runs/compare
 
 Every arm is the shared recipe (`--config`, any `trl_ada.cli.train` recipe) with its own `field=value` overrides (or
