@@ -713,3 +713,29 @@ def test_the_token_grid_evaluates_at_the_first_step_at_or_past_each_point_and_re
         (5, 260, [256]),
         (6, 300, None),
     ]
+
+
+@pytest.mark.slow
+def test_field_compares_a_users_sampler_with_the_fields_rules_on_the_token_grid(tmp_path, monkeypatch):
+    """`--field` and one `--arm` of the user's: every field rule and the user's sampler train on the same seed, GRPO is
+    the baseline, and each arm is compared with it at equal generated tokens on the grid."""
+    from tests.samplers.test_samplers import docs_example
+
+    code, _ = docs_example()
+    (tmp_path / "my_sampler.py").write_text(code)
+    monkeypatch.chdir(tmp_path)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE)
+    out = tmp_path / "compare"
+    argv = [
+        *("--config", str(recipe), "--field", "--arm", "mine", "sampler=my_sampler.SkipSolved", "prompt_memory=true"),
+        *("--seeds", "0", "--max_steps", "1", "--eval_every_tokens", "40", "--eval_examples", "6"),
+        *("--eval_min_examples", "6", "--eval_fraction", "0.2", "--eval_k", "0", "--output_dir", str(out)),
+    ]
+    report = compare_main(argv)
+    runs = {json.load(open(p))["arm"] for p in (out / "results").glob("*.json")}
+    assert runs == {"grpo", "balanced", "dapo", "knapsack", "retire_solved", "maxrl", "mine"}
+    assert set(report["arms"]) == runs - {"grpo"}  # each against the baseline, GRPO
+    assert all(report["arms"][arm]["equal_tokens"]["method"] == "grid" for arm in report["arms"])
+    with pytest.raises(SystemExit):  # nothing to compare
+        compare_main(["--config", str(recipe), "--max_steps", "1", "--output_dir", str(out)])

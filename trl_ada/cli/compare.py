@@ -269,9 +269,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--arm",
         nargs="+",
         action="append",
-        required=True,
+        default=[],
         metavar="NAME [RECIPE] [FIELD=VALUE]",
         help="an arm: its name, optionally its own recipe, then overrides; the first is the baseline",
+    )
+    parser.add_argument(
+        "--field",
+        action="store_true",
+        help="add the field's rules as arms, before any --arm: "
+        + ", ".join(f"{name} ({' '.join(overrides)})" for name, overrides in FIELD_ARMS)
+        + "; GRPO is then the baseline",
     )
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="overrides for every arm")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -362,11 +369,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The field's cheap allocation rules, GRPO n first (the baseline): what `--field` compares a sampler of yours with.
+FIELD_ARMS = (
+    ("grpo", ("sampler=grpo",)),
+    ("balanced", ("sampler=reinforce_ada", "reinforce_ada_choice=balanced")),
+    ("dapo", ("sampler=dapo",)),
+    ("knapsack", ("sampler=knapsack",)),
+    ("retire_solved", ("sampler=retire_solved",)),
+    ("maxrl", ("sampler=grpo", "advantage_estimator=maxrl")),
+)
+
+
 def main(argv=None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     resolve_eval_grid(args)
-    arms = [Arm.parse(tokens) for tokens in args.arm]
+    field = [[name, *overrides] for name, overrides in FIELD_ARMS] if args.field else []
+    if not field and not args.arm:
+        build_parser().error("give the arms to compare: --arm NAME [FIELD=VALUE ...] (twice or more), or --field")
+    arms = [Arm.parse(tokens) for tokens in field + args.arm]
     names = [arm.name for arm in arms]
     if len(set(names)) != len(names):
         raise ValueError(f"--arm: names must differ, got {names}")
