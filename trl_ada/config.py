@@ -172,11 +172,11 @@ class AdaGRPOConfig(GRPOConfig):
             "'reinforce_ada' (Reinforce-Ada's rounds), 'grpo' (GRPO's sampling: one round of num_generations), "
             "'dapo' (GRPO with DAPO's dynamic sampling), 'budget' (budgeted sampling, sampling_budget completions per "
             "trained prompt), 'est' (Reinforce-Ada-Est), 'knapsack' (Knapsack RL's allocation), 'retire_solved' "
-            "(ScaleRL's No-Positive-Resampling: GRPO, a prompt a visit shows solved retired for good), or an import path "
-            "'module.Class' to your own sampler (trl_ada.samplers.protocol; importable from the current folder). None "
-            "(the default) maps the older switches onto a name: reinforce_ada_est=True is 'est', sampling_budget set "
-            "is 'budget', multiround_adaptive_downsampling=False is 'grpo' (or 'dapo' with dynamic_sampling=True), "
-            "else 'reinforce_ada'."
+            "(ScaleRL's No-Positive-Resampling: GRPO, a prompt a visit shows solved retired for good), or an import "
+            "path 'module.Class' to your own sampler (trl_ada.samplers.protocol; importable from the current folder). None "
+            "(the default) is 'reinforce_ada', or what an older switch selects, with a FutureWarning (they will be "
+            "removed): reinforce_ada_est=True is 'est', sampling_budget set is 'budget', "
+            "multiround_adaptive_downsampling=False is 'grpo' (or 'dapo' with dynamic_sampling=True)."
         },
     )
     sampler_kwargs: dict | str | None = field(
