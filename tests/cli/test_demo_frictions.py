@@ -221,6 +221,19 @@ def record_legends(monkeypatch) -> list[str]:
     return legends
 
 
+def test_the_demo_prints_a_line_per_sampling_round(monkeypatch, tmp_path, capsys):
+    """Between two step lines the rounds of a step say they are running (a step can take minutes on a CPU)."""
+    from tests.helpers.data import small_tiny_recipe
+    from trl_ada.cli.demo import main
+
+    recipe = small_tiny_recipe(tmp_path, max_completion_length=8)
+    argv = ["--model", "tiny", "--output_dir", str(tmp_path / "demo"), "--config", recipe, "--max_steps", "1"]
+    main(argv + ["--warm_start_steps", "1", "--eval_examples", "4", "--eval_k", "1"])
+    out = capsys.readouterr()
+    rounds = [line for line in (out.out + out.err).splitlines() if line.startswith("[demo] step 1: a round of")]
+    assert rounds, out.out[-2000:]
+
+
 def test_the_demo_plot_legend_names_the_choice_it_ran(monkeypatch, kept_threads, tmp_path):
     """The tiny demo at toy size with a positive_focused recipe: its plot says positive_focused, not balanced."""
     from tests.helpers.data import small_tiny_recipe

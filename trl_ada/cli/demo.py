@@ -207,8 +207,21 @@ def _parse_recipe(config: str, output_dir: str, max_steps: int | None, max_compl
     )[:2]
 
 
+class RoundLines(AdaGRPOTrainer):
+    """A line per sampling round: on a CPU a step of up to 4 rounds takes minutes, and the step's own line comes only
+    at its end."""
+
+    def _rollout(self, rows, *args, **kwargs):
+        started = time.time()
+        output = super()._rollout(rows, *args, **kwargs)
+        tqdm.write(
+            f"[demo] step {self.state.global_step + 1}: a round of {len(rows)} samples ({time.time() - started:.0f} s)"
+        )
+        return output
+
+
 def _train(model, script_args, training_args) -> AdaGRPOTrainer:
-    trainer = AdaGRPOTrainer(
+    trainer = RoundLines(
         model=model,
         reward_funcs=load_reward_funcs(script_args.reward_funcs),
         args=training_args,
