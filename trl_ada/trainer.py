@@ -16,7 +16,6 @@ slice of the chosen prompts, and their selected completions travel to it.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 import inspect
 import os
@@ -26,7 +25,7 @@ import torch
 from accelerate.logging import get_logger
 from accelerate.utils import gather_object
 from datasets import Dataset
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
 
 from trl_ada.integration.seams import check_seams, require_trl_internals, warn_if_unsupported_trl
@@ -39,14 +38,14 @@ from trl_ada.config import PAPER, AdaGRPOConfig, trainer_config
 from trl_ada.core.memory import text_only
 from trl_ada.core.sampling import PromptResult
 from trl_ada.integration import prompt_keys
-from trl_ada.integration.context import log_step, sampling_context, settle, trained_pool
+from trl_ada.integration.context import log_step, sampling_context, settle, trained_results
 from trl_ada.integration.estimators import replace_advantages
 from trl_ada.integration.generation_count import GenerationCount, counting_rollout_func, model_tokens
 from trl_ada.integration.pipelined_rank import RankEngine, check_reward_models_unsharded, decode, sample_pipelined
 from trl_ada.integration.refill import EpochSeededSampler
 from trl_ada.integration.resume import (
     SamplingState,
-    check_checkpoint,
+    check_resume,
     export_memory,
     load_generation_buffer,
     load_sampler_state,
@@ -299,12 +298,8 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _replace_advantages(self, output: dict[str, Any], results: list[PromptResult] | None) -> None:
         rewards, rank = weighted_sum(self._last_rewards_per_func, self.reward_weights), self.accelerator.process_index
-        step, trained = self._step_sampling, None
-        if results is not None and self._positive_index is not None:  # the pools TRL trains on differ: the sum's
-            trained = [
-                dataclasses.replace(r, pool_rewards=trained_pool(step, p, self.reward_weights))
-                for p, r in zip(step.chosen, results)
-            ]
+        step = self._step_sampling
+        trained = trained_results(step, results, self.reward_weights) if self._positive_index is not None else None
         self._last_advantages = replace_advantages(  # None: TRL's own group statistics stand in `output`
             output, step, results, rewards, self.args, rank, self._logs["advantages"], self._warned, trained
         )
@@ -341,11 +336,7 @@ class AdaGRPOTrainer(GRPOTrainer):
                 self._step, self._buffered_inputs = buffer
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
-        checkpoint = resume_from_checkpoint
-        if checkpoint is True:  # Trainer's own meaning: the output folder's latest checkpoint
-            checkpoint = get_last_checkpoint(self.args.output_dir) if os.path.isdir(self.args.output_dir) else None
-        if isinstance(checkpoint, str) and os.path.isdir(checkpoint):
-            check_checkpoint(checkpoint)  # a damaged file is named here, not by the library that trips on it
+        check_resume(resume_from_checkpoint, self.args.output_dir)  # a damaged file named, not tripped on later
         output = super().train(resume_from_checkpoint, *args, **kwargs)
         if self.args.should_save:
             self.sampling_state.export(self.args.output_dir, self.export_prompt_memory)

@@ -8,6 +8,7 @@ through GRPOTrainer's path, scored), how to tokenize rows as TRL does, the train
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import numbers
@@ -20,6 +21,7 @@ from accelerate.logging import get_logger
 from accelerate.utils import gather_object
 
 from trl_ada.core.budget import remembered_posterior
+from trl_ada.core.sampling import PromptResult
 from trl_ada.integration import estimators
 from trl_ada.integration.prompt_keys import observe, row_key
 from trl_ada.integration.resume import SamplingState
@@ -114,6 +116,17 @@ def trained_pool(step: StepSampling, prompt: int, reward_weights) -> list[float]
     """The prompt's pool as TRL trains on it: the weighted sum of every reward function, in the order made."""
     rows = step.pool_rewards_per_func[prompt]
     return weighted_sum(torch.stack(rows), reward_weights).tolist() if rows else []
+
+
+def trained_results(step: StepSampling, results: list[PromptResult] | None, reward_weights):
+    """The chosen prompts' results with the pools TRL trains on (the weighted sum), where the pools hold another
+    reward (`positive_reward_func`); None when sampling is off."""
+    if results is None:
+        return None
+    return [
+        dataclasses.replace(r, pool_rewards=trained_pool(step, p, reward_weights))
+        for p, r in zip(step.chosen, results)
+    ]
 
 
 def sample_request(prompts, k, known: int) -> tuple[list[int], list[int]]:
@@ -238,4 +251,4 @@ def log_step(
         metrics[name].append(value)
 
 
-__all__ = ["log_step", "sampling_context", "settle"]
+__all__ = ["log_step", "sampling_context", "settle", "trained_pool", "trained_results"]

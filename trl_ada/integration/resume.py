@@ -123,6 +123,18 @@ def check_checkpoint(checkpoint: str) -> None:
             raise damaged(path, checkpoint, f"not a complete safetensors file ({error})") from None
 
 
+def check_resume(resume_from_checkpoint, output_dir: str) -> None:
+    """`Trainer.train(resume_from_checkpoint=...)`'s checkpoint (a path, or True: the output folder's latest) checked
+    before any library reads it (`check_checkpoint`)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    checkpoint = resume_from_checkpoint
+    if checkpoint is True:
+        checkpoint = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+    if isinstance(checkpoint, str) and os.path.isdir(checkpoint):
+        check_checkpoint(checkpoint)
+
+
 def sampling_settings(args) -> dict:
     """The settings that decide what is sampled, as a checkpoint records them: AdaGRPOConfig's own fields (those
     GRPOConfig lacks) and num_generations, in JSON's types."""
@@ -319,6 +331,7 @@ __all__ = [
     "SamplingState",
     "changed_settings",
     "check_checkpoint",
+    "check_resume",
     "earlier_checkpoints",
     "export_memory",
     "load_generation_buffer",
