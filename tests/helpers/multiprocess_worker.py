@@ -133,6 +133,43 @@ def main():
         params = float(sum(p.detach().double().sum() for p in trainer.model.parameters()))
         write_rank(output_dir, trainer, reward, inputs=trainer.inputs_seen, params=params)
         return
+    if mode == "open_r1":  # summed rewards, positives by accuracy: both ranks judge every pool by correctness
+        from tests.helpers import open_r1
+        from tests.helpers.tool_policy import install
+
+        class Judged(AdaGRPOTrainer):
+            def _replace_advantages(self, output, results):
+                if results is not None:
+                    step, accuracy = self._step_sampling, self.reward_func_names.index("accuracy_reward")
+                    self.judged = getattr(self, "judged", []) + [
+                        [
+                            (list(r.pool_rewards), [row[accuracy].item() for row in step.pool_rewards_per_func[p]])
+                            for p, r in zip(step.chosen, results)
+                        ]
+                    ]
+                return super()._replace_advantages(output, results)
+
+        args = AdaGRPOConfig(
+            **{**common, "max_completion_length": 48},
+            per_device_train_batch_size=8,
+            max_steps=2,
+            learning_rate=1e-2,
+            round_repeat=4,
+            max_rounds=2,
+            positive_reward_func="accuracy_reward",
+        )
+        trainer = Judged(model=model_path, reward_funcs=open_r1.REWARDS, args=args, train_dataset=open_r1.dataset())
+        install(trainer, open_r1.OpenR1Policy(trainer.processing_class))
+        trainer.train()
+        params = float(sum(p.detach().double().sum() for p in trainer.model.parameters()))
+        record = {
+            "judged": trainer.judged,
+            "params": params,
+            "logs": [h for h in trainer.state.log_history if "loss" in h],
+        }
+        with open(os.path.join(output_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as f:
+            json.dump(record, f)
+        return
     if mode == "retire_solved":  # a question solved on one rank's visit is retired on both, and skipped by both
         from datasets import Dataset
 

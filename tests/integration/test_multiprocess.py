@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import math
 import os
 
 import pytest
@@ -109,6 +110,25 @@ def test_two_processes_allocate_est_over_their_own_prompts(tiny_model, tmp_path,
             unequal |= sizes[0] != sizes[1]
     assert unequal  # revisited prompts were allocated by their remembered pass rates
     assert max(h[f"sampling/{sampler}/samples_max"] for h in logs0) > 4
+
+
+@pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
+# bookkeeping across ranks, which depends on our code, not on the release (accelerate's gather_object aside)
+def test_two_processes_judge_summed_rewards_by_the_positive_reward_func(tiny_model, tmp_path):
+    """open-r1's accuracy + format + tag count with positive_reward_func='accuracy_reward': on both ranks every pool
+    the rounds read is each sample's correctness (NaN where the gold does not parse), and the ranks agree."""
+    ranks = launch(tmp_path, tiny_model, "open_r1")
+    assert ranks[0]["judged"] == ranks[1]["judged"] and ranks[0]["params"] == ranks[1]["params"]
+    pools = [pair for step in ranks[0]["judged"] for pair in step]
+    assert pools and all(
+        all((math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(judged, accuracy))
+        and len(judged) == len(accuracy)
+        for judged, accuracy in pools
+    )
+    logs0, logs1 = ranks[0]["logs"], ranks[1]["logs"]
+    assert all(
+        a[k] == b[k] for a, b in zip(logs0, logs1) for k in a if k.startswith("sampling/") and "seconds" not in k
+    )
 
 
 @pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
