@@ -31,13 +31,16 @@ import signal
 import sys
 import time
 
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "hard_set"))
 
 import hard_set  # noqa: E402  (the hard set's screen loop and samplers)
+
 from trl_ada.examples.arithmetic import HARD_ARITHMETIC_KINDS, hard_arithmetic_problem  # noqa: E402
+
 
 MODEL_DIR = os.path.join(ROOT, "runs", "models", "SmolLM2-135M-Instruct")
 SAMPLES = hard_set.SAMPLES  # 16
@@ -230,7 +233,9 @@ def plot(summary: dict, path: str) -> None:
     xs, bottom = list(range(SAMPLES + 1)), [0] * (SAMPLES + 1)
     colors = plt.get_cmap("tab20").colors
     for i, (kind, s) in enumerate(summary["per_kind"].items()):
-        left.bar(xs, s["right_of_16_histogram"], bottom=bottom, color=colors[i % 20], label=f"{kind} ({s['questions']})")
+        left.bar(
+            xs, s["right_of_16_histogram"], bottom=bottom, color=colors[i % 20], label=f"{kind} ({s['questions']})"
+        )
         bottom = [b + h for b, h in zip(bottom, s["right_of_16_histogram"])]
     left.set_xticks(xs)
     left.set_xlabel("right answers of 16 (T=1.0)")
@@ -239,7 +244,9 @@ def plot(summary: dict, path: str) -> None:
     left.legend(fontsize=7)
     width = 0.27
     for j, (name, s) in enumerate(summary["per_split"].items()):
-        right.bar([x + (j - 1) * width for x in xs], s["right_of_16_histogram"], width, label=f"{name} ({s['questions']})")
+        right.bar(
+            [x + (j - 1) * width for x in xs], s["right_of_16_histogram"], width, label=f"{name} ({s['questions']})"
+        )
     right.set_xticks(xs)
     right.set_xlabel("right answers of 16 (T=1.0)")
     right.set_title("By split (disjoint up to commuted operands)", fontsize=10)
