@@ -1,4 +1,4 @@
-"""What a new user met on the command line (issue 98): other recipes' keys, `--help` and argparse errors, resuming a
+"""The command line as a new user meets it: other recipes' keys, `--help` and argparse errors, resuming a
 run, and checkpoints that cannot resume."""
 
 import json

@@ -161,14 +161,7 @@ def main():
         trainer = Judged(model=model_path, reward_funcs=open_r1.REWARDS, args=args, train_dataset=open_r1.dataset())
         install(trainer, open_r1.OpenR1Policy(trainer.processing_class))
         trainer.train()
-        params = float(sum(p.detach().double().sum() for p in trainer.model.parameters()))
-        record = {
-            "judged": trainer.judged,
-            "params": params,
-            "logs": [h for h in trainer.state.log_history if "loss" in h],
-        }
-        with open(os.path.join(output_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as f:
-            json.dump(record, f)
+        write_trained(output_dir, trainer, judged=trainer.judged)
         return
     if mode == "retire_solved":  # a question solved on one rank's visit is retired on both, and skipped by both
         from datasets import Dataset
@@ -184,15 +177,7 @@ def main():
         )
         trainer = Recorder(model=model_path, reward_funcs=reward, args=args, train_dataset=dataset)
         trainer.train()
-        params = float(sum(p.detach().double().sum() for p in trainer.model.parameters()))
-        record = {
-            "retired": sorted(trainer._sampler.retired),
-            "groups": trainer.groups,
-            "params": params,
-            "logs": [h for h in trainer.state.log_history if "loss" in h],
-        }
-        with open(os.path.join(output_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as f:
-            json.dump(record, f)
+        write_trained(output_dir, trainer, retired=sorted(trainer._sampler.retired), groups=trainer.groups)
         return
     if mode in ("dynamic", "budget"):  # refills (and, for the budget, screening): the same on both ranks
         if mode == "dynamic":  # DAPO: plain sampling, uniform groups dropped and refilled
@@ -237,6 +222,14 @@ def main():
             },
             f,
         )
+
+
+def write_trained(output_dir, trainer, **more):
+    """This rank's record of a run without prompt memory: its weights' sum, its logs, and `more`."""
+    params = float(sum(p.detach().double().sum() for p in trainer.model.parameters()))
+    record = {"params": params, "logs": [h for h in trainer.state.log_history if "loss" in h], **more}
+    with open(os.path.join(output_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as f:
+        json.dump(record, f)
 
 
 def write_rank(output_dir, trainer, reward, **more):
