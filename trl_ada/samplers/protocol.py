@@ -126,6 +126,11 @@ class Sampler(Protocol):
     - `draws_prompts` (bool): whether it calls `context.draw`. True: a training set that cannot be drawn from (an
       IterableDataset, environment-owned data) is refused when the trainer is built; False: no refill stream is kept.
       Absent: a stream wherever the training set can be drawn from.
+    - `max_samples_per_prompt` (int): the most samples one `context.sample` call asks per prompt of the batch, on
+      average (its total over `target`). The vLLM engine is sized to hold such a call in one wave. Absent:
+      `num_generations` (GRPO's batch: one round of n, as Est, Knapsack and the budget ask).
+    - `uses_prompt_memory` (bool, on the class): True turns `prompt_memory` on at the config's construction (the
+      sampler reads `context.memory` or `context.pass_rate_posterior`). Absent or False: as the config says.
     - `state_dict()` and `load_state_dict(state)`: its own state (JSON), written into every checkpoint and handed
       back on resume (`ada_sampler_state.json`), so that a resumed run decides as the uninterrupted one."""
 

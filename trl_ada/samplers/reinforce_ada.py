@@ -21,6 +21,10 @@ class Rounds:
     def __init__(self, args):
         self.args = args
         self.draws_prompts = bool(args.dynamic_sampling)  # DAPO's refills come from the training set
+        # a round asks round_repeat samples of every active prompt at once: the engine holds a round in one wave
+        self.max_samples_per_prompt = (
+            args.round_repeat if args.multiround_adaptive_downsampling else args.num_generations
+        )
 
     def sample(self, context: SamplingContext, target: int) -> Selection:
         args = self.args
