@@ -16,6 +16,7 @@ slice of the chosen prompts, and their selected completions travel to it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import inspect
 import os
@@ -259,7 +260,8 @@ class AdaGRPOTrainer(GRPOTrainer):
             kept = join_rollout(samples, expected=len(prompts))
             self.generation_count.add_trained(kept[1], self.accelerator)  # the step's sampling is over, on every rank
             return kept
-        generated = super()._generate(prompts, *args, **kwargs)
+        with self.generation_count.timed() if self._counting_generation() else contextlib.nullcontext():
+            generated = super()._generate(prompts, *args, **kwargs)
         if self._counting_generation():  # outside a round (plain sampling) the batch is all there is, every rank here
             self.generation_count.add_generated(generated[1], self.accelerator, trained=self._rollout_capture is None)
         if self._rollout_capture is not None:  # a round (_rollout): keep it, skip the rest

@@ -8,6 +8,7 @@ two steps. The 2-process paths (padding, pipelined ranks) are checked in tests/i
 """
 
 import json
+import time
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from tests.helpers.trainers import tiny_args
 from trl_ada import AdaGRPOTrainer
 from trl_ada.integration.generation_count import (
     COMPLETIONS_METRIC,
+    GENERATION_SECONDS_METRIC,
     TOKENS_METRIC,
     TRAINED_TOKENS_METRIC,
     GenerationCount,
@@ -36,10 +38,13 @@ class GenerateCounter:
     def __init__(self, trainer):
         self.inner, self.eos = trainer.model.generate, list(trainer.eos_token_ids)
         self.rows = self.tokens = 0
+        self.seconds = 0.0  # inside model.generate
         trainer.model.generate = self
 
     def __call__(self, input_ids, **kwargs):
+        start = time.perf_counter()
         output = self.inner(input_ids=input_ids, **kwargs)
+        self.seconds += time.perf_counter() - start
         completions = output[:, input_ids.shape[1] :]
         is_eos = torch.isin(completions, torch.tensor(self.eos, device=completions.device))
         for row, eos in zip(completions, is_eos):
@@ -87,13 +92,21 @@ def test_plain_grpo_sampling_is_counted_and_checkpointed(tiny_model, tmp_path):
     assert_counted(trainer, logs, counter.rows, counter.tokens)
 
     checkpoint = tmp_path / "out" / "checkpoint-1"
+    # generation seconds: every model.generate call inside them, and less than the steps' own time
+    step_seconds = sum(h["step_time"] for h in logs)
+    assert counter.seconds <= trainer.generation_count.seconds < step_seconds
+    assert logs[-1][GENERATION_SECONDS_METRIC] == round(trainer.generation_count.seconds, 3)
     saved = json.loads((checkpoint / "ada_generation_count.json").read_text())
+    seconds = saved.pop("seconds")
     assert saved == {"completions": 8, "tokens": logs[0][TOKENS_METRIC], "trained_tokens": logs[0][TOKENS_METRIC]}
+    assert round(seconds, 3) == logs[0][GENERATION_SECONDS_METRIC] > 0
     resumed = plain_grpo()
     counter = GenerateCounter(resumed)
     resumed.train(resume_from_checkpoint=str(checkpoint))
     assert counter.rows == 8  # step 2 only
-    assert resumed.generation_count.state_dict() == {
+    state = resumed.generation_count.state_dict()
+    assert state.pop("seconds") >= seconds + counter.seconds  # a resumed run's clock continues
+    assert state == {
         "completions": 16,
         "tokens": saved["tokens"] + counter.tokens,
         "trained_tokens": saved["tokens"] + counter.tokens,
@@ -268,12 +281,17 @@ def test_counts_are_summed_over_processes_and_survive_a_checkpoint():
         COMPLETIONS_METRIC: 3 + 10,
         TOKENS_METRIC: 4 + 2 + 5 + 100,
         TRAINED_TOKENS_METRIC: 3 + 7,
+        GENERATION_SECONDS_METRIC: 0.0,  # nothing generated inside `timed`
     }
     count.flush(fake)  # nothing pending here: only the other process's
     assert (count.completions, count.tokens) == (23, 211)
+    with count.timed():
+        time.sleep(0.01)
     again = GenerationCount()
     again.load_state_dict(json.loads(json.dumps(count.state_dict())))
-    assert again.state_dict() == count.state_dict() == {"completions": 23, "tokens": 211, "trained_tokens": 17}
+    assert again.state_dict() == count.state_dict()
+    assert count.state_dict() == {"completions": 23, "tokens": 211, "trained_tokens": 17, "seconds": count.seconds}
+    assert count.seconds >= 0.01
 
 
 @pytest.mark.parametrize(

@@ -86,7 +86,7 @@ def sample_pipelined(step: StepSampling, engine: RankEngine, prompts: list[int],
             reward_rows[key] = rewards_per_func[offset].tolist()
         return engine.positive_rewards(rewards_per_func).tolist()
 
-    with stream:
+    with stream, engine.generation_count.timed():
         out = run_pipelined_sampling(
             len(mine),
             stream,
