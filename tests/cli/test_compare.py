@@ -319,6 +319,11 @@ def test_a_deadline_cuts_a_run_where_it_is_and_a_rerun_continues_it(tmp_path, ca
     assert again["signal"] == whole["signal"] and len(again["signal"]) == 3
     assert whole["resumed_at"] == [] and again["train_seconds"] > cut["train_seconds"]
     assert again["eval_seconds"] > cut["eval_seconds"] > 0  # the cut part's evaluations are counted, not dropped
+    # generation time is a part of training time, and a continued run's clock goes on from its cut's
+    assert (
+        0 < cut["generation_seconds"] < cut["train_seconds"]
+        and again["generation_seconds"] > cut["generation_seconds"]
+    )
     assert [row["seeds"] for row in report["arms"]["balanced"]["equal_steps"]] == [2, 2, 2]
 
     final = (

@@ -51,12 +51,15 @@ its own recipe: `--arm mine path/to/recipe.yaml field=value`); the first arm is 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import contextlib
 import glob
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -225,6 +228,8 @@ def run_one(args, arm: Arm, seed: int) -> dict:
         "generated_tokens": trainer.generation_count.tokens,
         "trained_completions": per_step * trainer.state.global_step * trainer.accelerator.num_processes,
         "train_seconds": progress.end_seconds,
+        # of which inside generation calls (sampling/generation_seconds_total, main process; a continued run's too)
+        "generation_seconds": trainer.generation_count.seconds,
         "threads": args.threads,  # seconds are per this many threads
         # the evaluation grid: steps, or generated tokens (then each grid evaluation holds its "grid_tokens")
         "eval_every": args.eval_every,
@@ -448,29 +453,33 @@ def resolve_eval_grid(args) -> None:
 class Deadline:
     """Whether another run may start: it must be expected to end before `seconds` (the mean duration of the runs
     finished so far; until one has finished, the first wave of `jobs` runs starts). When cut runs are `continued`,
-    a run that will not end in time still makes progress: it starts while `min_left` seconds remain."""
+    a run that will not end in time still makes progress: it starts while `min_left` seconds remain. Asked from
+    every worker thread of `--jobs`: one lock keeps the counts."""
 
     def __init__(self, seconds: float | None, jobs: int, continued: bool = False, min_left: float = 1200.0):
         self.seconds, self.jobs, self.start = seconds, max(jobs, 1), time.time()
         self.continued, self.min_left = continued, min_left
         self.durations: list[float] = []
         self.started = self.refused = 0
+        self.lock = threading.Lock()
 
     def may_start(self) -> bool:
-        if self.seconds is not None:
-            elapsed = time.time() - self.start
-            expected = sum(self.durations) / len(self.durations) if self.durations else 0.0
-            if self.continued:
-                expected = min(expected, self.min_left)
-            first_wave = not self.durations and self.started < self.jobs
-            if elapsed >= self.seconds or (not first_wave and elapsed + expected > self.seconds):
-                self.refused += 1
-                return False
-        self.started += 1
-        return True
+        with self.lock:
+            if self.seconds is not None:
+                elapsed = time.time() - self.start
+                expected = sum(self.durations) / len(self.durations) if self.durations else 0.0
+                if self.continued:
+                    expected = min(expected, self.min_left)
+                first_wave = not self.durations and self.started < self.jobs
+                if elapsed >= self.seconds or (not first_wave and elapsed + expected > self.seconds):
+                    self.refused += 1
+                    return False
+            self.started += 1
+            return True
 
     def finished(self, seconds: float) -> None:
-        self.durations.append(seconds)
+        with self.lock:
+            self.durations.append(seconds)
 
 
 def free_ports(count: int) -> list[int]:
@@ -483,6 +492,26 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+class Ports:
+    """MASTER_PORTs for runs at once: each free when handed out and none a running run's (a port is free until its
+    run binds it, so the free ones alone could hand it out twice)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.taken: set[str] = set()
+
+    @contextlib.contextmanager
+    def port(self):
+        with self.lock:
+            port = min({str(p) for p in free_ports(len(self.taken) + 1)} - self.taken)
+            self.taken.add(port)
+        try:
+            yield port
+        finally:
+            with self.lock:
+                self.taken.discard(port)
 
 
 def run_serial(pending, args, clock: Deadline) -> None:
@@ -505,44 +534,36 @@ def run_serial(pending, args, clock: Deadline) -> None:
 
 
 def run_parallel(argv, pending, args, clock: Deadline) -> list[str]:
-    """`--jobs` runs at once, each its own process with `--threads` torch threads; returns the runs that failed (the
-    others go on; a failed run's result is missing, so a rerun trains it again).
+    """`--jobs` runs at once, each its own process with `--threads` torch threads, in the order of `pending`;
+    returns the runs that failed (the others go on; a failed run's result is missing, so a rerun trains it again).
 
     Each run gets its own MASTER_PORT: a colocated vLLM engine (`use_vllm=True, vllm_mode="colocate"`) sets up a
     one-process torch.distributed group, and accelerate's CPU state fills an unset MASTER_PORT with 29500, so two
     runs starting together otherwise race for that port and one fails (EADDRINUSE)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    running: list[tuple[subprocess.Popen, str, float, str]] = []  # process, label, start, MASTER_PORT
-    failed = []
-    queue = list(pending)
-    while queue or running:
-        while queue and len(running) < args.jobs:
-            arm, seed = queue.pop(0)
-            if not clock.may_start():
-                continue
-            command = [sys.executable, "-m", "trl_ada.cli.compare", *argv, "--only", arm.name, str(seed)]
-            if args.stop_at is not None:
-                command += ["--stop_at", repr(args.stop_at)]
-            ports = {str(p) for p in free_ports(len(running) + 1)} - {e[3] for e in running}
-            port = sorted(ports)[0]  # free now, and no running run's
-            running.append(
-                (
-                    subprocess.Popen(command, env={**env, "MASTER_PORT": port}),
-                    f"{arm.name} seed {seed}",
-                    time.time(),
-                    port,
-                )
-            )
-        time.sleep(1.0)
-        for entry in list(running):
-            process, label, started, _ = entry
-            if process.poll() is not None:
-                running.remove(entry)
-                if process.returncode != 0:
-                    failed.append(label)
-                else:  # a run that failed early says nothing of how long runs take
-                    clock.finished(time.time() - started)
-    return failed
+    ports = Ports()
+
+    def train(arm: Arm, seed: int) -> str | None:
+        """One run in its own process, on a worker thread; the run's label if it failed."""
+        if not clock.may_start():  # asked when a worker is free: the moment the run would start
+            return None
+        command = [sys.executable, "-m", "trl_ada.cli.compare", *argv, "--only", arm.name, str(seed)]
+        if args.stop_at is not None:
+            command += ["--stop_at", repr(args.stop_at)]
+        started = time.time()
+        with ports.port() as port:
+            code = subprocess.run(command, env={**env, "MASTER_PORT": port}).returncode
+        if code != 0:
+            return f"{arm.name} seed {seed}"
+        clock.finished(time.time() - started)  # a run that failed early says nothing of how long runs take
+        return None
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
+    try:
+        outcomes = list(pool.map(lambda run: train(*run), pending))
+    finally:
+        pool.shutdown(cancel_futures=True)  # interrupted (Ctrl-C): the runs still queued do not start
+    return [label for label in outcomes if label is not None]
 
 
 __all__ = [
