@@ -385,6 +385,7 @@ def test_runs_in_parallel_get_their_own_master_port(monkeypatch):
     import argparse
     import socket
     import subprocess
+    import threading
 
     from trl_ada.cli import compare
 
@@ -394,18 +395,14 @@ def test_runs_in_parallel_get_their_own_master_port(monkeypatch):
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
     started = []
+    together = threading.Barrier(2, timeout=30)  # a run ends only once another runs beside it: --jobs 2 at once
 
-    class Run:  # a process that finishes at the second poll
-        def __init__(self, command, env):
-            started.append(env["MASTER_PORT"])
-            self.polls, self.returncode = 0, 0
+    def run(command, env):
+        started.append(env["MASTER_PORT"])
+        together.wait()
+        return subprocess.CompletedProcess(command, 0)
 
-        def poll(self):
-            self.polls += 1
-            return 0 if self.polls > 1 else None
-
-    monkeypatch.setattr(subprocess, "Popen", Run)
-    monkeypatch.setattr(compare.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(subprocess, "run", run)
     arms = [compare.Arm("a"), compare.Arm("b")]
     args = argparse.Namespace(threads=1, jobs=2, stop_at=None)
     failed = compare.run_parallel(
@@ -413,6 +410,34 @@ def test_runs_in_parallel_get_their_own_master_port(monkeypatch):
     )
     assert failed == [] and len(started) == 4
     assert started[0] != started[1] and started[2] != started[3]  # the runs that ran together
+
+
+def test_runs_in_parallel_start_no_run_past_the_deadline_and_name_the_failed(monkeypatch):
+    """Under --deadline_s a worker asks the clock when it would start a run: a run that failed says nothing of how
+    long runs take, and once the runs that ended say the next would end past the deadline, the rest do not start.
+    The failed run is named."""
+    import argparse
+    import subprocess
+
+    from trl_ada.cli import compare
+
+    now = [0.0]
+    monkeypatch.setattr(compare.time, "time", lambda: now[0])
+    ran = []
+
+    def run(command, env):
+        ran.append(command[-2:])
+        fails = command[-2:] == ["a", "0"]
+        now[0] += 1.0 if fails else 60.0  # a failed run ends at once; a run trains for 60 s
+        return subprocess.CompletedProcess(command, 1 if fails else 0)
+
+    monkeypatch.setattr(subprocess, "run", run)
+    clock = compare.Deadline(100.0, jobs=1)
+    args = argparse.Namespace(threads=1, jobs=1, stop_at=None)
+    pending = [(compare.Arm(name), seed) for seed in (0, 1) for name in ("a", "b")]
+    assert compare.run_parallel([], pending, args, clock) == ["a seed 0"]
+    # 61 s in, runs take 60 s: the seed-1 runs would end past 100 s
+    assert ran == [["a", "0"], ["b", "0"]] and clock.durations == [60.0] and clock.refused == 2
 
 
 def test_runs_one_after_another_use_a_free_port_not_accelerates_default(monkeypatch):
