@@ -23,6 +23,7 @@ import os
 import warnings
 
 import torch
+from accelerate.utils import str_to_bool
 from datasets import Dataset
 
 
@@ -273,36 +274,30 @@ def warn_if_threshold_outside(args, rewards: torch.Tensor, warned: set[str]) -> 
         )
 
 
-def requested_processes(pid: int | None = None) -> int | None:
-    """The `--num_processes N` of the `accelerate launch` that started this process, read from the parent's command
-    line (Linux); None when there is none or it cannot be read."""
+# What `accelerate launch` put in the environment, read when this module is imported: before any trainer is built,
+# since TRL's colocated vLLM sets MASTER_ADDR for its own one-process group while the trainer is built.
+LAUNCH_ENVIRONMENT = {name: os.environ.get(name) for name in ("ACCELERATE_USE_CPU", "MASTER_ADDR")}
+
+
+def lone_cpu_launch(environment: dict, world_size: int) -> bool:
+    """Whether `accelerate launch --cpu` was asked for more processes than run. Its CPU path is the simple launcher:
+    one process, given MASTER_ADDR only when `--num_processes` (or `--num_machines`) is above 1. accelerate passes
+    no requested count on, so that trace is all there is to read."""
     try:
-        with open(f"/proc/{pid or os.getppid()}/cmdline", "rb") as f:
-            argv = f.read().decode(errors="replace").split("\0")
-    except OSError:
-        return None
-    if "launch" not in argv or not any(part.endswith("accelerate") for part in argv[: argv.index("launch")]):
-        return None
-    for index, part in enumerate(argv):
-        if part.startswith("--num_processes="):
-            value = part.split("=", 1)[1]
-        elif part == "--num_processes" and index + 1 < len(argv):
-            value = argv[index + 1]
-        else:
-            continue
-        return int(value) if value.isdigit() else None
-    return None
+        cpu = bool(str_to_bool(environment.get("ACCELERATE_USE_CPU") or "false"))
+    except ValueError:
+        return False
+    return cpu and world_size == 1 and bool(environment.get("MASTER_ADDR"))
 
 
 def warn_if_fewer_processes(world_size: int) -> None:
     """`accelerate launch --cpu --num_processes 2` runs one process, silently (accelerate has no CPU launcher for it)."""
-    asked = requested_processes()
-    if asked is not None and asked > world_size:
+    if lone_cpu_launch(LAUNCH_ENVIRONMENT, world_size):
         warnings.warn(
-            f"accelerate launch asked for --num_processes {asked}, but training runs on {world_size} process(es). On "
-            "a CPU, `--cpu --num_processes N` starts one; these start N: accelerate launch --config_file "
-            "recipes/accelerate_configs/fsdp_cpu.yaml ... (data-parallel on CPU), or torchrun "
-            f"--nproc_per_node {asked} -m trl_ada.cli.train ...",
+            "accelerate launch --cpu was asked for more than one process (it set MASTER_ADDR, which it does only "
+            "then), but training runs on 1 process: on a CPU, `--cpu --num_processes N` starts one. These start N: "
+            "accelerate launch --config_file recipes/accelerate_configs/fsdp_cpu.yaml ... (data-parallel on CPU), "
+            "or torchrun --nproc_per_node N -m trl_ada.cli.train ...",
             stacklevel=3,
         )
 
