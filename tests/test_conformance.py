@@ -1148,11 +1148,11 @@ REFUSED = [
         "every row is the same placeholder and the task comes from `reset()`: there is no prompt to remember",
     ),
     Refused(
-        "`sampling_budget` with environment-owned data (`environment_factory`, no `train_dataset`)",
-        dict(sampling_budget=6.0),
+        '`sampler="knapsack"` or `"est"` with environment-owned data (`environment_factory`, no `train_dataset`)',
+        dict(sampler="knapsack"),
         lambda: {"environment_factory": ProductEnv},
-        "sampling_budget needs a train_dataset",
-        "as above: screening reads the prompt memory",
+        r"prompt_memory needs a train_dataset \(sampler='knapsack' uses it\)",
+        "as above: their allocation reads the prompt memory, which they turn on",
     ),
 ]
 

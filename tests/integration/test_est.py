@@ -212,7 +212,7 @@ def test_est_warns_of_rewards_outside_zero_one(tmp_path, caplog):
             args, [PromptResult(pool_rewards=[0.0, 1.0]), PromptResult(pool_rewards=[-1.0, 1.0])]
         )
     message = caplog.records[-1].getMessage()
-    assert "reinforce_ada_est" in message and "-1.0" in message and "1e+03" in message and "[0, 1]" in message
+    assert "advantage_estimator='est'" in message and "-1.0" in message and "1e+03" in message and "[0, 1]" in message
 
 
 def test_est_estimator_needs_est(tmp_path):

@@ -510,6 +510,21 @@ def test_environment_owned_data_refuses_prompt_memory_before_the_model_loads(tmp
         )
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not ENVIRONMENTS, reason="TRL's environment_factory needs transformers >= 5.2")
+def test_the_budget_without_memory_trains_on_environment_owned_data(tool_model, tmp_path):
+    """The budget draws its candidates from the placeholder rows GRPOTrainer builds, each a fresh reset(); only the
+    prompt memory, which could not tell those rows apart, is refused there."""
+    CalculatorEnv.resets = 0
+    trainer = environment_trainer(tool_model, tmp_path, CalculatorEnv, None, max_steps=2, sampler="budget")
+    assert not trainer.args.prompt_memory
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
+    assert any("What is" in str(s.prompt) for kept in trainer.kept for s in kept)  # prompts came from reset()
+    assert CalculatorEnv.resets > 0
+
+
 def test_pipelined_rounds_refuse_tools_before_the_model_loads(tmp_path):
     args = tool_args(tmp_path)
     args.pipelined_rounds = True  # set after construction: the config alone would ask for vLLM

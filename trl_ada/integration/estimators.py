@@ -96,7 +96,7 @@ def warn_if_not_binary(args, results: list[PromptResult]) -> bool:
         outside = [x for r in results for x in r.pool_rewards if not math.isnan(x) and not 0.0 <= x <= 1.0]
         if outside and args.advantage_estimator == "est":
             logger.warning(
-                f"reinforce_ada_est: rewards outside [0, 1] (e.g. {outside[0]!r}). Est's advantage "
+                f"advantage_estimator='est': rewards outside [0, 1] (e.g. {outside[0]!r}). Est's advantage "
                 "(r - mean) * (mean + est_epsilon) ** -(1 - est_exponent) takes the mean reward for a pass rate: a "
                 f"mean at or below 0 gets the weight {args.est_epsilon ** -(1 - args.est_exponent):.3g}. Scale the "
                 "rewards into [0, 1] (reward_weights, or the reward functions themselves)."

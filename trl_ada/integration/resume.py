@@ -176,16 +176,17 @@ def load_sampling_state(checkpoint: str, refill=None, group_prior=None, memory=N
     path = os.path.join(checkpoint, SAMPLING_STATE_FILE)
     if not os.path.exists(path):
         raise FileNotFoundError(
-            f"{checkpoint} has no {SAMPLING_STATE_FILE}: it was saved without dynamic sampling or prompt memory, "
-            "so the refill cursor and the prompt memory cannot be restored. Resume with the settings the "
+            f"{checkpoint} has no {SAMPLING_STATE_FILE}: it was saved without a sampler that draws prompts and "
+            "without prompt memory, so the refill cursor and the prompt memory cannot be restored. Resume with the settings the "
             "checkpoint was saved with, or start a new run."
         )
     state = read_checkpoint_json(path, checkpoint, keys=("prompts_drawn",))
     if refill is not None:
         if "refill" not in state:
             raise ValueError(
-                f"{checkpoint} was saved without a refill stream (dynamic_sampling, sampling_budget or a sampler of "
-                "yours that draws prompts): resume with the settings it was saved with."
+                f"{checkpoint} was saved without a refill stream (with a sampler that draws no prompts; sampler='dapo', "
+                "'budget', 'retire_solved' and a sampler of yours with draws_prompts draw them): resume with the "
+                "settings it was saved with."
             )
         refill.load_state_dict(state["refill"])
     if group_prior is not None:

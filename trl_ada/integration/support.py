@@ -8,10 +8,13 @@ What is still refused, and why (the same reasons are in docs/agents.md and the R
   prompt per sample and scores it the moment it finishes; a tool loop is several engine requests per sample, run by
   TRL's `_generate` for a whole batch, and an image prompt needs the processor's inputs. The synchronous rounds run
   all of them.
-- `prompt_memory` and `sampling_budget` with environment-owned data (no `train_dataset`): every row is the same empty
-  placeholder and the task comes from `reset()`, so there is no prompt to remember.
-- a sampler that draws prompts (`draws_prompts`: dynamic sampling, the budget) with an `IterableDataset`: refills draw prompts by index from the whole
-  training set (a seeded permutation that a resumed run continues exactly); a stream has no index.
+- `prompt_memory` with environment-owned data (no `train_dataset`), whether set or turned on by the config for a
+  sampler that reads it (`sampler="est"`, `"knapsack"`): every row is the same empty placeholder and the task comes
+  from `reset()`, so there is no prompt to remember. A sampler that draws prompts does run there: it draws more
+  placeholder rows from the data set GRPOTrainer builds, each a fresh `reset()`.
+- a sampler that draws prompts (`draws_prompts`: `sampler="dapo"`, `"budget"`, `"retire_solved"`) with an
+  `IterableDataset`: refills draw prompts by index from the whole training set (a seeded permutation that a resumed
+  run continues exactly); a stream has no index.
 """
 
 from __future__ import annotations
@@ -74,19 +77,19 @@ def check_sampling_arguments(args, arguments: dict, draws: bool | None = None) -
                 "pipelined_rounds=False: the synchronous rounds run them."
             )
     if dataset is None:
-        for name, on in (("prompt_memory", args.prompt_memory), ("sampling_budget", args.sampling_budget is not None)):
-            if on:
-                raise ValueError(
-                    f"{name} needs a train_dataset: with environment-owned data every row is the same placeholder and "
-                    "the task comes from reset(), so there is no prompt to remember. Pass a train_dataset with a "
-                    f"column per task (reset() receives the row), or turn {name} off."
-                )
+        if args.prompt_memory:  # asked for, or turned on by the config for a sampler that reads it (est, knapsack)
+            raise ValueError(
+                f"prompt_memory needs a train_dataset (sampler={args.sampler!r} uses it): with environment-owned data "
+                "every row is the same placeholder and the task comes from reset(), so there is no prompt to "
+                "remember. Pass a train_dataset with a column per task (reset() receives the row), or choose a "
+                "sampler without prompt memory and set prompt_memory=False."
+            )
         return
     if draws is True and not isinstance(dataset, Dataset):
         raise ValueError(
             f"sampler={args.sampler!r} draws replacement prompts by index (its draws_prompts), so train_dataset must "
             f"be a map-style datasets.Dataset (got {type(dataset).__name__}). Convert an IterableDataset with "
-            "Dataset.from_generator, or use a sampler that does not draw (the rounds without dynamic_sampling, GRPO)."
+            "Dataset.from_generator, or use a sampler that draws nothing (sampler='grpo', 'est' or 'knapsack')."
         )
     group_column = args.prompt_memory_group_column
     if group_column is not None and group_column not in dataset.column_names:
