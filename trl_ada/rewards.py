@@ -20,6 +20,24 @@ never the batch. Settings, read at each call:
 - ``TRL_ADA_REWARD_TIMEOUT``: seconds per item (default 5); an item past it scores 0.0 and its worker is killed.
 
 Workers are POSIX processes (Linux, macOS). `verify_answer` scores one completion in-process without any deadline.
+
+Why a pool of our own (`_Pool` below) and not a maintained one, checked against Python 3.11 and math-verify 0.9:
+
+- math-verify's own timeouts are ``signal.alarm``: refused outside the main thread (TRL runs async reward functions
+  on its event-loop thread), and a signal handler runs only between bytecodes, so one long C-level step (a huge
+  integer power) is not cut.
+- ``concurrent.futures.ProcessPoolExecutor`` and ``multiprocessing.Pool`` cannot stop one task: a result past its
+  timeout leaves its worker computing (``Future.cancel()`` refuses a running call), and the only stop is ending every
+  worker at once (``Pool.terminate()``; ``ProcessPoolExecutor.kill_workers()`` from Python 3.14), which loses the
+  other workers' items. Nor do they say when a task started (a future counts as running once it is queued for a
+  worker; an ``AsyncResult`` has no such state), so a per-item deadline cannot be told from time spent waiting.
+- Their workers come from the trainer: ``fork`` copies a process that holds CUDA, vLLM and tokenizer threads (a lock
+  held by another thread stays held in the child; Python 3.12 warns of it), while ``spawn`` and ``forkserver`` run the
+  training script's ``__main__`` again in each worker (a TRL script that trains at top level, as TRL's quickstart
+  does, would start again) and import `trl_ada`, with torch and transformers, to unpickle the task.
+
+So each worker is a fresh interpreter that runs this file alone, one item at a time, killed and replaced on its own
+when its item passes the deadline.
 """
 
 from __future__ import annotations
