@@ -465,7 +465,6 @@ def test_runs_one_after_another_use_a_free_port_not_accelerates_default(monkeypa
     assert seen == ["29517", "29517"] and os.environ["MASTER_PORT"] == "29517"
 
 
-@pytest.mark.slow
 def failing_reward(completions, **kwargs):
     raise RuntimeError("a reward that fails at its first call")
 
@@ -490,6 +489,7 @@ def test_every_arm_and_flag_is_checked_before_the_first_run(tmp_path):
     assert not out.exists()  # nothing ran, nothing was written
 
 
+@pytest.mark.slow
 def test_a_failed_run_in_parallel_still_leaves_the_report_of_the_others(tmp_path, monkeypatch):
     """--jobs 2: one arm's run fails (its reward raises at the first call); the other's result and the report are
     written before the command fails, naming the run to retry."""
