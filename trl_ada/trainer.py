@@ -123,7 +123,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         own_rewards = reward_names(reward_funcs)
         if not given.arguments.get("environment_factory"):  # an environment's reward is named inside TRL's __init__
             positive_reward_index(args, own_rewards)
-        with vllm_generation_for(args):
+        with vllm_generation_for(args, self._sampler):
             super().__init__(model, reward_funcs, args, *pos, **kwargs)
         self.reward_funcs = [checked_reward(f, name) for f, name in zip(self.reward_funcs, self.reward_func_names)]
         environments = len(self.reward_func_names) > len(own_rewards)  # each scores only the rows it owns: one source

