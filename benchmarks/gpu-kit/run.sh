@@ -7,6 +7,8 @@
 #   bash benchmarks/gpu-kit/run.sh N          # carry .device/calls/cNN: store a piece; on a tar's last piece reassemble,
 #                                         # check sha256, install, `from vllm import LLM`, measure (group vllm-a)
 #   bash benchmarks/gpu-kit/run.sh vllm-b     # carry nothing: more vLLM arms on the warm machine (also vllm-c)
+#   bash benchmarks/gpu-kit/run.sh push       # carry nothing: the push check again on the warm machine (the vLLM core
+#                                         # call runs it first, before group vllm-a)
 #
 # Results go to $OUT (the device tool brings them back): <stage>.json from measure.py, a log, the image's pip list and
 # the requirement check of the carried wheels. Exit 3: the core of vLLM is installed but needs the extras (carry them,
@@ -43,7 +45,8 @@ site_on() {  # the carried packages first, then the repo, then the image
 }
 
 # A call has its plan's timeout_s (kit.py device-timeout); work stops 30 s before it, so that $OUT comes back whole.
-TIMEOUT=$($PY benchmarks/gpu-kit/kit.py device-timeout --name "$CALL") || exit 1
+# `push` (a rerun of the push check on a warm machine) is not a plan call: run it with timeout_s 240.
+if [ "$CALL" = push ]; then TIMEOUT=240; else TIMEOUT=$($PY benchmarks/gpu-kit/kit.py device-timeout --name "$CALL") || exit 1; fi
 remaining() { echo $(( TIMEOUT - 30 - ($(date +%s) - START) )); }
 echo "run.sh: call $CALL has $TIMEOUT s (plan.json)"
 
@@ -67,7 +70,19 @@ measure_vllm() {  # $1: group name from plan.json's measure_calls
   return $rc
 }
 
+push_check() {  # both weight pushes into one CUDA engine, and which one AdaGRPOTrainer chose (push_check.py)
+  local size=0.5b; [ "$LOCAL" = 1 ] && size=toy
+  timeout "$(( $1 < $(remaining) ? $1 : $(remaining) ))" \
+      $PY benchmarks/gpu-kit/push_check.py --size "$size" --json "$OUT/push-check.json"
+}
+
 case "$CALL" in
+  push)
+    [ -f "$GPUKIT_DIR/installed-core" ] || { echo "run.sh: vLLM is not installed on this machine (it went cold): repeat the core calls"; exit 4; }
+    site_on
+    push_check 200
+    exit $?
+    ;;
   vllm-*)
     [ -f "$GPUKIT_DIR/installed-core" ] || { echo "run.sh: vLLM is not installed on this machine (it went cold): repeat the core calls"; exit 4; }
     site_on
@@ -144,4 +159,6 @@ if ! $PY -c "from vllm import LLM; import vllm; print('imports ok: vllm', vllm._
   fi
   exit 1
 fi
+# first: the weight push on CUDA (never run on a GPU before); the measurements get what is left of the call
+push_check 200
 measure_vllm vllm-a
