@@ -33,7 +33,7 @@ class RankEngine:
 
     args: Any  # the AdaGRPOConfig: the rounds' settings
     accelerator: Any  # this process's place: `num_processes`, `process_index`, `device`
-    generation: Any  # the colocated engine (`ReloadingVLLMGeneration`): `open_stream(prompt_ids)`
+    generation: Any  # the colocated engine (a streaming or reloading VLLMGeneration): `open_stream(prompt_ids)`
     score: Callable  # `score(inputs, prompts, completions, completion_ids)`: rewards per function, log_extra values
     decode: Callable  # `decode(prompts, prompt_ids, completion_ids)`: completions as reward functions see them
     positive_rewards: Callable  # rewards per function -> the reward that decides a positive (what the rounds read)

@@ -82,7 +82,7 @@ SEAMS: tuple[Seam, ...] = (
             "_pending_metrics",
         )
     ),
-    # The vLLM backend: built as ReloadingVLLMGeneration through the grpo_trainer module's global.
+    # The vLLM backend: built through the grpo_trainer module's global (sized for the sampler), its push chosen after load.
     Seam("trl.trainer.grpo_trainer", "VLLMGeneration", kind="attribute"),
     Seam("trl.trainer.grpo_trainer", "gather", kind="attribute"),  # made rank-local while pipelined rounds score
     Seam("trl.generation.vllm_generation", "empty_cache", kind="attribute"),
