@@ -118,9 +118,10 @@ class SamplingContext:
 @runtime_checkable
 class Sampler(Protocol):
     """An allocation rule. Built once per trainer as `Sampler(args)` (the `AdaGRPOConfig`), before the model
-    loads: check your own fields there and raise a ValueError naming the field and the fix. A built-in sampler whose
-    fields live on `AdaGRPOConfig` checks them in a static `check_fields(args)`, which the config calls at
-    construction whichever sampler is selected (a value no setting could use is a mistake).
+    loads: check your own fields there and raise a ValueError naming the field and the fix (`check_range` and
+    `check_one_of` do). A built-in sampler whose fields live on `AdaGRPOConfig` checks them in a static
+    `check_fields(args)`, which the config calls at construction whichever sampler is selected (a value no setting
+    could use is a mistake).
 
     Optional, asked of any sampler alike:
     - `draws_prompts` (bool): whether it calls `context.draw`. True: a training set that cannot be drawn from (an
@@ -145,6 +146,24 @@ def is_number(value) -> bool:
 def is_integer(value, low: int, high: float = math.inf) -> bool:
     """An int (not a bool) in [low, high]."""
     return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
+
+
+def check_one_of(args, name: str, allowed) -> None:
+    """Refuse `args.<name>` unless it is one of `allowed`: a ValueError naming the field and the values it takes."""
+    if getattr(args, name) not in allowed:
+        raise ValueError(f"{name}={getattr(args, name)!r} is not valid: use one of {list(allowed)}.")
+
+
+def check_range(args, name: str, low=-math.inf, high=math.inf, integer=False, above=False, fix="") -> None:
+    """Refuse `args.<name>` unless it is a finite number (an int with `integer`) in [low, high] ((low, high] with
+    `above`): a ValueError naming the field, the range and `fix` (why, and what to set)."""
+    value = getattr(args, name)
+    if not (is_integer(value, low, high) if integer else is_number(value) and low <= value <= high) or (
+        above and value == low
+    ):
+        bounds = f"in {'(' if above else '['}{low}, {high}]" if high < math.inf else f"{'>' if above else '>='} {low}"
+        what = "an integer" if integer else "a finite number"
+        raise ValueError(f"{name}={value!r} must be {what}{'' if low == -math.inf else ' ' + bounds}{fix}.")
 
 
 def check_advantages(advantages, source: str) -> None:
@@ -211,6 +230,8 @@ __all__ = [
     "SamplingContext",
     "Selection",
     "check_advantages",
+    "check_one_of",
+    "check_range",
     "check_selection",
     "is_integer",
     "is_number",
