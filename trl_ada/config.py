@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from trl_ada.core.advantages import BASELINES
-from trl_ada.core.sampling import CHOICES, SELECTIONS, normalize_choice
+from trl_ada.core.sampling import SELECTIONS, normalize_choice
 from trl_ada.samplers import BUILT_IN, import_path, sampler_class
+from trl_ada.samplers.protocol import check_one_of, check_range
 
 
 PAPER = {  # what TRL's model card cites for a trainer trained with these defaults
@@ -29,13 +30,6 @@ PAPER = {  # what TRL's model card cites for a trainer trained with these defaul
     ),
 }
 
-# GRPOConfig's enumerated fields (trl 1.16) that TRL reads only inside a training step, after the first generation.
-TRL_CHOICES = {
-    "loss_type": ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"),
-    "scale_rewards": ("group", "batch", "none"),  # after GRPOConfig maps True and False to 'group' and 'none'
-    "importance_sampling_level": ("token", "sequence"),
-    "multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
-}
 ADVANTAGE_ESTIMATORS = ("reinforce_ada", "grpo", "reinforce_rej", "raft", "est", "maxrl")
 
 
@@ -447,364 +441,185 @@ class AdaGRPOConfig(GRPOConfig):
         },
     )
 
+    # TRL parses these from their JSON (as on the command line) in TrainingArguments.__post_init__.
+    _VALID_DICT_FIELDS = GRPOConfig._VALID_DICT_FIELDS + ["sampler_kwargs"]
+
     def __post_init__(self):
         as_set = {name: getattr(self, name) for name in _DEFAULTS}  # as the user set them, before any is resolved
-        # TRL divides by num_generations before it checks it: a bad value would surface as a ZeroDivisionError.
-        if (
-            isinstance(self.num_generations, bool)
-            or not isinstance(self.num_generations, int)
-            or self.num_generations < 2
-        ):
-            raise ValueError(
-                f"num_generations={self.num_generations!r} must be an integer >= 2: GRPO needs at least 2 completions "
-                "per prompt for a baseline (the paper uses 4)."
-            )
-        # TRL's own checks first: they derive steps_per_generation and generation_batch_size, which ours use.
-        super().__post_init__()
-
-        for name, allowed in TRL_CHOICES.items():  # TRL reads these only once a step runs: checked here, at once
-            _check_one_of(name, getattr(self, name), allowed)
+        try:  # TRL's checks first: they derive steps_per_generation and generation_batch_size, which ours use
+            super().__post_init__()
+        except json.JSONDecodeError as error:  # TRL's JSON error does not say which field holds the bad JSON
+            bad = [f for f in self._VALID_DICT_FIELDS if isinstance(v := getattr(self, f), str) and v.startswith("{")]
+            if not bad:
+                raise
+            raise ValueError(f"{bad[0]}={getattr(self, bad[0])!r} is not JSON: {error}.") from None
+        if not isinstance(self.sampler_kwargs, dict | None):
+            raise ValueError(f"sampler_kwargs={self.sampler_kwargs!r} must be a dict (or its JSON), or None.")
         for name in _OWN_BOOLS:  # a string such as "false" would read as True in every `if`
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False (a bool, not a string).")
-        self.reinforce_ada_choice = _normalize_field_choice(self.reinforce_ada_choice)
+        self.reinforce_ada_choice = normalize_choice(str(self.reinforce_ada_choice))
+        self.round_repeat = max(8, self.num_generations) if self.round_repeat is None else self.round_repeat
         self._select_sampler()
-        for name in BUILT_IN:  # the built-in samplers' own fields, each checked by its sampler
-            check_fields = getattr(sampler_class(name), "check_fields", None)
-            if check_fields is not None:
-                check_fields(self)
-        if self.reinforce_ada_est:
-            self._check_est()
-        # The estimator's defaults: the authors' Ada-EMA for Est (docs/knobs.md says why), a flat prior otherwise.
-        est = self.reinforce_ada_est
-        for name, plain, ada_ema in (
-            ("prompt_memory_decay", 0.5, 0.9),
-            ("prompt_memory_prior_alpha", 1.0, 1.0),
-            ("prompt_memory_prior_beta", 1.0, 16.0),
+        for sampler in dict.fromkeys(map(sampler_class, BUILT_IN)):  # each built-in's own fields, selected or not
+            getattr(sampler, "check_fields", lambda args: None)(self)
+        est = self.sampler == "est"  # the authors' Ada-EMA for Est (docs/knobs.md says why), a flat prior otherwise
+        for name, default, high in (
+            ("prompt_memory_decay", 0.9 if est else 0.5, 1),
+            ("prompt_memory_prior_alpha", 1.0, math.inf),
+            ("prompt_memory_prior_beta", 16.0 if est else 1.0, math.inf),
         ):
-            if getattr(self, name) is None:
-                setattr(self, name, ada_ema if est else plain)
+            setattr(self, name, default if getattr(self, name) is None else getattr(self, name))
+            check_range(self, name, 0, high, above=True, fix=f" (default {default})")
+        check_range(self, "positive_threshold", fix=" (the reference uses 0.7 for 0/1 rewards)")
+
         if not self.global_stat_est:  # the verl name of GRPO's statistics over the kept group: mapped
-            given = "est" if est else self.advantage_estimator
+            given = "est" if self.sampler == "est" else self.advantage_estimator
             if given not in (None, "grpo", "reinforce_ada"):
                 raise ValueError(
-                    f"global_stat_est=False selects advantage_estimator='grpo' (the kept group's own statistics), "
-                    f"which conflicts with advantage_estimator={given!r}. Drop global_stat_est=False, or set "
-                    "advantage_estimator='grpo' without Est."
+                    f"global_stat_est=False selects advantage_estimator='grpo', which conflicts with advantage_estimator"
+                    f"={given!r}: drop global_stat_est=False, or set advantage_estimator='grpo' without Est."
                 )
             self.advantage_estimator = "grpo"
-        if self.advantage_estimator is None:
-            if est:
-                self.advantage_estimator = "est"
-            elif self.sampler not in BUILT_IN or self.sampler in ("knapsack", "retire_solved"):
-                self.advantage_estimator = "grpo"  # a sampler's own (Selection.advantages), else TRL's per group
-            else:
-                self.advantage_estimator = "reinforce_ada" if self.multiround_adaptive_downsampling else "grpo"
-        if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:  # a function of the user's, `module.name`
-            if "." not in str(self.advantage_estimator):
-                _check_one_of("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
-            if not callable(import_path(self.advantage_estimator, "advantage_estimator")):
-                raise ValueError(f"advantage_estimator={self.advantage_estimator!r} is not a function.")
-        if self.positive_reward_func is not None and (
-            not isinstance(self.positive_reward_func, str) or not self.positive_reward_func
+        if self.advantage_estimator is None:  # the sampler's own: Est's, the pooled one of the rounds, else TRL's
+            own = {"est": "est", "reinforce_ada": "reinforce_ada", "budget": "reinforce_ada"}
+            self.advantage_estimator = own.get(self.sampler, "grpo")
+        estimator = self.advantage_estimator
+        if estimator not in ADVANTAGE_ESTIMATORS and (
+            "." not in str(estimator) or not callable(import_path(estimator, "advantage_estimator"))
         ):
             raise ValueError(
-                f"positive_reward_func={self.positive_reward_func!r} must be the name of one reward function (as in "
-                "the trainer's reward_func_names, e.g. 'accuracy_reward'), or None."
+                f"advantage_estimator={estimator!r} is not valid: use one of {list(ADVANTAGE_ESTIMATORS)}, or an "
+                "import path 'module.function' to a function of yours (docs/samplers.md)."
+            )
+        if (estimator == "est") != self.reinforce_ada_est:
+            raise ValueError(
+                f"advantage_estimator={estimator!r} with reinforce_ada_est={self.reinforce_ada_est} (sampler="
+                f"{self.sampler!r}): only Est's allocation and the 'est' estimator fit each other. Leave it unset."
+            )
+        if estimator == "reinforce_ada" and self.sampler in ("grpo", "dapo"):
+            raise ValueError(
+                f"advantage_estimator='reinforce_ada' reads the pool that adaptive sampling draws, which sampler="
+                f"{self.sampler!r} does not: set advantage_estimator='grpo', or multiround_adaptive_downsampling=True."
+            )
+        if self.pool_std_scaling and estimator != "reinforce_ada":
+            raise ValueError(
+                "pool_std_scaling=True scales the pooled estimator's advantages (global_stat_est=True) only: "
+                "for GRPO-style scaling set scale_rewards."
             )
         if self.pool_baseline is None:  # the sum of several rewards is not centred by a share of positives
-            one_function = self.positive_reward_func not in (None, "weighted_sum")
-            self.pool_baseline = "mean_reward" if one_function else "threshold_fraction"
-        _check_one_of("pool_baseline", self.pool_baseline, BASELINES)
-        _check_one_of("pool_selection", self.pool_selection, SELECTIONS)
+            summed = self.positive_reward_func in (None, "weighted_sum")
+            self.pool_baseline = "threshold_fraction" if summed else "mean_reward"
+        check_one_of(self, "pool_baseline", BASELINES)
 
-        if not _is_number(self.positive_threshold):
-            raise ValueError(
-                f"positive_threshold={self.positive_threshold!r} must be a finite number (the reference uses 0.7 for "
-                "0/1 rewards): set positive_threshold=0.7, or a value between your reward's wrong and right scores."
-            )
-        if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds < 1:
-            raise ValueError(f"max_rounds={self.max_rounds!r} must be an integer >= 1 (the reference uses 4).")
-        if self.round_repeat is None:  # the reference's 8, or one group's worth where n is larger
-            self.round_repeat = max(8, self.num_generations)
-        # Only the rounds read round_repeat: GRPO at num_generations=16 with sampling off must not need it raised.
-        if self.sampler == "reinforce_ada" and (
-            isinstance(self.round_repeat, bool)
-            or not isinstance(self.round_repeat, int)
-            or self.round_repeat < self.num_generations
-        ):
-            raise ValueError(
-                f"round_repeat={self.round_repeat!r} must be an integer >= num_generations ({self.num_generations}): "
-                f"one round must be able to fill a group. Set round_repeat >= {self.num_generations} (the reference "
-                "uses 8 with num_generations=4)."
-            )
-
-        if (self.advantage_estimator == "est") != bool(self.reinforce_ada_est):
-            raise ValueError(
-                f"advantage_estimator={self.advantage_estimator!r} with reinforce_ada_est={self.reinforce_ada_est}: "
-                "Est's samples come in groups of unequal size, which only the 'est' estimator reads, and the 'est' "
-                "estimator needs Est's allocation. Leave advantage_estimator unset (None) to get the matching one."
-            )
-        if self.advantage_estimator == "reinforce_ada" and not self.multiround_adaptive_downsampling:
-            raise ValueError(
-                "advantage_estimator='reinforce_ada' needs multiround_adaptive_downsampling=True (it reads the "
-                "statistics of the sampled pool). Turn adaptive sampling on, or pick advantage_estimator='grpo'."
-            )
-        if self.pool_std_scaling and not (self.advantage_estimator == "reinforce_ada" and self.global_stat_est):
-            raise ValueError(
-                "pool_std_scaling=True only applies to the pooled estimator (advantage_estimator='reinforce_ada' with "
-                "global_stat_est=True). For GRPO-style std scaling use `scale_rewards`."
-            )
-
-        if (
-            isinstance(self.max_refill_batches, bool)
-            or not isinstance(self.max_refill_batches, int)
-            or (self.max_refill_batches < 0)
-        ):
-            raise ValueError(
-                f"max_refill_batches={self.max_refill_batches!r} must be an integer >= 0 (DAPO uses 10; 0 never "
-                "refills)."
-            )
-        if not _is_number(self.dynamic_sampling_tolerance) or self.dynamic_sampling_tolerance < 0:
-            raise ValueError(
-                f"dynamic_sampling_tolerance={self.dynamic_sampling_tolerance!r} must be a finite number >= 0 "
-                "(default 1e-6)."
-            )
-        if not _is_number(self.prompt_memory_decay) or not 0 < self.prompt_memory_decay <= 1:
-            raise ValueError(
-                f"prompt_memory_decay={self.prompt_memory_decay!r} must be in (0, 1]: 0.5 (the default) halves old "
-                "counts at each visit, 1.0 never forgets."
-            )
-        for name in ("prompt_memory_prior_alpha", "prompt_memory_prior_beta"):
-            value = getattr(self, name)
-            if not _is_number(value) or value <= 0:
-                raise ValueError(f"{name}={value!r} must be a finite number > 0 (1.0 with its pair: uniform prior).")
-        if self.sampling_budget is not None:
-            if not self.multiround_adaptive_downsampling:
-                raise ValueError(
-                    "sampling_budget replaces the reference rounds and needs multiround_adaptive_downsampling=True. "
-                    "Set sampling_budget=None for plain GRPO sampling."
-                )
-            if self.dynamic_sampling:
-                raise ValueError(
-                    "sampling_budget and dynamic_sampling=True cannot be combined: dynamic sampling refills after "
-                    "sampling, which a hard budget cannot pay for; the budget already skips prompts predicted to come "
-                    "back uniform. Set dynamic_sampling=False."
-                )
         if self.pipelined_speculation and not self.pipelined_rounds:
+            raise ValueError("pipelined_speculation=True needs pipelined_rounds=True: set both, or neither.")
+        engine = (self.use_vllm, self.vllm_mode, self.vllm_tensor_parallel_size)
+        if self.pipelined_rounds and engine != (True, "colocate", 1):
             raise ValueError(
-                "pipelined_speculation=True speculates within barrier-free rounds: set pipelined_rounds=True too "
-                "(vLLM colocate), or pipelined_speculation=False."
+                f"pipelined_rounds=True drives one colocated vLLM engine per process (got use_vllm={engine[0]}, "
+                f"vllm_mode={engine[1]!r}, vllm_tensor_parallel_size={engine[2]}): set use_vllm=True, "
+                "vllm_mode='colocate' and vllm_tensor_parallel_size=1, or pipelined_rounds=False."
             )
-        if self.pipelined_rounds:
-            if not self.multiround_adaptive_downsampling or self.sampling_budget is not None:
-                raise ValueError(
-                    "pipelined_rounds=True pipelines Reinforce-Ada's rounds: it needs "
-                    "multiround_adaptive_downsampling=True and sampling_budget=None (the budgeted sampler's top-ups "
-                    "are synchronous). Set pipelined_rounds=False."
-                )
-            if not self.use_vllm or self.vllm_mode != "colocate":
-                raise ValueError(
-                    f"pipelined_rounds=True drives a colocated vLLM engine request by request; got use_vllm="
-                    f"{self.use_vllm}, vllm_mode={self.vllm_mode!r}. Set use_vllm=True and vllm_mode='colocate', or "
-                    "pipelined_rounds=False (a vLLM server or transformers generation runs the synchronous rounds)."
-                )
-            if self.vllm_tensor_parallel_size != 1:
-                raise ValueError(
-                    f"pipelined_rounds=True needs vllm_tensor_parallel_size=1 (got {self.vllm_tensor_parallel_size}): "
-                    "a tensor-parallel group shares one engine across processes. Set pipelined_rounds=False."
-                )
-        if self.prompt_memory_group_column is not None:
-            if not isinstance(self.prompt_memory_group_column, str) or not self.prompt_memory_group_column:
-                raise ValueError(
-                    f"prompt_memory_group_column={self.prompt_memory_group_column!r} must be the name of a dataset "
-                    "column (a string), or None."
-                )
-            if self.rounds_sampler:
-                raise ValueError(
-                    f"prompt_memory_group_column={self.prompt_memory_group_column!r} only informs a sampler that reads "
-                    "the prompt memory (budgeted sampling's screening, Est's and the knapsack's allocation, "
-                    "SamplingContext.pass_rate_posterior): set sampler='budget' (e.g. sampling_budget=4.0 for GRPO parity), "
-                    "'est', 'knapsack' or your own, or drop it."
-                )
+        if self.prompt_memory_group_column is not None and self.sampler in ("grpo", "reinforce_ada", "dapo"):
+            raise ValueError(
+                f"prompt_memory_group_column={self.prompt_memory_group_column!r} only informs a sampler that reads "
+                "the prompt memory: set sampler='budget', 'est', 'knapsack' or your own, or drop it."
+            )
         if self.sampler != "grpo":
             if self.multi_objective_aggregation != "sum_then_normalize":
                 raise ValueError(
-                    f"multi_objective_aggregation={self.multi_objective_aggregation!r} is not supported with adaptive "
-                    "or dynamic sampling: it normalizes each reward function within the group that is trained, so a "
-                    "sample has no reward until its group is chosen, while the exit rule, the selection and the pooled "
-                    "baseline need one reward per sample as soon as it is scored. Use 'sum_then_normalize' (weight "
-                    "the reward functions with reward_weights), or turn adaptive and dynamic sampling off."
+                    f"multi_objective_aggregation={self.multi_objective_aggregation!r} normalizes each reward within "
+                    f"the trained group, so a sample has no reward until its group is chosen; sampler={self.sampler!r} "
+                    "needs one as soon as it is scored. Use 'sum_then_normalize' (weigh the functions with "
+                    "reward_weights), or sampler='grpo'."
                 )
-            # A prompt's group must sit on one rank: every rank hands TRL whole groups of num_generations rows.
             rows_per_rank = self.per_device_train_batch_size * self.steps_per_generation
-            if rows_per_rank % self.num_generations != 0:
+            if rows_per_rank % self.num_generations != 0:  # every rank hands TRL whole groups of its prompts
                 raise ValueError(
-                    f"per_device_train_batch_size * steps_per_generation = {self.per_device_train_batch_size} * "
-                    f"{self.steps_per_generation} = {rows_per_rank} rows per process is not a multiple of "
-                    f"num_generations ({self.num_generations}), so a prompt's group would straddle two processes. "
-                    f"Set per_device_train_batch_size (or steps_per_generation) so that the product is a multiple of "
-                    f"{self.num_generations}."
+                    f"per_device_train_batch_size * steps_per_generation = {rows_per_rank} rows per process is not a "
+                    f"multiple of num_generations ({self.num_generations}): a prompt's group would straddle two "
+                    "processes. Set per_device_train_batch_size (or steps_per_generation) so that it is."
                 )
         self._warn_of_ignored_fields(as_set)
 
     def _select_sampler(self) -> None:
         """One selector: `sampler` names the allocation rule; the older switches map onto it (as TRL maps old
-        values), and a switch that selects another sampler than the one named is refused, naming both."""
-        if isinstance(self.sampler_kwargs, str):
-            try:
-                self.sampler_kwargs = json.loads(self.sampler_kwargs)
-            except json.JSONDecodeError as error:
-                raise ValueError(
-                    f"sampler_kwargs={self.sampler_kwargs!r} is not JSON ({error}): write it as "
-                    "'{\"max_samples\": 32}'."
-                ) from None
-        if self.sampler_kwargs is not None and not isinstance(self.sampler_kwargs, dict):
-            raise ValueError(f"sampler_kwargs={self.sampler_kwargs!r} must be a dict (or its JSON), or None.")
-        # The older switches that select a sampler: still honoured, as TRL maps a deprecated value, with a warning.
-        old = {
-            "reinforce_ada_est=True": ("est", self.reinforce_ada_est),
+        values, with a FutureWarning), and a switch that selects another sampler than the chosen one is refused."""
+        budget = self.sampling_budget
+        switches = {  # an older switch as written: the sampler it selects, whether it is on, how to turn it off
+            "reinforce_ada_est=True": ("est", self.reinforce_ada_est, "reinforce_ada_est=False"),
+            f"sampling_budget={budget}": ("budget", budget is not None, "sampling_budget=None"),
             "multiround_adaptive_downsampling=False": (
                 "dapo" if self.dynamic_sampling else "grpo",
-                self.multiround_adaptive_downsampling is False,
-            ),
-            f"sampling_budget={self.sampling_budget} without a sampler": (
-                "budget",
-                self.sampler is None and self.sampling_budget is not None and not self.reinforce_ada_est,
+                not self.multiround_adaptive_downsampling,
+                "multiround_adaptive_downsampling=True",
             ),
         }
-        for switch, (name, on) in old.items():
-            if on:
+        on = [(written, name, off) for written, (name, flag, off) in switches.items() if flag]
+        for written, name, _ in on:
+            if self.sampler is None or name != "budget":  # sampling_budget is the budget's own setting too
                 warnings.warn(
-                    f"{switch} is deprecated and will be removed: set sampler={name!r} instead (the sampler's own "
-                    "settings stay as they are).",
+                    f"Selecting the sampler with {written} is deprecated and will be removed: set sampler={name!r} "
+                    "instead (the sampler's own settings stay as they are).",
                     FutureWarning,
-                    stacklevel=5,
+                    stacklevel=4,  # the caller of the constructor
                 )
-        selected = [
-            name
-            for name, on in (
-                ("est", self.reinforce_ada_est),
-                ("budget", self.sampling_budget is not None),
-                ("dapo", self.dynamic_sampling and not self.multiround_adaptive_downsampling),
-            )
-            if on
-        ]
-        if self.sampler is None:
-            if self.reinforce_ada_est:  # Est and the budget are refused together below, naming both
-                self.sampler = "est"
-            elif self.sampling_budget is not None:
-                self.sampler = "budget"
-            elif not self.multiround_adaptive_downsampling:
-                self.sampler = "dapo" if self.dynamic_sampling else "grpo"
-            else:
-                self.sampler = "reinforce_ada"
-            return
-        switch = {
-            "est": "reinforce_ada_est=True",
-            "budget": f"sampling_budget={self.sampling_budget}",
-            "dapo": "dynamic_sampling=True with multiround_adaptive_downsampling=False",
-        }
-        conflicts = [name for name in selected if name != self.sampler]
-        if conflicts:
-            raise ValueError(
-                f"sampler={self.sampler!r} conflicts with {switch[conflicts[0]]}, which selects sampler="
-                f"{conflicts[0]!r}. Drop {switch[conflicts[0]].split(' with')[0]}, or set sampler="
-                f"{conflicts[0]!r}."
-            )
-        sampler_class(self.sampler)  # an unknown name or an import path that does not import fails here, named
-        if self.sampler in ("reinforce_ada", "budget") and not self.multiround_adaptive_downsampling:
-            raise ValueError(
-                f"sampler={self.sampler!r} conflicts with multiround_adaptive_downsampling=False, which selects "
-                "sampler='grpo'. Drop multiround_adaptive_downsampling=False, or set sampler='grpo'."
-            )
-        if not self.rounds_sampler:  # the rounds' extensions, which another sampler would silently skip
-            for name, on in (("dynamic_sampling", self.dynamic_sampling), ("pipelined_rounds", self.pipelined_rounds)):
-                if on and not (name == "pipelined_rounds" and self.sampler == "est"):  # Est refuses it, naming why
-                    raise ValueError(
-                        f"{name}=True extends Reinforce-Ada's rounds; sampler={self.sampler!r} allocates its own "
-                        f"samples and would ignore it. Set {name}=False (a sampler of your own can draw refills with "
-                        "SamplingContext.draw)."
-                    )
-        if self.sampler == "grpo":
-            self.multiround_adaptive_downsampling = False
-            if self.dynamic_sampling:
-                raise ValueError("sampler='grpo' with dynamic_sampling=True is DAPO: set sampler='dapo'.")
-        elif self.sampler == "dapo":
-            self.multiround_adaptive_downsampling, self.dynamic_sampling = False, True
-        elif self.sampler == "reinforce_ada":
-            self.multiround_adaptive_downsampling = True
-        elif self.sampler == "budget":
-            self.multiround_adaptive_downsampling = True
-            if self.sampling_budget is None:
-                self.sampling_budget = float(self.num_generations)  # GRPO's generation: the budget at parity
-        elif self.sampler == "est":
-            self.reinforce_ada_est = True
-        elif self.sampler == "knapsack":
-            self.prompt_memory = True  # its allocation values each prompt by its remembered pass rate
-
-    @property
-    def rounds_sampler(self) -> bool:
-        """Whether the sampler is the rounds (GRPO, Reinforce-Ada, DAPO): the fields of the rounds apply."""
-        return self.sampler in ("grpo", "reinforce_ada", "dapo")
-
-    def _check_est(self) -> None:
-        """What cannot hold with Reinforce-Ada-Est (each error names the fix)."""
-        for name, other in (
-            ("sampling_budget", self.sampling_budget is not None),
-            ("dynamic_sampling", self.dynamic_sampling),
-            ("pipelined_rounds", self.pipelined_rounds),
-        ):
-            if other:
+        chosen = self.sampler or (on[0][1] if on else "reinforce_ada")
+        by = f"sampler={self.sampler!r}" if self.sampler else on[0][0] if on else ""
+        for written, name, off in on:
+            if name != chosen:
+                fix = f"sampler={name!r}" if self.sampler else on[0][2]
+                raise ValueError(f"{by} conflicts with {written}, which selects sampler={name!r}: set {off} or {fix}.")
+        cls = sampler_class(chosen)  # an unknown name or an import path that does not import fails here, named
+        for name, readers in _EXTENSIONS.items():
+            if getattr(self, name) and chosen not in readers:
+                fix = "dapo" if (name, chosen) == ("dynamic_sampling", "grpo") else "reinforce_ada"
+                how = "" if self.sampler or not on else f" (selected by {by})"
                 raise ValueError(
-                    f"reinforce_ada_est=True and {name} cannot be combined: Est allocates every prompt's samples up "
-                    "front and trains on all of them (no rounds, no refills, no skipping). Unset "
-                    f"{name}, or set reinforce_ada_est=False."
+                    f"{name}=True extends Reinforce-Ada's rounds and cannot be combined with sampler={chosen!r}{how}: "
+                    f"set {name}=False, or set sampler={fix!r}."
                 )
-        self.prompt_memory = True  # Est's estimator of p_x is the prompt memory
+        self.sampler, self.reinforce_ada_est = chosen, chosen == "est"
+        self.multiround_adaptive_downsampling = chosen not in ("grpo", "dapo")
+        self.dynamic_sampling = self.dynamic_sampling or chosen == "dapo"
+        if chosen == "budget" and self.sampling_budget is None:
+            self.sampling_budget = float(self.num_generations)  # GRPO's generation: the budget at parity
+        self.prompt_memory = self.prompt_memory or bool(getattr(cls, "uses_prompt_memory", False))
 
     def _warn_of_ignored_fields(self, as_set: dict) -> None:
         """Name the fields set away from their defaults (`as_set`: as the user set them) that the chosen sampling does
-        not read. A sampler of the user's may read any field: only the built-ins' are known."""
+        not read (a sampler of the user's may read any field: only the built-ins' are known), and `scale_rewards`
+        where the advantages are not GRPO's."""
         reads = {
             "reinforce_ada": _ROUNDS_FIELDS + (_DYNAMIC_FIELDS if self.dynamic_sampling else ()),
-            "grpo": (),
             "dapo": _DYNAMIC_FIELDS,
             "budget": _BUDGET_FIELDS + ("max_refill_batches",),
             "est": _EST_FIELDS,
-            "knapsack": (),
             "retire_solved": ("max_refill_batches",),
-        }.get(self.sampler)
-        if reads is not None:
-            known = _ROUNDS_FIELDS + _DYNAMIC_FIELDS + _BUDGET_FIELDS + _EST_FIELDS
-            ignored = [name for name in known if name not in reads]
-            if not self.reads_positives:
-                ignored.append("positive_threshold")
-            if not (self.reads_positives or self.dynamic_sampling):  # DAPO's signal: the rewards that decide one
-                ignored.append("positive_reward_func")
-            if self.advantage_estimator != "reinforce_ada":
-                ignored.append("pool_baseline")
-            for name in ignored:
-                if as_set[name] != _DEFAULTS[name]:
-                    warnings.warn(
-                        f"{name}={as_set[name]!r} has no effect with sampler={self.sampler!r} (advantage_estimator="
-                        f"{self.advantage_estimator!r}): it is ignored.",
-                        UserWarning,
-                        stacklevel=4,
-                    )  # the caller of the constructor (with the lock's transformers)
-        if self.replaces_grpo_advantages and self.scale_rewards != "group":
-            pooled = (
-                " (pool_std_scaling scales the pooled ones)" if self.advantage_estimator == "reinforce_ada" else ""
-            )
+        }.get(self.sampler, ())
+        unread = {
+            "positive_threshold": not self.reads_positives,
+            "positive_reward_func": not (self.reads_positives or self.dynamic_sampling),  # DAPO's signal reads it
+            "pool_baseline": self.advantage_estimator != "reinforce_ada",
+        }
+        for name in _ROUNDS_FIELDS + _DYNAMIC_FIELDS + _BUDGET_FIELDS + _EST_FIELDS + tuple(unread):
+            ignored = unread[name] if name in unread else name not in reads
+            if ignored and self.sampler in BUILT_IN and as_set[name] != _DEFAULTS[name]:
+                warnings.warn(
+                    f"{name}={as_set[name]!r} has no effect with sampler={self.sampler!r} (advantage_estimator="
+                    f"{self.advantage_estimator!r}): it is ignored.",
+                    UserWarning,
+                    stacklevel=4,
+                )
+        if self.advantage_estimator != "grpo" and self.scale_rewards != "group":
+            pooled = " (pool_std_scaling scales pooled ones)" if self.advantage_estimator == "reinforce_ada" else ""
             # TRL's frac_reward_zero_std takes the batch's std under 'batch' (Est's is recomputed per prompt).
-            metric = (
-                "; TRL's frac_reward_zero_std still reads the batch's std"
-                if self.scale_rewards == "batch" and not self.reinforce_ada_est
-                else ""
-            )
+            batch = self.scale_rewards == "batch" and self.sampler != "est"
             warnings.warn(
                 f"scale_rewards={self.scale_rewards!r} does not change the advantages of advantage_estimator="
-                f"{self.advantage_estimator!r}: it scales GRPO's group advantages only{pooled}{metric}.",
+                f"{self.advantage_estimator!r}: it scales GRPO's group advantages only{pooled}"
+                + ("; TRL's frac_reward_zero_std still reads the batch's std." if batch else "."),
                 UserWarning,
                 stacklevel=4,
             )
@@ -839,25 +654,8 @@ _EST_FIELDS = ("est_exponent", "est_min_samples", "est_max_samples", "est_epsilo
 _BUDGET_FIELDS = ("budget_top_up", "budget_skip_threshold", "budget_skip_decay", "budget_explore_floor")
 _ROUNDS_FIELDS = ("reinforce_ada_choice", "round_repeat", "max_rounds", "pool_selection")
 _DYNAMIC_FIELDS = ("max_refill_batches", "dynamic_sampling_tolerance")
-
-
-def _normalize_field_choice(value: str) -> str:
-    try:
-        return normalize_choice(value)
-    except (ValueError, AttributeError):
-        raise ValueError(
-            f"reinforce_ada_choice={value!r} is not valid: use one of {list(CHOICES)} ('positive-focused' is accepted "
-            "too)."
-        ) from None
-
-
-def _is_number(value) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-
-
-def _check_one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name}={value!r} is not valid: use one of {list(allowed)}.")
+# The rounds' extensions, by the samplers that read them: another sampler would ignore them.
+_EXTENSIONS = {"dynamic_sampling": ("reinforce_ada", "dapo"), "pipelined_rounds": ("reinforce_ada",)}
 
 
 def trainer_config(args, model) -> AdaGRPOConfig:

@@ -4,7 +4,7 @@ within the cap of `sampling_budget` completions per trained prompt."""
 from __future__ import annotations
 
 from trl_ada.core.budget import run_budgeted_sampling, step_budget, step_coin
-from trl_ada.samplers.protocol import SamplingContext, Selection, is_integer, is_number
+from trl_ada.samplers.protocol import SamplingContext, Selection, check_range
 
 
 class Budget:
@@ -17,23 +17,15 @@ class Budget:
     def check_fields(args) -> None:
         """`sampling_budget` and the `budget_*` fields (AdaGRPOConfig calls this at construction, whichever sampler
         is selected)."""
-        budget, n = args.sampling_budget, args.num_generations
-        if budget is not None and (not is_number(budget) or budget < n):
-            raise ValueError(
-                f"sampling_budget={budget!r} must be a number >= num_generations ({n}): every trained prompt needs "
-                f"its group of num_generations samples. Use sampling_budget={float(n)} for GRPO parity."
-            )
-        if not is_integer(args.budget_top_up, 1):
-            raise ValueError(f"budget_top_up={args.budget_top_up!r} must be an integer >= 1 (default 2).")
-        if not is_number(args.budget_skip_threshold) or not 0 <= args.budget_skip_threshold <= 1:
-            raise ValueError(f"budget_skip_threshold={args.budget_skip_threshold!r} must be in [0, 1] (default 0.5).")
-        if not is_number(args.budget_skip_decay) or not 0 < args.budget_skip_decay <= 1:
-            raise ValueError(f"budget_skip_decay={args.budget_skip_decay!r} must be in (0, 1] (default 0.9).")
-        if not is_number(args.budget_explore_floor) or not 0 < args.budget_explore_floor <= 1:
-            raise ValueError(
-                f"budget_explore_floor={args.budget_explore_floor!r} must be in (0, 1] (default 0.05): a floor of "
-                "0 could starve a prompt forever."
-            )
+        n = args.num_generations
+        if args.sampling_budget is not None:
+            parity = f" (num_generations ({n}) per trained prompt): use sampling_budget={float(n)} for GRPO parity"
+            check_range(args, "sampling_budget", n, fix=parity)
+        check_range(args, "budget_top_up", 1, integer=True, fix=" (default 2)")
+        check_range(args, "budget_skip_threshold", 0, 1, fix=" (default 0.5)")
+        check_range(args, "budget_skip_decay", 0, 1, above=True, fix=" (default 0.9)")
+        starve = " (default 0.05): a floor of 0 could starve a prompt forever"
+        check_range(args, "budget_explore_floor", 0, 1, above=True, fix=starve)
 
     def sample(self, context: SamplingContext, target: int) -> Selection:
         args = self.args

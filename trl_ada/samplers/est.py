@@ -10,11 +10,12 @@ from __future__ import annotations
 from trl_ada.core.advantages import nanmean
 from trl_ada.core.est import allocate, allocation_metrics
 from trl_ada.core.sampling import PromptResult
-from trl_ada.samplers.protocol import SamplingContext, Selection, is_integer, is_number
+from trl_ada.samplers.protocol import SamplingContext, Selection, check_range
 
 
 class Est:
     draws_prompts = False  # it samples the batch's own prompts, N_x each
+    uses_prompt_memory = True  # N_x comes from each prompt's remembered pass rate
 
     def __init__(self, args):
         self.args = args
@@ -22,25 +23,16 @@ class Est:
     @staticmethod
     def check_fields(args) -> None:
         """The `est_*` fields (AdaGRPOConfig calls this at construction, whichever sampler is selected)."""
-        if not is_number(args.est_exponent) or not 0 <= args.est_exponent <= 1:
-            raise ValueError(
-                f"est_exponent={args.est_exponent!r} must be in [0, 1]: 0.5 is the paper's Est, 1.0 its implicit arm "
-                "(the exponent splits the weight 1/p between allocation and advantage)."
-            )
-        if not is_number(args.est_epsilon) or args.est_epsilon <= 0:
-            raise ValueError(f"est_epsilon={args.est_epsilon!r} must be a finite number > 0 (default 1e-6).")
         n = args.num_generations
-        if not is_integer(args.est_min_samples, 2, n):
-            raise ValueError(
-                f"est_min_samples={args.est_min_samples!r} must be an integer in [2, num_generations={n}]: one sample "
-                "has no baseline, and every prompt must be able to get it out of an average of num_generations. "
-                "Set est_min_samples=2."
-            )
-        if args.est_max_samples is not None and not is_integer(args.est_max_samples, n):
-            raise ValueError(
-                f"est_max_samples={args.est_max_samples!r} must be None (no cap) or an integer >= num_generations "
-                f"({n}): the prompts get num_generations each on average."
-            )
+        check_range(
+            args, "est_exponent", 0, 1, fix=": 0.5 is the paper's Est, 1.0 its implicit arm (no residual weight)"
+        )
+        check_range(args, "est_epsilon", 0, above=True, fix=" (default 1e-6)")
+        least = f"one sample has no baseline, and every prompt must get it out of an average of num_generations={n}"
+        check_range(args, "est_min_samples", 2, n, integer=True, fix=f": {least}. Set est_min_samples=2")
+        if args.est_max_samples is not None:  # None: no cap
+            most = ", as est_max_samples >= num_generations (the average); or None (no cap)"
+            check_range(args, "est_max_samples", n, integer=True, fix=most)
 
     def sample(self, context: SamplingContext, target: int) -> Selection:
         args, n, world = self.args, context.num_generations, context.world_size

@@ -77,6 +77,7 @@ class Knapsack:
     """Knapsack RL's allocation over each rank's prompts, one round, every sample kept."""
 
     draws_prompts = False  # it allocates over the batch's own prompts
+    uses_prompt_memory = True  # it values each prompt by its remembered pass rate
 
     def __init__(self, args, min_samples: int = 2, max_samples: int | None = None):
         n = args.num_generations

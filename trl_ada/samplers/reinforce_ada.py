@@ -9,8 +9,8 @@ with the same results as the synchronous rounds.
 from __future__ import annotations
 
 from trl_ada.core.dynamic import fill_with_signal
-from trl_ada.core.sampling import PromptResult, run_adaptive_sampling
-from trl_ada.samplers.protocol import SamplingContext, Selection
+from trl_ada.core.sampling import SELECTIONS, PromptResult, run_adaptive_sampling
+from trl_ada.samplers.protocol import SamplingContext, Selection, check_one_of, check_range
 
 
 class Rounds:
@@ -25,6 +25,18 @@ class Rounds:
         self.max_samples_per_prompt = (
             args.round_repeat if args.multiround_adaptive_downsampling else args.num_generations
         )
+
+    @staticmethod
+    def check_fields(args) -> None:
+        """The rounds' fields and DAPO's (AdaGRPOConfig calls this at construction, whichever sampler is selected)."""
+        check_range(args, "max_rounds", 1, integer=True, fix=" (the reference uses 4)")
+        check_one_of(args, "pool_selection", SELECTIONS)
+        check_range(args, "max_refill_batches", 0, integer=True, fix=" (DAPO uses 10; 0 never refills)")
+        check_range(args, "dynamic_sampling_tolerance", 0, fix=" (default 1e-6)")
+        if args.sampler == "reinforce_ada":  # only the rounds read it: GRPO at num_generations=16 need not raise it
+            n = args.num_generations
+            fill = f": a round must fill a group of num_generations ({n}). Set round_repeat >= {n} (reference: 8)"
+            check_range(args, "round_repeat", n, integer=True, fix=fill)
 
     def sample(self, context: SamplingContext, target: int) -> Selection:
         args = self.args
