@@ -12,7 +12,7 @@ from trl import GRPOConfig
 
 from trl_ada.core.advantages import BASELINES
 from trl_ada.core.sampling import SELECTIONS, normalize_choice
-from trl_ada.samplers import BUILT_IN, import_path, sampler_class
+from trl_ada.samplers import BUILT_IN, import_path, sampler_class, sampler_name
 from trl_ada.samplers.protocol import check_one_of, check_range
 
 
@@ -167,7 +167,8 @@ class AdaGRPOConfig(GRPOConfig):
             "'dapo' (GRPO with DAPO's dynamic sampling), 'budget' (budgeted sampling, sampling_budget completions per "
             "trained prompt), 'est' (Reinforce-Ada-Est), 'knapsack' (Knapsack RL's allocation), 'retire_solved' "
             "(ScaleRL's No-Positive-Resampling: GRPO, a prompt a visit shows solved retired for good), or an import "
-            "path 'module.Class' to your own sampler (trl_ada.samplers.protocol; importable from the current folder). None "
+            "path 'module.Class' to your own sampler (trl_ada.samplers.protocol; importable from the current folder), or from "
+            "Python the class itself or an instance of it. None "
             "(the default) is 'reinforce_ada', or what an older switch selects, with a FutureWarning (they will be "
             "removed): reinforce_ada_est=True is 'est', sampling_budget set is 'budget', "
             "multiround_adaptive_downsampling=False is 'grpo' (or 'dapo' with dynamic_sampling=True)."
@@ -483,7 +484,7 @@ class AdaGRPOConfig(GRPOConfig):
             self.advantage_estimator = "grpo"
         if self.advantage_estimator is None:  # the sampler's own: Est's, the pooled one of the rounds, else TRL's
             own = {"est": "est", "reinforce_ada": "reinforce_ada", "budget": "reinforce_ada"}
-            self.advantage_estimator = own.get(self.sampler, "grpo")
+            self.advantage_estimator = own.get(self.sampler_name, "grpo")
         estimator = self.advantage_estimator
         if estimator not in ADVANTAGE_ESTIMATORS and (
             "." not in str(estimator) or not callable(import_path(estimator, "advantage_estimator"))
@@ -565,7 +566,7 @@ class AdaGRPOConfig(GRPOConfig):
                     FutureWarning,
                     stacklevel=4,  # the caller of the constructor
                 )
-        chosen = self.sampler or (on[0][1] if on else "reinforce_ada")
+        chosen = self.sampler if self.sampler is not None else on[0][1] if on else "reinforce_ada"
         by = f"sampler={self.sampler!r}" if self.sampler else on[0][0] if on else ""
         for written, name, off in on:
             if name != chosen:
@@ -597,7 +598,7 @@ class AdaGRPOConfig(GRPOConfig):
             "budget": _BUDGET_FIELDS + ("max_refill_batches",),
             "est": _EST_FIELDS,
             "retire_solved": ("max_refill_batches",),
-        }.get(self.sampler, ())
+        }.get(self.sampler_name, ())
         unread = {
             "positive_threshold": not self.reads_positives,
             "positive_reward_func": not (self.reads_positives or self.dynamic_sampling),  # DAPO's signal reads it
@@ -605,7 +606,7 @@ class AdaGRPOConfig(GRPOConfig):
         }
         for name in _ROUNDS_FIELDS + _DYNAMIC_FIELDS + _BUDGET_FIELDS + _EST_FIELDS + tuple(unread):
             ignored = unread[name] if name in unread else name not in reads
-            if ignored and self.sampler in BUILT_IN and as_set[name] != _DEFAULTS[name]:
+            if ignored and self.sampler_name in BUILT_IN and as_set[name] != _DEFAULTS[name]:
                 warnings.warn(
                     f"{name}={as_set[name]!r} has no effect with sampler={self.sampler!r} (advantage_estimator="
                     f"{self.advantage_estimator!r}): it is ignored.",
@@ -635,10 +636,24 @@ class AdaGRPOConfig(GRPOConfig):
         """Whether anything decides with "reward > positive_threshold": the rounds' exit rule and selection, the
         budget's top-ups, the prompt memory (Est's and the knapsack's allocation), the share-of-positives baseline."""
         return (
-            self.sampler in ("reinforce_ada", "budget", "est", "knapsack", "retire_solved")
+            self.sampler_name in ("reinforce_ada", "budget", "est", "knapsack", "retire_solved")
             or self.prompt_memory
             or (self.advantage_estimator == "reinforce_ada" and self.pool_baseline == "threshold_fraction")
         )
+
+    @property
+    def sampler_name(self) -> str:
+        """`sampler` as text: a class or instance given from Python by its class's import path."""
+        return sampler_name(self.sampler)
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "sampler": self.sampler_name}  # logs and model cards take text
+
+    def __getstate__(self) -> dict:
+        # Checkpoints pickle the config (training_args.bin): a sampler object is saved by its name, so that one
+        # holding what pickle cannot take (a lock, an open file) still checkpoints; its state goes through its own
+        # state_dict into ada_sampler_state.json.
+        return {**self.__dict__, "sampler": self.sampler_name}
 
     @property
     def sampling_active(self) -> bool:

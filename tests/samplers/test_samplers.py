@@ -467,6 +467,49 @@ def test_a_users_sampler_with_state_resumes_into_the_uninterrupted_runs_decision
         assert [h[key] for h in tails[0]] == [h[key] for h in tails[1]], key
 
 
+def notebook_class():
+    """`Alternating` as a notebook defines it: a class of a module no import can find."""
+    namespace = {"__name__": "a_notebook_cell"}
+    exec(STATEFUL_SAMPLER, namespace)
+    return namespace["Alternating"]
+
+
+@pytest.mark.parametrize("form", ["class", "instance"])
+def test_a_sampler_passed_as_an_object_trains_checkpoints_and_resumes(form, tiny_model, tmp_path):
+    """From Python the sampler is the class itself or an instance, as TRL takes reward functions: no import path.
+    It decides every batch, the config saves and logs its name, and its state resumes."""
+    Alternating = notebook_class()
+    dataset = pass_rate_dataset([0.5, 0.25], repeat=8)
+
+    def run(folder, **kwargs):
+        probe = tiny_args(folder, max_steps=3, sampler="grpo")  # the config an instance is built from
+        sampler = Alternating if form == "class" else Alternating(probe)
+        args = tiny_args(folder, max_steps=3, sampler=sampler, **kwargs)
+        return recording_trainer(tiny_model, dataset, args), sampler
+
+    uninterrupted, sampler = run(tmp_path / "a", save_strategy="steps", save_steps=1)
+    assert uninterrupted.args.advantage_estimator == "grpo" and uninterrupted.args.sampling_active
+    uninterrupted.train()
+    if form == "instance":
+        assert uninterrupted._sampler is sampler and sampler.batches == 3  # the very object, not a copy
+    logs = [h for h in uninterrupted.state.log_history if "loss" in h]
+    assert [h["sampling/alternating/half"] for h in logs] == [0.0, 4.0, 0.0]
+    checkpoint = tmp_path / "a" / "out" / "checkpoint-1"
+    saved = torch.load(checkpoint / "training_args.bin", weights_only=False)  # pickled: the sampler by its name
+    assert saved.sampler == "a_notebook_cell.Alternating" == json.loads(uninterrupted.args.to_json_string())["sampler"]
+    resumed, _ = run(tmp_path / "b")
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    tail = [h for h in resumed.state.log_history if "loss" in h][-2:]
+    assert [h["sampling/alternating/half"] for h in tail] == [4.0, 0.0]  # its state came back from the checkpoint
+    with pytest.raises(ValueError, match="sampler_kwargs=.* with a sampler instance .*a_notebook_cell.Alternating"):
+        AdaGRPOTrainer(
+            model=tiny_model,
+            reward_funcs=make_recording_reward(),
+            train_dataset=dataset,
+            args=tiny_args(tmp_path / "c", sampler=Alternating(None), sampler_kwargs={"x": 1}),
+        )
+
+
 def test_a_sampler_that_draws_on_a_stream_is_refused_before_the_model_loads(tmp_path, monkeypatch):
     from datasets import IterableDataset
 

@@ -1,7 +1,8 @@
 """Samplers: allocation rules written on one narrow protocol (`trl_ada.samplers.protocol`).
 
-`AdaGRPOConfig(sampler=...)` selects one by its built-in name (`BUILT_IN`) or by an import path `module.Class`
-(importable from the current folder, as reward functions are); `load_sampler` builds it. docs/samplers.md: write
+`AdaGRPOConfig(sampler=...)` selects one by its built-in name (`BUILT_IN`), by an import path `module.Class`
+(importable from the current folder, as reward functions are), or, from Python, by the class itself or an instance of
+it (a notebook's class needs no module); `load_sampler` builds it. docs/samplers.md: write
 your own.
 """
 
@@ -54,9 +55,22 @@ def field_stem(field: str) -> str:
     return "my_module" if field in ("sampler", "advantage_estimator") else "my_task"
 
 
-def sampler_class(name: str) -> type:
-    """The class a `sampler` value names: a built-in name or `module.Class`. Raises a ValueError naming the fix."""
-    if name in BUILT_IN:
+def sampler_name(value) -> str | None:
+    """A `sampler` value as text: a name as written, a class or an instance by its class's import path (what logs,
+    messages and the saved config show)."""
+    if value is None or isinstance(value, str):
+        return value
+    cls = value if isinstance(value, type) else type(value)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def sampler_class(name) -> type:
+    """The class a `sampler` value names: a built-in name, `module.Class`, or the class (or an instance of it) given
+    from Python, as TRL takes reward functions. Raises a ValueError naming the fix."""
+    if not isinstance(name, str):
+        found = name if isinstance(name, type) else type(name)
+        name = sampler_name(name)
+    elif name in BUILT_IN:
         found = getattr(importlib.import_module(BUILT_IN[name][0]), BUILT_IN[name][1])
     elif "." in name:
         found = import_path(name, "sampler")
@@ -71,8 +85,16 @@ def sampler_class(name: str) -> type:
 
 
 def load_sampler(args) -> Sampler:
-    """Build the sampler `args.sampler` names, with `args.sampler_kwargs`."""
+    """The sampler `args.sampler` gives: an instance as it is, else its class built as `Sampler(args,
+    **args.sampler_kwargs)`."""
     cls, kwargs = sampler_class(args.sampler), dict(args.sampler_kwargs or {})
+    if not isinstance(args.sampler, (str, type)):  # an instance, built by the user
+        if kwargs:
+            raise ValueError(
+                f"sampler_kwargs={kwargs!r} with a sampler instance ({sampler_name(args.sampler)}): an instance is "
+                "used as it is. Pass its settings to its constructor, or pass the class with sampler_kwargs."
+            )
+        return args.sampler
     try:
         inspect.signature(cls).bind(args, **kwargs)
     except TypeError as error:
@@ -98,4 +120,5 @@ __all__ = [
     "import_path",
     "load_sampler",
     "sampler_class",
+    "sampler_name",
 ]

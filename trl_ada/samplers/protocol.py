@@ -36,7 +36,8 @@ A minimal sampler (one round of `num_generations` per prompt, every sample kept:
             return Selection(results=results, chosen=prompts)
 
 Select it with `AdaGRPOConfig(sampler="my_module.OneRound")` (importable from the current folder, as reward
-functions are). docs/samplers.md has the rest, and the built-in samplers in this package are written on this
+functions are), or from Python with the class itself, `sampler=OneRound`, or an instance (a notebook's class needs no
+module). docs/samplers.md has the rest, and the built-in samplers in this package are written on this
 protocol only.
 """
 
@@ -124,8 +125,9 @@ class Sampler(Protocol):
     could use is a mistake).
 
     Optional, asked of any sampler alike:
-    - `draws_prompts` (bool): whether it calls `context.draw`. True: a training set that cannot be drawn from (an
-      IterableDataset, environment-owned data) is refused when the trainer is built; False: no refill stream is kept.
+    - `draws_prompts` (bool): whether it calls `context.draw`. True: an IterableDataset (it cannot be drawn from
+      by index) is refused when the trainer is built; environment-owned data is drawn as TRL's placeholder rows,
+      each a fresh environment `reset()`. False: no refill stream is kept.
       Absent: a stream wherever the training set can be drawn from.
     - `max_samples_per_prompt` (int): the most samples one `context.sample` call asks per prompt of the batch, on
       average (its total over `target`). The vLLM engine is sized to hold such a call in one wave. Absent:
