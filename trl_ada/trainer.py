@@ -49,9 +49,7 @@ from trl_ada.integration.resume import (
     check_resume,
     export_memory,
     load_generation_buffer,
-    load_sampler_state,
     save_generation_buffer,
-    save_sampler_state,
 )
 from trl_ada.integration.rollouts import (
     Sample,
@@ -107,7 +105,6 @@ class AdaGRPOTrainer(GRPOTrainer):
     _step_sampling: StepSampling | None = None
     _rollout_capture: list | tuple | None = None  # inside a round: where `_generate` leaves the round's output
     generation_count: GenerationCount | None = None  # what training generated so far
-    _positive_index: int | None = None  # the reward function that decides a positive (None: the weighted sum)
 
     _tag_names = ["trl", "grpo", "reinforce-ada"]
     _name = "AdaGRPO"
@@ -121,8 +118,6 @@ class AdaGRPOTrainer(GRPOTrainer):
         draws = getattr(self._sampler, "draws_prompts", None)
         check_trainer_arguments(args, given.arguments, draws)  # before the model loads
         own_rewards = reward_names(reward_funcs)
-        if not given.arguments.get("environment_factory"):  # an environment's reward is named inside TRL's __init__
-            positive_reward_index(args, own_rewards)
         with vllm_generation_for(args, self._sampler):
             super().__init__(model, reward_funcs, args, *pos, **kwargs)
         self.reward_funcs = [checked_reward(f, name) for f, name in zip(self.reward_funcs, self.reward_func_names)]
@@ -137,8 +132,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         # What sampling carries from step to step (and every checkpoint): the memory, group prior, refill stream
         self.sampling_state = SamplingState.for_settings(args, self.train_dataset, self.shuffle_dataset, draws)
         self.prompt_memory, self.group_prior = self.sampling_state.memory, self.sampling_state.group_prior
-        # Refilled rows pass the column filter the dataloader's rows pass (`remove_unused_columns`, the Trainer's own
-        # collator wrapper): a reward function gets the same keyword arguments for a refilled row as for any other.
+        # Refilled rows pass the dataloader's column filter (`remove_unused_columns`): the same reward arguments
         self._as_dataloader_rows = self._get_collator_with_removed_columns(lambda rows: rows, description="training")
         self.generation_count = GenerationCount()
         self.rollout_func = counting_rollout_func(self.rollout_func, self.generation_count, self._counting_generation)
@@ -167,7 +161,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             merge_round_metrics(self._metrics["train"], metrics_before, step.rollout_sizes)
             merge_logged_metrics(self._pending_metrics, self._logged_metric_rows)
             local = step.chosen[rank * (target // world) : (rank + 1) * (target // world)]
-            step.local_samples = self._collect_selected(step, local)
+            step.local_samples = collect_selected(step, local, self._pending_extra_logs)  # all this rank logs of them
             # One row per kept sample: num_generations per prompt, except under Est (N_x per prompt).
             rows = [dict(step.rows[p]) for p in local for _ in step.results[p].selected]
             output = super()._generate_and_score_completions(rows, *args, **kwargs)
@@ -220,19 +214,16 @@ class AdaGRPOTrainer(GRPOTrainer):
         return positive_rewards(rewards_per_func, self.reward_weights, self._positive_index)
 
     def _tokenize(self, rows: list[dict[str, Any]]) -> list[list[int]]:
-        """The rows' prompts as TRL tokenizes them, text only (memory keys, pipelining): before any environment
-        observation, image placeholders left out (the memory key hashes the images themselves, `row_key`)."""
+        """The rows' prompts as TRL tokenizes them, text only, before any environment observation (memory keys)."""
         if self.environment_factories is not None:  # TRL renders each row with its own environment's tools
             self._batch_environments = environment_names(rows, self.environment_factories, self._multi_environment)
         prompt_ids, _, _ = self._tokenize_prompts([text_only(row.get("prompt", _EMPTY_PROMPT)) for row in rows])
         return [list(ids) for ids in prompt_ids]
 
     def _rollout(self, rows: list[dict[str, Any]]) -> tuple[list[Sample], torch.Tensor]:
-        """One sample per row through GRPOTrainer's own rollout path; returns the samples and every rank's rewards.
-
-        TRL prepares each row (its environment reset with it, its tools, its images) and calls `_generate`, which
-        keeps the output and stops TRL there, before the forward passes only kept samples need. The samples are
-        scored here, while this round's environments still hold the state environment-owned rewards read."""
+        """One sample per row through GRPOTrainer's own rollout path (each row's environment reset, tools, images):
+        `_generate` keeps the output and stops TRL before the forward passes. Scored here, while this round's
+        environments still hold the state their rewards read. Returns the samples and every rank's rewards."""
         self._rollout_capture = []
         try:
             super()._generate_and_score_completions([dict(row) for row in rows])
@@ -247,9 +238,6 @@ class AdaGRPOTrainer(GRPOTrainer):
         """Every reward function's reward for each sample, and the log_extra values they wrote for it."""
         rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids)
         return rewards_per_func, take_extra_logs(self._pending_extra_logs, len(prompts), self._warned)
-
-    def _collect_selected(self, state: StepSampling, local: list[int]) -> list[Sample]:
-        return collect_selected(state, local, self._pending_extra_logs)  # this rank's kept samples, all it logs
 
     # --- Seam 2: generation: a round keeps TRL's output; for the training batch TRL gets the kept samples ---------
 
@@ -283,8 +271,7 @@ class AdaGRPOTrainer(GRPOTrainer):
     # --- Seam 3: rewards and advantages -------------------------------------------------------------------------
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids, *args, **kwargs):
-        step = self._step_sampling
-        rewards_per_func = None if step is None else step.selected_rewards_per_func  # scored in the rounds: not twice
+        rewards_per_func = getattr(self._step_sampling, "selected_rewards_per_func", None)  # scored in the rounds
         if rewards_per_func is None:
             self._reward_call_rows = len(prompts)
             rewards_per_func = super()._calculate_rewards(
@@ -309,8 +296,7 @@ class AdaGRPOTrainer(GRPOTrainer):
     # --- Logs and the checkpoint (which carries the sampling state) ------------------------------------------------
 
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
-        # The generated totals are cumulative: added to every training log as they stand, not averaged over the
-        # logging window with TRL's per-step metrics (and present whichever sampling path made the step's samples).
+        # The cost totals are cumulative: logged as they stand, not averaged over the window as TRL's metrics are
         if self.generation_count is not None and self.model.training:
             logs.update(self.generation_count.metrics())  # in place, as TRL adds its own metrics
         super().log(logs, *args, **kwargs)
@@ -323,16 +309,14 @@ class AdaGRPOTrainer(GRPOTrainer):
         folder = os.path.join(self._get_output_dir(trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         save_generation_buffer(folder, self.accelerator.process_index, self._step, self._buffered_inputs, self.args)
         if self.args.should_save:
-            self.sampling_state.save(folder, self.generation_count, self.args.sampling_active)
-            save_sampler_state(folder, self._sampler)
+            self.sampling_state.save(folder, self.generation_count, self.args.sampling_active, self._sampler)
         super()._save_checkpoint(model, trial, *args, **kwargs)
 
     def _load_optimizer_and_scheduler(self, checkpoint, *args, **kwargs):
         # TRL restores its own extra state (the adaptive entropy controller) here too: called once, on resume.
         super()._load_optimizer_and_scheduler(checkpoint, *args, **kwargs)
         if checkpoint is not None:
-            self.sampling_state.load(checkpoint, self.generation_count, logger.warning)
-            load_sampler_state(checkpoint, self._sampler, logger.warning)
+            self.sampling_state.load(checkpoint, self.generation_count, logger.warning, self._sampler)
             buffer = load_generation_buffer(checkpoint, self.accelerator.process_index, self.accelerator.device)
             if buffer is not None:  # inside a generation batch: train on its rest, as the uninterrupted run
                 self._step, self._buffered_inputs = buffer

@@ -279,19 +279,21 @@ class SamplingState:
         refill = PromptStream(len(train_dataset), args.seed, shuffle=shuffle) if refills else None
         return cls(memory, group_prior, refill, settings=sampling_settings(args))
 
-    def save(self, folder: str, generation_count, sampling_active: bool) -> None:
+    def save(self, folder: str, generation_count, sampling_active: bool, sampler=None) -> None:
         """Write into the checkpoint folder TRL writes next: the generated totals always (a GRPO run's cost continues
-        as well), the sampling state when sampling is on."""
+        as well), the sampler's own state where it keeps one, the sampling state when sampling is on."""
         os.makedirs(folder, exist_ok=True)
         save_generation_count(folder, generation_count)
+        save_sampler_state(folder, sampler)
         if sampling_active:
             save_sampling_state(
                 folder, self.prompts_drawn, self.refill, self.group_prior, self.memory, settings=self.settings
             )
 
-    def load(self, checkpoint: str, generation_count, warn) -> None:
+    def load(self, checkpoint: str, generation_count, warn, sampler=None) -> None:
         """Restore what `save` wrote, resuming from `checkpoint`; `warn` says which sampling settings differ from the
         ones the checkpoint recorded (the run goes on with the new ones)."""
+        load_sampler_state(checkpoint, sampler, warn)
         path = os.path.join(checkpoint, SAMPLING_STATE_FILE)
         if os.path.exists(path):
             saved = read_checkpoint_json(path, checkpoint).get("settings", {})

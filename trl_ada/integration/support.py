@@ -42,14 +42,17 @@ SIGNATURE_COLUMNS = ("prompt", "image", "images")
 
 
 def check_trainer_arguments(args, arguments: dict, draws: bool | None = None) -> None:
-    """Raise a ValueError naming the argument and the fix for a combination sampling cannot run, or a training set
-    without the prompt column GRPOTrainer reads. `draws`: the sampler's `draws_prompts` (None: it does not say)."""
+    """Raise a ValueError naming the argument and the fix for a combination sampling cannot run, a training set
+    without the prompt column GRPOTrainer reads, or rewards that cannot decide a positive (an environment's reward is
+    named inside TRL's constructor: checked after it). `draws`: the sampler's `draws_prompts` (None: not said)."""
     dataset = arguments.get("train_dataset")
     environments = arguments.get("environment_factory")
     check_prompt_column(dataset, environments)
     check_sampling_arguments(args, arguments, draws)
     if not environments and not arguments.get("rollout_func"):  # both add keyword arguments of their own
         check_reward_columns(arguments.get("reward_funcs"), dataset, getattr(args, "remove_unused_columns", False))
+    if not environments:
+        positive_reward_index(args, reward_names(arguments.get("reward_funcs")))
 
 
 def check_sampling_arguments(args, arguments: dict, draws: bool | None = None) -> None:
