@@ -318,3 +318,47 @@ def test_colocated_engine_runs_the_tool_loop_inside_the_rounds(tmp_path):
         assert (logps[tool_results] == 0).all() and (logps[output["completion_mask"].bool() & ~tool_results] < 0).any()
     del trainer
     gc.collect()
+
+
+def prompt_logps_of(llm, token_ids):
+    """vLLM's log-prob of each token of `token_ids` after the ones before it (the engine's weights, read back)."""
+    from vllm import SamplingParams, TokensPrompt
+
+    out = llm.generate([TokensPrompt(prompt_token_ids=token_ids)], SamplingParams(max_tokens=1, prompt_logprobs=0))
+    return torch.tensor([entry[t].logprob for entry, t in zip(out[0].prompt_logprobs[1:], token_ids[1:])])
+
+
+def model_logps_of(model, token_ids):
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([token_ids])).logits[0, :-1].float()
+    return torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(token_ids[1:]).unsqueeze(1)).squeeze(1)
+
+
+def test_held_out_answers_come_from_the_colocated_engine_with_the_trained_weights(vllm_tiny_model, tmp_path):
+    """`trl-ada-compare` answers its held-out set with the run's own engine: after a step, whose optimizer update
+    the engine has not seen, it pushes the weights first, through the trainer's push, and the next step's generation
+    does not push them again."""
+    from trl_ada.cli.heldout import colocated_generate
+
+    args = tiny_args(tmp_path, per_device_train_batch_size=8, max_steps=2, learning_rate=1e-2, **COLOCATED)
+    trainer = Recorder(
+        model=vllm_tiny_model, reward_funcs=make_recording_reward(), args=args, train_dataset=pass_rate_dataset([0.5])
+    )
+    generate = colocated_generate(trainer)
+    trainer.train()
+    assert trainer.pushes == [0, 1] and trainer._last_loaded_step == 1  # the engine holds step 1's starting weights
+    probe = trainer.processing_class("the quick brown fox jumps over the lazy dog").input_ids
+    trained = model_logps_of(trainer.model, probe)
+    stale = (prompt_logps_of(trainer.vllm_generation.llm, probe) - trained).abs().mean().item()
+    prompts = [[{"role": "user", "content": "What is 2 + 3?"}], [{"role": "user", "content": "What is 4 x 5?"}]]
+    texts, ids = generate(prompts, 3, 8, 1.0, 0)
+    assert len(texts) == len(ids) == 6 and all(0 < len(answer) <= 8 for answer in ids)
+    assert trainer.pushes == [0, 1, 2] and trainer._last_loaded_step == 2  # pushed once, before answering
+    pushed = (prompt_logps_of(trainer.vllm_generation.llm, probe) - trained).abs().mean().item()
+    print(f"mean |vLLM - trained model| log-prob: {stale:.4f} before the push, {pushed:.4f} after")
+    assert pushed < AGREE < STALE < stale
+    generate(prompts, 1, 8, 0.0, 0)
+    assert trainer.pushes == [0, 1, 2]  # nothing changed since: no second push
+    assert colocated_generate(AdaGRPOTrainer.__new__(AdaGRPOTrainer)) is None  # a run without vLLM: transformers
+    del trainer
+    gc.collect()

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from trl_ada.cli.heldout import HeldOutScore, held_out_split, weights_digest
+from trl_ada.cli.heldout import HeldOutScore, colocated_generate, held_out_split, weights_digest
 from trl_ada.cli.progress import Progress
 from trl_ada.cli.records import cut_checkpoint, load_results, result_path, write_json
 from trl_ada.cli.report import ROLLOUT_SHARE, arm_cost, compare, gpu_cost, plot, print_report
@@ -209,6 +209,9 @@ def run_one(args, arm: Arm, seed: int) -> dict:
     trainer = build_trainer(
         model, reward_funcs, training_args, model_args, train, load_agents(script_args), callbacks=[progress]
     )
+    for scorer in (score, extra_score):  # the run's own colocated engine answers the held-out set, if it has one
+        if scorer is not None:
+            scorer.engine = colocated_generate(trainer)
     trainer.remove_callback(PrinterCallback)  # one line per evaluation instead (runs in parallel share a terminal)
     progress.count = trainer.generation_count  # what the trainer generated, counted on every sampling path
     trainer.train(resume_from_checkpoint=checkpoint)
@@ -235,6 +238,7 @@ def run_one(args, arm: Arm, seed: int) -> dict:
         "eval_every": args.eval_every,
         "eval_every_tokens": args.eval_every_tokens,
         # what the held-out evaluations cost (both sets, avg@k included; a continued run adds its cut part's)
+        "eval_engine": "vllm" if score.engine is not None else "transformers",
         "eval_seconds": (cut_record or {}).get("eval_seconds", 0.0)
         + score.seconds
         + (extra_score.seconds if extra_score is not None else 0.0),

@@ -111,6 +111,31 @@ def batch_progress(prefix: str, started: float):
     return report
 
 
+def colocated_generate(trainer):
+    """Held-out answers from the run's own colocated vLLM engine, or None where the run has none (transformers then
+    answers, `generate_in_batches`). The engine holds the weights of the step's start: they are pushed first where a
+    step changed them since (through the trainer's own push, so the next step's generation need not push again).
+    On a CPU this answers a held-out set several times faster than transformers' generate, which would otherwise
+    cost a run more than its training."""
+    generation = getattr(trainer, "vllm_generation", None)
+    if not getattr(trainer, "use_vllm", False) or generation is None or generation.mode != "colocate":
+        return None
+    from vllm import SamplingParams
+
+    from trl_ada.integration.vllm_backend import awake_for_rounds
+
+    def generate(prompts, k, max_new_tokens, temperature, seed):
+        sync = trainer.state.global_step != trainer._last_loaded_step
+        trainer._last_loaded_step = trainer.state.global_step
+        params = SamplingParams(n=k, temperature=temperature, top_p=1.0, max_tokens=max_new_tokens, seed=seed)
+        with awake_for_rounds(generation, sync=sync):
+            outputs = generation.llm.chat(prompts, params, use_tqdm=False)
+        answers = [answer for output in outputs for answer in output.outputs]
+        return [a.text for a in answers], [list(a.token_ids) for a in answers]
+
+    return generate
+
+
 class HeldOutScore:
     """Each held-out question's score: the recipe's weighted reward of its answers (greedy, or k samples at T=1).
 
@@ -132,6 +157,8 @@ class HeldOutScore:
         self.cache_dir = cache_dir
         # Answers per generate call: the batches, and so the sampled answers, of every score in the cache
         self.batch_size = batch_size
+        # `generate(prompts, k, max_new_tokens, temperature, seed)` in place of transformers (`colocated_generate`)
+        self.engine = None
 
     def __call__(
         self, model, k: int = 1, temperature: float = 0.0, reuse: bool = False, label: str | None = None
@@ -164,6 +191,7 @@ class HeldOutScore:
                     transformers.__version__,
                     # other batches draw other sampling noise; the default adds nothing, so cached scores stay found
                     *([self.batch_size] if self.batch_size != 64 else []),
+                    *(["vllm"] if self.engine is not None else []),  # another engine's kernels: other answers
                 ],
                 sort_keys=True,
                 default=str,
@@ -193,10 +221,15 @@ class HeldOutScore:
         if label is not None:
             kind = "greedy" if temperature == 0 else f"sampled (k={k})"
             report = batch_progress(f"[compare] {label}: held-out {kind}", start)
-        with evaluation_noise(model, self.seed):
-            texts, ids = generate_in_batches(
-                model, self.tokenizer, prompts, k, self.max_new_tokens, temperature, self.batch_size, report
-            )
+        if self.engine is not None:
+            texts, ids = self.engine(prompts, k, self.max_new_tokens, temperature, self.seed)
+            if report is not None:
+                report(len(texts), len(texts))
+        else:
+            with evaluation_noise(model, self.seed):
+                texts, ids = generate_in_batches(
+                    model, self.tokenizer, prompts, k, self.max_new_tokens, temperature, self.batch_size, report
+                )
         # No trainer_state of the run: a fresh one (step 0) at every evaluation, so that a reward that reads the step
         # scores every checkpoint alike (and the cache key holds no step).
         total = reward_samples(self.reward_funcs, self.weights, self.dataset, texts, k, completion_ids=ids)
