@@ -71,6 +71,7 @@ from trl_ada.cli.progress import Progress
 from trl_ada.cli.records import cut_checkpoint, load_results, result_path, write_json
 from trl_ada.cli.report import ROLLOUT_SHARE, arm_cost, compare, gpu_cost, plot, print_report
 from trl_ada.integration.generation_count import TOKENS_METRIC
+from trl_ada.samplers import FIELD_ARMS
 
 
 BASE_FIELDS = ("--report_to", "none", "--save_strategy", "no", "--logging_steps", "1", "--disable_tqdm", "true")
@@ -377,17 +378,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", nargs=2, metavar=("ARM", "SEED"), help=argparse.SUPPRESS)  # one run (for --jobs)
     parser.add_argument("--stop_at", type=float, default=None, help=argparse.SUPPRESS)  # the deadline, wall clock
     return parser
-
-
-# The field's cheap allocation rules, GRPO n first (the baseline): what `--field` compares a sampler of yours with.
-FIELD_ARMS = (
-    ("grpo", ("sampler=grpo",)),
-    ("balanced", ("sampler=reinforce_ada", "reinforce_ada_choice=balanced")),
-    ("dapo", ("sampler=dapo",)),
-    ("knapsack", ("sampler=knapsack",)),
-    ("retire_solved", ("sampler=retire_solved",)),
-    ("maxrl", ("sampler=grpo", "advantage_estimator=maxrl")),
-)
 
 
 def main(argv=None) -> dict:

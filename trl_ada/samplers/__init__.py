@@ -30,6 +30,18 @@ BUILT_IN = {
 }
 
 
+# The field's cheap allocation rules as `trl-ada-compare --field` arms, GRPO n first (the baseline): (arm name,
+# config overrides).
+FIELD_ARMS = (
+    ("grpo", ("sampler=grpo",)),
+    ("balanced", ("sampler=reinforce_ada", "reinforce_ada_choice=balanced")),
+    ("dapo", ("sampler=dapo",)),
+    ("knapsack", ("sampler=knapsack",)),
+    ("retire_solved", ("sampler=retire_solved",)),
+    ("maxrl", ("sampler=grpo", "advantage_estimator=maxrl")),
+)
+
+
 def import_path(value: str, field: str):
     """The object `module.name` (or `module:name`) names: samplers, advantage functions, reward functions, tools and
     environments all load through here. The current folder is searched first, as `python -m` searches it, so that a
@@ -112,6 +124,7 @@ def load_sampler(args) -> Sampler:
 
 __all__ = [
     "BUILT_IN",
+    "FIELD_ARMS",
     "Sampler",
     "SamplingContext",
     "Selection",
