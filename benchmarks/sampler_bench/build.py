@@ -75,6 +75,11 @@ DEFAULT_KINDS = (
     "2-digit -",  # 0.02 (hard set's pilot)
 )
 SPLIT_SHARES = (("test", 3), ("validation", 1), ("train", 6))  # tenths of the key hash
+# The bench's training pool: a seeded random draw from the train split, so that it and the test split share one
+# distribution. Its size follows the budget: a run of 64k generated tokens makes about 1,000 completions (63 tokens
+# each on average at the 96-token cap), 250 visits of 4 samples, so 96 questions come back 2-3 times each (the
+# compute study's 48 came back 13-23 times and overfit); 96 is 12 steps of 8 prompts.
+POOL_SIZE = 96
 
 
 def problem_of(rng: random.Random, kind: str, suffix: str = "") -> dict:
@@ -122,6 +127,13 @@ def candidates(kinds, seed: int, exclude_keys=(), suffix: str = ""):
                     break
             else:
                 order = [k for k in order if k != kind]
+
+
+def pool_of(train: list[dict], size: int = POOL_SIZE) -> list[dict]:
+    """The training pool: `size` questions of the train split in a seeded random order (by key: the same pool
+    whatever order the screen wrote them in)."""
+    ordered = sorted(train, key=lambda r: hashlib.sha256(f"pool/{r['key']}".encode()).hexdigest())
+    return ordered[:size]
 
 
 def make_generator(args, seed: int):
@@ -175,11 +187,14 @@ def run_pilot(args) -> None:
 
 def write_outputs(results: list[dict], out_dir: str) -> dict:
     by_split = {name: [r for r in results if r["split"] == name] for name, _ in SPLIT_SHARES}
+    by_split["pool"] = pool_of(by_split["train"])
     for name, rows in by_split.items():
         with open(os.path.join(out_dir, f"{name}.jsonl"), "w") as f:
             for r in rows:
                 out = {k: r[k] for k in ("problem", "answer", "kind", "key")}
-                f.write(json.dumps({**out, "right_of_16": r["right"]}) + "\n")
+                # `prompt` as GRPOTrainer reads it (a user message, as the screen asked it): a recipe loads the file
+                chat = [{"role": "user", "content": r["problem"]}]
+                f.write(json.dumps({"prompt": chat, **out, "right_of_16": r["right"]}) + "\n")
 
     def histogram(rows):
         counts = collections.Counter(r["right"] for r in rows)
@@ -206,8 +221,14 @@ def write_outputs(results: list[dict], out_dir: str) -> dict:
         "last_number_reward, SmolLM2-135M-Instruct fp32, chat template; no early stop",
         "splits": "by sha256 of the key (operator + operands, sorted for + and x): test 30%, validation 10%, train 60%",
         "questions": len(results),
+        "pool": f"{POOL_SIZE} questions of train, the first by sha256 of 'pool/' + key (a seeded random draw)",
         "per_split": {
-            name: {"questions": len(rows), "middle_2_to_14": middle(rows), "right_of_16_histogram": histogram(rows)}
+            name: {
+                "questions": len(rows),
+                "middle_2_to_14": middle(rows),
+                "pass_rate": round(sum(r["right"] for r in rows) / (SAMPLES * len(rows)), 3) if rows else None,
+                "right_of_16_histogram": histogram(rows),
+            }
             for name, rows in by_split.items()
         },
         "right_of_16_histogram": histogram(results),
@@ -242,14 +263,14 @@ def plot(summary: dict, path: str) -> None:
     left.set_ylabel("questions")
     left.set_title("Pass rates of the screened questions, by kind", fontsize=10)
     left.legend(fontsize=7)
-    width = 0.27
+    width = 0.2
     for j, (name, s) in enumerate(summary["per_split"].items()):
         right.bar(
-            [x + (j - 1) * width for x in xs], s["right_of_16_histogram"], width, label=f"{name} ({s['questions']})"
+            [x + (j - 1.5) * width for x in xs], s["right_of_16_histogram"], width, label=f"{name} ({s['questions']})"
         )
     right.set_xticks(xs)
     right.set_xlabel("right answers of 16 (T=1.0)")
-    right.set_title("By split (disjoint up to commuted operands)", fontsize=10)
+    right.set_title("By split (disjoint up to commuted operands; the pool is drawn from train)", fontsize=10)
     right.legend(fontsize=8)
     fig.suptitle(
         f"Sampler bench task, SmolLM2-135M-Instruct: {summary['questions']} questions screened, "
