@@ -98,14 +98,16 @@ def test_recipe_parses(recipe):
         assert training_args.use_cpu and not training_args.use_vllm
         assert (training_args.epsilon, training_args.epsilon_high, training_args.beta) == (0.2, 0.28, 0.0)
         assert model_args.model_name_or_path == "runs/models/SmolLM2-135M-Instruct"
-    if "SmolLM2" in recipe and variant.startswith(("arith_", "hard_")):  # chat arithmetic, the SmolLM2 recipes' task
-        task = "hard_arithmetic" if variant.startswith("hard_") else "arithmetic"  # hard_: its hard set
-        assert script_args.dataset_name == task and script_args.reward_funcs == ["last_number_reward"]
+    if "SmolLM2" in recipe and variant.startswith(("arith_", "hard_", "bench_")):  # chat arithmetic, the CPU task
+        task = {"hard_": "hard_arithmetic", "arith_": "arithmetic", "bench_": "benchmarks/sampler_bench/pool.jsonl"}
+        assert script_args.dataset_name == task[variant[: variant.index("_") + 1]]
+        assert script_args.reward_funcs == ["last_number_reward"]
         assert not model_args.use_peft and model_args.dtype == "float32" and not training_args.bf16
         # the hard set's rate: GRPO n=4 lost held-out accuracy there at 3e-5 and climbed at 1e-5
-        rate = 1e-5 if variant.startswith("hard_") else 3e-5
+        rate = 3e-5 if variant.startswith("arith_") else 1e-5
         assert (training_args.learning_rate, training_args.lr_scheduler_type.value) == (rate, "constant")
-        assert training_args.loss_type == "dapo" and training_args.per_device_train_batch_size == 16
+        prompts = 8 if variant.startswith("bench_") else 4  # the bench: room for a rule to allocate within a batch
+        assert training_args.loss_type == "dapo" and training_args.per_device_train_batch_size == 4 * prompts
         assert (training_args.max_completion_length, training_args.temperature) == (
             96,
             1.0,
@@ -123,7 +125,7 @@ def test_recipe_parses(recipe):
     if variant.startswith("tools_"):  # the offline tool-use recipe: an environment whose tool computes the product
         assert script_args.environment_factory == "trl_ada.examples.agents:CalculatorEnv"
         assert script_args.dataset_name == "products" and model_args.model_name_or_path == "tiny-tools-warm"
-    variant = variant.removeprefix("arith_").removeprefix("tools_").removeprefix("hard_")
+    variant = variant.removeprefix("arith_").removeprefix("tools_").removeprefix("hard_").removeprefix("bench_")
     expected = {
         "grpo.yaml": (False, "grpo"),
         "ada_pos.yaml": (True, "positive_focused"),
