@@ -320,40 +320,10 @@ def _run_coroutine(coroutine):
     return asyncio.run_coroutine_threadsafe(coroutine, _ASYNC_LOOP).result()
 
 
-def avg_at_k(
-    model,
-    tokenizer,
-    dataset,
-    k=32,
-    max_new_tokens=4096,
-    temperature=1.0,
-    top_p=1.0,
-    batch_size=64,
-    use_vllm=False,
-    model_path=None,
-    reward_func=boxed_math_reward,
-    reward_weights=None,
-    trainer_state=None,
-    base_model=None,
-) -> float:
+def avg_at_k(model, tokenizer, dataset, **kwargs) -> float:
     """The mean reward of k samples per problem, over problems: the share graded right for a 0/1 reward such as the
-    default (the last \\boxed{} matches the gold answer); the other arguments as in `sample_rewards`."""
-    rewards = sample_rewards(
-        model,
-        tokenizer,
-        dataset,
-        k=k,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        batch_size=batch_size,
-        use_vllm=use_vllm,
-        model_path=model_path,
-        reward_func=reward_func,
-        reward_weights=reward_weights,
-        trainer_state=trainer_state,
-        base_model=base_model,
-    )
+    default (the last \\boxed{} matches the gold answer); the arguments and defaults are `sample_rewards`' (k=32)."""
+    rewards = sample_rewards(model, tokenizer, dataset, **kwargs)
     return sum(rewards) / len(rewards)
 
 
@@ -379,19 +349,10 @@ def held_out_accuracy(
     groups = list(dataset[group_column]) if group_column in dataset.column_names else []
     result = {}
     measures = (("greedy", 1, 0.0), ("avg@k", k, 1.0)) if k > 0 else (("greedy", 1, 0.0),)  # k=0: greedy only
+    common = dict(max_new_tokens=max_new_tokens, batch_size=batch_size, reward_func=reward_func)
+    common.update(reward_weights=reward_weights, trainer_state=trainer_state)
     for measure, samples, temperature in measures:
-        rewards = sample_rewards(
-            model,
-            tokenizer,
-            dataset,
-            k=samples,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            batch_size=batch_size,
-            reward_func=reward_func,
-            reward_weights=reward_weights,
-            trainer_state=trainer_state,
-        )
+        rewards = sample_rewards(model, tokenizer, dataset, k=samples, temperature=temperature, **common)
         per_problem = [statistics.mean(rewards[i * samples : (i + 1) * samples]) for i in range(len(dataset))]
         result[measure] = statistics.mean(per_problem)
         for group in sorted(set(groups)):
