@@ -61,7 +61,7 @@ def command(args) -> list[str]:
         "--threads",
         "1",
         "--output_dir",
-        args.output_dir,
+        os.path.join(args.output_dir, f"seed{args.seed}"),  # a run of its own: the test split may have grown since
     ]
 
 
@@ -155,7 +155,7 @@ def main() -> None:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "2"}
         subprocess.run(command(args), cwd=ROOT, env=env, check=True)
     runs = {}
-    for path in sorted(glob.glob(os.path.join(ROOT, args.output_dir, "results", "grpo-seed*.json"))):
+    for path in sorted(glob.glob(os.path.join(ROOT, args.output_dir, "seed*", "results", "grpo-seed*.json"))):
         with open(path) as f:
             record = json.load(f)
         engine = record.get("eval_engine", "transformers")  # records before the engine was recorded: transformers
