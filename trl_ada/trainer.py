@@ -161,7 +161,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             merge_round_metrics(self._metrics["train"], metrics_before, step.rollout_sizes)
             merge_logged_metrics(self._pending_metrics, self._logged_metric_rows)
             local = step.chosen[rank * (target // world) : (rank + 1) * (target // world)]
-            step.local_samples = collect_selected(step, local, self._pending_extra_logs)  # all this rank logs of them
+            step.local_samples = self._collect_selected(step, local)
             # One row per kept sample: num_generations per prompt, except under Est (N_x per prompt).
             rows = [dict(step.rows[p]) for p in local for _ in step.results[p].selected]
             output = super()._generate_and_score_completions(rows, *args, **kwargs)
@@ -238,6 +238,9 @@ class AdaGRPOTrainer(GRPOTrainer):
         """Every reward function's reward for each sample, and the log_extra values they wrote for it."""
         rewards_per_func = self._calculate_rewards(inputs, prompts, completions, completion_ids)
         return rewards_per_func, take_extra_logs(self._pending_extra_logs, len(prompts), self._warned)
+
+    def _collect_selected(self, state: StepSampling, local: list[int]) -> list[Sample]:
+        return collect_selected(state, local, self._pending_extra_logs)  # this rank's kept samples, all it logs
 
     # --- Seam 2: generation: a round keeps TRL's output; for the training batch TRL gets the kept samples ---------
 
