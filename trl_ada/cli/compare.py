@@ -21,7 +21,7 @@ its own recipe: `--arm mine path/to/recipe.yaml field=value`); the first arm is 
   (`--eval_k` samples at temperature 1) before and at the end too. Evaluation runs under fixed sampling noise and
   does not touch the run's random state, so the evaluation before training is scored once per initial model
   (`<output_dir>/eval_cache`, keyed by its weights) and read back by every run that starts from it. A run with a
-  colocated vLLM engine answers with it (its weights pushed first), several times faster on a CPU.
+  colocated vLLM engine answers with it (its weights pushed first): on the bench, 16 s an evaluation against 204 s.
 - **Every generated completion counted**, and its tokens: the trainer's own count (`trl_ada.integration.generation_count`, logged
   as `sampling/generated_completions_total` and `sampling/generated_tokens_total`), made where samples are made on
   every path: each row the generation backend returns (rounds, refills, budget top-ups, multi-process padding,
