@@ -103,8 +103,9 @@ class SamplingContext:
     own visits are `memory.visits(prompt_key(prompt))`). The memory holds the steps before this one: it takes this
     batch's samples after the sampler returns."""
     begin_batch: Callable[[], int]
-    """`begin_batch()`: call before sampling a new batch of prompts from their first round (the per-round metrics
-    count rounds from it); returns the batch's number in the step (0 first)."""
+    """`begin_batch()`: call before sampling a new batch of prompts from their first round (a refill batch too): the
+    per-round metrics count rounds from it, and it returns the batch's number in the step (0 first), from which a
+    sampler derives per-batch randomness (the rounds seed their selection with it). Optional for a one-shot rule."""
     trained_rewards: Callable[[int], list[float]]
     """`trained_rewards(prompt)`: the prompt's pool as TRL trains on it, the weighted sum of the reward functions;
     what `sample` returned unless `positive_reward_func` names one function. A sampler that computes its own
