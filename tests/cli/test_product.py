@@ -107,7 +107,7 @@ def test_recipe_parses(recipe):
         rate = 3e-5 if variant.startswith("arith_") else 1e-5
         assert (training_args.learning_rate, training_args.lr_scheduler_type.value) == (rate, "constant")
         prompts = 8 if variant.startswith("bench_") else 4  # the bench: room for a rule to allocate within a batch
-        assert training_args.loss_type == "dapo" and training_args.per_device_train_batch_size == 4 * prompts
+        assert training_args.loss_type == "dapo" and training_args.generation_batch_size == 4 * prompts
         assert (training_args.max_completion_length, training_args.temperature) == (
             96,
             1.0,
