@@ -19,10 +19,15 @@ def exit_worker() -> None:
     """End a launched worker whose results are on disk. The process group is torn down before the interpreter does
     it: left to exit, a rank once aborted after training had finished ("terminate called without an active
     exception", exit code -6) while gloo's threads were destroyed. Under load a rank can still abort there (exit -6
-    after its JSON is written), so the worker leaves without the interpreter's teardown."""
+    after its JSON is written), so the worker leaves without the interpreter's teardown. Every worker ends here, so
+    the ranks meet at a barrier first."""
     import torch.distributed
 
     if torch.distributed.is_initialized():
+        # A rank that finished first would otherwise close its sockets while the other may still be connecting
+        # (gloo: "connectFullMesh failed ... Connection closed by peer"): a rank refused right after the group
+        # formed leaves within milliseconds.
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     sys.stdout.flush()
     sys.stderr.flush()
