@@ -14,17 +14,27 @@ pytestmark = pytest.mark.slow
 WORKER = os.path.join(ROOT, "tests", "helpers", "multiprocess_worker.py")
 
 
+# The newest and oldest sets run the first two 2-process tests; the rest add the extensions' bookkeeping across
+# ranks, which depends on our code, not on the release (accelerate's gather_object aside).
+extensions_across_ranks = pytest.mark.lock_only
+
+
 def launch(tmp_path, model, mode):
     run_launch(torchrun(WORKER, model, str(tmp_path), mode), env=launch_env())
     return [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
+
+
+def ranks_agree(logs0, logs1, prefixes=("sampling/",)) -> bool:
+    """Both ranks logged the same values under `prefixes` at every step (timings aside), and logged some."""
+    keys = [k for k in logs0[0] if k.startswith(prefixes) and "seconds" not in k]
+    return bool(keys) and len(logs0) == len(logs1) and all(a[k] == b[k] for a, b in zip(logs0, logs1) for k in keys)
 
 
 def test_two_processes_agree_and_share_the_work(tiny_model, tmp_path):
     ranks = launch(tmp_path, tiny_model, "train")
     logs0, logs1 = ranks[0]["logs"], ranks[1]["logs"]
     assert len(logs0) == 2
-    keys = [k for k in logs0[0] if k.startswith("sampling/") and "seconds" not in k]
-    assert keys and all(a[k] == b[k] for a, b in zip(logs0, logs1) for k in keys)  # ranks agree
+    assert ranks_agree(logs0, logs1)
     assert ranks[0]["params"] == ranks[1]["params"]  # same weights after the updates
 
     # Hard prompts on rank 0 ran 4 rounds: both ranks took part in every round (the work was split, not idled).
@@ -60,20 +70,17 @@ def test_groups_straddling_processes_are_refused(tiny_model, tmp_path):
         assert "multiple of num_generations (4)" in rank["message"]
 
 
-@pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
-# bookkeeping across ranks, which depends on our code, not on the release (accelerate's gather_object aside)
+@extensions_across_ranks
 def test_a_sampler_deciding_differently_on_two_ranks_is_refused_on_both(tiny_model, tmp_path):
     ranks = launch(tmp_path, tiny_model, "rank_dependent")
     assert all("decided differently on different ranks" in rank["message"] for rank in ranks)
 
 
-@pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
-# bookkeeping across ranks, which depends on our code, not on the release (accelerate's gather_object aside)
+@extensions_across_ranks
 def test_two_processes_draw_the_same_refills(tiny_model, tmp_path):
     ranks = launch(tmp_path, tiny_model, "dynamic")
     logs0, logs1 = ranks[0]["logs"], ranks[1]["logs"]
-    keys = [k for k in logs0[0] if k.startswith("sampling/") and "seconds" not in k]
-    assert all(a[k] == b[k] for a, b in zip(logs0, logs1) for k in keys)  # same decisions on both ranks
+    assert ranks_agree(logs0, logs1)  # same decisions on both ranks
     assert ranks[0]["refill"] == ranks[1]["refill"] and ranks[0]["refill"]["drawn"] > 0  # the same extra prompts
     assert ranks[0]["memory"] == ranks[1]["memory"]  # the same memory on both ranks
     generated = sum(h["sampling/total_samples"] + h["sampling/padding_samples"] for h in logs0)
@@ -86,15 +93,12 @@ def test_two_processes_draw_the_same_refills(tiny_model, tmp_path):
             assert all(any(a != 0 for a in advantages[g : g + 4]) for g in (0, 4))
 
 
-@pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
-# bookkeeping across ranks, which depends on our code, not on the release (accelerate's gather_object aside)
+@extensions_across_ranks
 @pytest.mark.parametrize("sampler", ["est", "knapsack"])
 def test_two_processes_allocate_est_over_their_own_prompts(tiny_model, tmp_path, sampler):
     ranks = launch(tmp_path, tiny_model, sampler)
     logs0, logs1 = ranks[0]["logs"], ranks[1]["logs"]
-    assert len(logs0) == 4 and all(
-        a[k] == b[k] for a, b in zip(logs0, logs1) for k in a if k.startswith("sampling/") and "seconds" not in k
-    )
+    assert len(logs0) == 4 and ranks_agree(logs0, logs1)
     assert ranks[0]["memory"] == ranks[1]["memory"] and ranks[0]["params"] == ranks[1]["params"]
     assert all(h["sampling/total_samples"] == 16 and h["sampling/padding_samples"] == 0 for h in logs0)
     # Each rank generated and scored exactly its own generation batch: 8 rows a step, no sample crossed ranks.
@@ -112,8 +116,7 @@ def test_two_processes_allocate_est_over_their_own_prompts(tiny_model, tmp_path,
     assert max(h[f"sampling/{sampler}/samples_max"] for h in logs0) > 4
 
 
-@pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
-# bookkeeping across ranks, which depends on our code, not on the release (accelerate's gather_object aside)
+@extensions_across_ranks
 def test_two_processes_judge_summed_rewards_by_the_positive_reward_func(tiny_model, tmp_path):
     """open-r1's accuracy + format + tag count with positive_reward_func='accuracy_reward': on both ranks every pool
     the rounds read is each sample's correctness (NaN where the gold does not parse), and the ranks agree."""
@@ -126,19 +129,14 @@ def test_two_processes_judge_summed_rewards_by_the_positive_reward_func(tiny_mod
         for judged, accuracy in pools
     )
     logs0, logs1 = ranks[0]["logs"], ranks[1]["logs"]
-    assert all(
-        a[k] == b[k] for a, b in zip(logs0, logs1) for k in a if k.startswith("sampling/") and "seconds" not in k
-    )
+    assert ranks_agree(logs0, logs1)
 
 
-@pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
-# bookkeeping across ranks, which depends on our code, not on the release (accelerate's gather_object aside)
+@extensions_across_ranks
 def test_two_processes_retire_the_same_solved_prompts_and_skip_them(tiny_model, tmp_path):
     ranks = launch(tmp_path, tiny_model, "retire_solved")
     logs0, logs1 = ranks[0]["logs"], ranks[1]["logs"]
-    assert len(logs0) == 4 and all(
-        a[k] == b[k] for a, b in zip(logs0, logs1) for k in a if k.startswith("sampling/") and "seconds" not in k
-    )
+    assert len(logs0) == 4 and ranks_agree(logs0, logs1)
     assert ranks[0]["retired"] == ranks[1]["retired"] and ranks[0]["retired"]
     assert ranks[0]["params"] == ranks[1]["params"]
     assert sum(h["sampling/retire_solved/skipped"] for h in logs0) >= 1
@@ -147,14 +145,11 @@ def test_two_processes_retire_the_same_solved_prompts_and_skip_them(tiny_model, 
     assert len(steps) == 1
 
 
-@pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
-# bookkeeping across ranks, which depends on our code, not on the release (accelerate's gather_object aside)
+@extensions_across_ranks
 def test_two_processes_share_one_budget(tiny_model, tmp_path):
     ranks = launch(tmp_path, tiny_model, "budget")
     logs0, logs1 = ranks[0]["logs"], ranks[1]["logs"]
-    assert len(logs0) == 4 and all(
-        a[k] == b[k] for a, b in zip(logs0, logs1) for k in a if k.startswith("sampling/") and "seconds" not in k
-    )
+    assert len(logs0) == 4 and ranks_agree(logs0, logs1)
     assert ranks[0]["memory"] == ranks[1]["memory"] and ranks[0]["refill"] == ranks[1]["refill"]
     for h in logs0:  # 4 prompts per step at 5.0 each: 20 completions at most, padding included
         assert h["sampling/total_samples"] + h["sampling/padding_samples"] <= 20
@@ -164,8 +159,7 @@ def test_two_processes_share_one_budget(tiny_model, tmp_path):
     assert ranks[0]["reward_calls"] + ranks[1]["reward_calls"] == generated
 
 
-@pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
-# bookkeeping across ranks, which depends on our code, not on the release (accelerate's gather_object aside)
+@extensions_across_ranks
 @pytest.mark.parametrize("mode", ["pipelined", "pipelined_speculative"])
 def test_two_processes_pipeline_their_own_prompts(tiny_model, tmp_path, mode):
     """pipelined_rounds=True on a stand-in engine (tests/helpers/standin_engine.py) whose rank 1 finishes samples 9x slower
@@ -200,8 +194,7 @@ def test_two_processes_pipeline_their_own_prompts(tiny_model, tmp_path, mode):
         assert [(r.pool_rewards, r.selected, r.rounds, r.finished) for r in replay] == [tuple(r) for r in results]
 
 
-@pytest.mark.lock_only  # the newest and oldest sets run the first two 2-process tests; these add the extensions'
-# bookkeeping across ranks, which depends on our code, not on the release (accelerate's gather_object aside)
+@extensions_across_ranks
 def test_two_processes_run_tools_environments_rollout_func_and_images(tmp_path):
     """Tools, environments, rollout_func and images on 2 processes: every rank runs its share of each round through TRL's rollout path, the ranks agree."""
     from trl_ada.examples.tiny import build_tiny_model, build_tiny_vlm
@@ -221,8 +214,7 @@ def test_two_processes_run_tools_environments_rollout_func_and_images(tmp_path):
     ):
         logs0, logs1 = ranks[0][name]["logs"], ranks[1][name]["logs"]
         assert len(logs0) == 2, name
-        keys = [k for k in logs0[0] if k.startswith(("sampling/", "tools/", "reward")) and "seconds" not in k]
-        assert all(a[k] == b[k] for a, b in zip(logs0, logs1) for k in keys), name  # same decisions, same metrics
+        assert ranks_agree(logs0, logs1, ("sampling/", "tools/", "reward")), name  # same decisions, same metrics
         assert ranks[0][name]["params"] == ranks[1][name]["params"], name  # same weights after the updates
     tools = [rank["tools"] for rank in ranks]
     logs = tools[0]["logs"]
