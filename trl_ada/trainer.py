@@ -81,8 +81,7 @@ _EMPTY_PROMPT = [{"role": "user", "content": ""}]  # TRL's prompt for an environ
 
 
 class AdaGRPOTrainer(GRPOTrainer):
-    """
-    Drop-in replacement for TRL's `GRPOTrainer` that samples with Reinforce-Ada (arXiv:2510.04996).
+    """Drop-in replacement for TRL's `GRPOTrainer` that samples with Reinforce-Ada (arXiv:2510.04996).
 
     Takes exactly `GRPOTrainer`'s arguments; `args` must be an [`AdaGRPOConfig`]. With `sampler="grpo"` (sampling
     off) it behaves exactly like `GRPOTrainer`.
@@ -101,8 +100,7 @@ class AdaGRPOTrainer(GRPOTrainer):
     ```
     """
 
-    # None outside a sampling step (every seam is then GRPOTrainer's), also on a trainer built without __init__
-    _step_sampling: StepSampling | None = None
+    _step_sampling: StepSampling | None = None  # None outside a sampling step: every seam is then GRPOTrainer's
     _rollout_capture: list | tuple | None = None  # inside a round: where `_generate` leaves the round's output
     generation_count: GenerationCount | None = None  # what training generated so far
 
@@ -138,7 +136,6 @@ class AdaGRPOTrainer(GRPOTrainer):
         self.rollout_func = counting_rollout_func(self.rollout_func, self.generation_count, self._counting_generation)
 
     # --- Seam 1: the whole generation batch ---------------------------------------------------------------------
-
     def _generate_and_score_completions(self, inputs, *args, **kwargs):
         self._logged_metric_rows.clear()  # TRL flushes its pending log_metric values at the end of every batch
         if not self.model.training or not self.args.sampling_active:  # TRL's plain sampling (always in evaluation)
@@ -168,10 +165,8 @@ class AdaGRPOTrainer(GRPOTrainer):
             self._replace_advantages(output, results=[step.results[p] for p in step.chosen])
             advantages = self._last_advantages  # None: TRL's statistics, of which only this rank's slice is at hand
             advantages = self.accelerator.gather(output["advantages"]) if advantages is None else advantages
-            rewards = weighted_sum(self._last_rewards_per_func, self.reward_weights)
-            log_step(
-                self._metrics["train"], step, advantages, rewards, self.args, self.sampling_state, self.reward_weights
-            )
+            metrics, kept_rewards = self._metrics["train"], self._last_rewards_per_func
+            log_step(metrics, step, advantages, kept_rewards, self.args, self.sampling_state, self.reward_weights)
         finally:
             self._step_sampling = None
         return output
@@ -243,7 +238,6 @@ class AdaGRPOTrainer(GRPOTrainer):
         return collect_selected(state, local, self._pending_extra_logs)  # this rank's kept samples, all it logs
 
     # --- Seam 2: generation: a round keeps TRL's output; for the training batch TRL gets the kept samples ---------
-
     def _generate(self, prompts, *args, **kwargs):
         step = self._step_sampling
         if step is not None and step.local_samples is not None:  # TRL builds the training batch: the kept samples
@@ -272,7 +266,6 @@ class AdaGRPOTrainer(GRPOTrainer):
         return self.generation_count is not None and self.model.training  # evaluation is no training cost
 
     # --- Seam 3: rewards and advantages -------------------------------------------------------------------------
-
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids, *args, **kwargs):
         rewards_per_func = getattr(self._step_sampling, "selected_rewards_per_func", None)  # scored in the rounds
         if rewards_per_func is None:
@@ -297,7 +290,6 @@ class AdaGRPOTrainer(GRPOTrainer):
         )
 
     # --- Logs and the checkpoint (which carries the sampling state) ------------------------------------------------
-
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
         # The cost totals are cumulative: logged as they stand, not averaged over the window as TRL's metrics are
         if self.generation_count is not None and self.model.training:

@@ -232,15 +232,15 @@ def log_step(
     metrics: dict[str, list],
     step: StepSampling,
     advantages,
-    rewards,
+    rewards_per_func: torch.Tensor,
     args,
     state: SamplingState,
     reward_weights: torch.Tensor,
 ) -> None:
-    """Add the step's `sampling/*` metrics to GRPOTrainer's (`advantages`, `rewards`: of the kept samples, all ranks;
-    `reward_weights`: of the reward TRL trains on),
-    and correct its `frac_reward_zero_std` where the kept groups are not TRL's groups of num_generations."""
-    n = args.num_generations
+    """Add the step's `sampling/*` metrics to GRPOTrainer's (`advantages`, `rewards_per_func`: of the kept samples,
+    all ranks; `reward_weights`: of the reward TRL trains on), and correct its `frac_reward_zero_std` where the kept
+    groups are not TRL's groups of num_generations."""
+    rewards, n = weighted_sum(rewards_per_func, reward_weights), args.num_generations
     unequal = any(len(step.results[p].selected) != n for p in step.chosen)
     if (
         args.advantage_estimator == "est" or step.advantages is not None or unequal
