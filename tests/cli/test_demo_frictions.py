@@ -251,7 +251,7 @@ def test_the_demo_plot_legend_names_the_choice_it_ran(monkeypatch, kept_threads,
     [
         ("positive-focused", "reinforce_ada", "kept-group reward (positive_focused)"),
         ("balanced", "reinforce_ada", "kept-group reward (balanced: ~50% by construction)"),
-        ("balanced", "grpo", "reward (sampler='grpo')"),
+        ("balanced", "grpo", "kept-group reward (sampler='grpo')"),
     ],
 )
 def test_the_plot_legend_follows_the_recipe(monkeypatch, tmp_path, choice, sampler, expected):

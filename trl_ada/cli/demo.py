@@ -45,6 +45,7 @@ from trl_ada.examples.arithmetic import arithmetic_problems, synthetic_arithmeti
 from trl_ada.examples.tiny import build_tiny_model
 from trl_ada.examples.warm_start import warm_start
 from trl_ada.rewards import boxed_math_reward
+from trl_ada.samplers import describe_sampling
 from trl_ada.trainer import AdaGRPOTrainer
 
 
@@ -150,12 +151,7 @@ def _mean(values) -> float:
 
 def kept_group_label(training_args) -> str:
     """The plot's legend for the kept group's reward, naming the sampling the demo ran."""
-    if training_args.sampler != "reinforce_ada":
-        return f"reward (sampler={training_args.sampler!r})"
-    choice = training_args.reinforce_ada_choice.replace("-", "_")
-    if choice == "balanced":
-        return "kept-group reward (balanced: ~50% by construction)"
-    return f"kept-group reward ({choice})"
+    return f"kept-group reward ({describe_sampling(training_args)})"
 
 
 def plot(history: list[dict], path: str, title: str, window: int = 10, kept_label: str = "kept-group reward") -> None:

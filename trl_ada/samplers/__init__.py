@@ -76,6 +76,15 @@ def sampler_name(value) -> str | None:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def describe_sampling(args) -> str:
+    """What the kept groups are under `args`, in a few words (a plot's legend)."""
+    name = sampler_name(args.sampler)
+    if name != "reinforce_ada":
+        return f"sampler={name!r}"
+    choice = args.reinforce_ada_choice.replace("-", "_")
+    return "balanced: ~50% by construction" if choice == "balanced" else choice
+
+
 def sampler_class(name) -> type:
     """The class a `sampler` value names: a built-in name, `module.Class`, or the class (or an instance of it) given
     from Python, as TRL takes reward functions. Raises a ValueError naming the fix."""
@@ -128,6 +137,7 @@ __all__ = [
     "Sampler",
     "SamplingContext",
     "Selection",
+    "describe_sampling",
     "check_advantages",
     "check_selection",
     "import_path",
