@@ -513,15 +513,6 @@ class AdaGRPOConfig(GRPOConfig):
             self.pool_baseline = "threshold_fraction" if summed else "mean_reward"
         check_one_of(self, "pool_baseline", BASELINES)
 
-        if self.pipelined_speculation and not self.pipelined_rounds:
-            raise ValueError("pipelined_speculation=True needs pipelined_rounds=True: set both, or neither.")
-        engine = (self.use_vllm, self.vllm_mode, self.vllm_tensor_parallel_size)
-        if self.pipelined_rounds and engine != (True, "colocate", 1):
-            raise ValueError(
-                f"pipelined_rounds=True drives one colocated vLLM engine per process (got use_vllm={engine[0]}, "
-                f"vllm_mode={engine[1]!r}, vllm_tensor_parallel_size={engine[2]}): set use_vllm=True, "
-                "vllm_mode='colocate' and vllm_tensor_parallel_size=1, or pipelined_rounds=False."
-            )
         if self.prompt_memory_group_column is not None and self.sampler in ("grpo", "reinforce_ada", "dapo"):
             raise ValueError(
                 f"prompt_memory_group_column={self.prompt_memory_group_column!r} only informs a sampler that reads "

@@ -28,7 +28,8 @@ class Rounds:
 
     @staticmethod
     def check_fields(args) -> None:
-        """The rounds' fields and DAPO's (AdaGRPOConfig calls this at construction, whichever sampler is selected)."""
+        """The rounds' fields, DAPO's and the pipelined rounds' (AdaGRPOConfig calls this at construction, whichever
+        sampler is selected)."""
         check_range(args, "max_rounds", 1, integer=True, fix=" (the reference uses 4)")
         check_one_of(args, "pool_selection", SELECTIONS)
         check_range(args, "max_refill_batches", 0, integer=True, fix=" (DAPO uses 10; 0 never refills)")
@@ -37,6 +38,15 @@ class Rounds:
             n = args.num_generations
             fill = f": a round must fill a group of num_generations ({n}). Set round_repeat >= {n} (reference: 8)"
             check_range(args, "round_repeat", n, integer=True, fix=fill)
+        if args.pipelined_speculation and not args.pipelined_rounds:
+            raise ValueError("pipelined_speculation=True needs pipelined_rounds=True: set both, or neither.")
+        engine = (args.use_vllm, args.vllm_mode, args.vllm_tensor_parallel_size)
+        if args.pipelined_rounds and engine != (True, "colocate", 1):
+            raise ValueError(
+                f"pipelined_rounds=True drives one colocated vLLM engine per process (got use_vllm={engine[0]}, "
+                f"vllm_mode={engine[1]!r}, vllm_tensor_parallel_size={engine[2]}): set use_vllm=True, "
+                "vllm_mode='colocate' and vllm_tensor_parallel_size=1, or pipelined_rounds=False."
+            )
 
     def sample(self, context: SamplingContext, target: int) -> Selection:
         args = self.args
