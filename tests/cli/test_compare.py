@@ -161,6 +161,13 @@ def test_paired_difference_resamples_seeds_and_questions():
     weighted = paired.paired_difference([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]], weights=[2.0, 1.0, 1.0])
     assert weighted["mean"] == 0.5 and weighted["low"] <= 0.5 <= weighted["high"]  # the first question counts twice
     assert paired.describe(ahead).endswith("ahead") and "no difference measured" in paired.describe(level)
+    # Equivalence (two one-sided tests): a difference held tightly near 0 lies inside a margin of 0.5, not of 0.001;
+    # one held near 0.75 is outside a margin of 0.5.
+    tight = [[0.01, -0.01, 0.02, 0.0]] * 6
+    assert paired.paired_difference(tight, margin=0.5)["p_equivalent"] == 0.0
+    assert paired.paired_difference(tight, margin=0.001)["p_equivalent"] > 0.05
+    assert paired.paired_difference([[0.8, 0.7]] * 3, margin=0.5)["p_equivalent"] == 1.0
+    assert "p_equivalent" not in ahead
     curve = [{"samples": 0, "items": [0.0, 1.0]}, {"samples": 10}, {"samples": 20, "items": [1.0, 1.0]}]
     assert list(paired.interpolate_items(curve, "samples", "items", 5)) == [0.25, 1.0]
     assert paired.interpolate_items(curve, "samples", "items", 30) is None

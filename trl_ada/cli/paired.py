@@ -17,13 +17,18 @@ import numpy as np
 NO_DIFFERENCE = "no difference measured"
 
 
-def paired_difference(diffs, weights=None, replicates: int = 4000, seed: int = 0, level: float = 0.95) -> dict:
+def paired_difference(
+    diffs, weights=None, replicates: int = 4000, seed: int = 0, level: float = 0.95, margin: float | None = None
+) -> dict:
     """Mean of `diffs` (seeds x questions; each question weighted by `weights`, default equal) and its bootstrap
     interval, resampling seeds and questions.
 
     Returns {"mean", "low", "high", "p", "seeds", "questions", "verdict"}; verdict is "ahead" or "behind" when the
     interval excludes 0, else NO_DIFFERENCE; p is the two-sided bootstrap p-value (twice the share of resampled
-    means on the far side of 0, at most 1), for a multiple-comparison correction over several endpoints."""
+    means on the far side of 0, at most 1), for a multiple-comparison correction over several endpoints. With an
+    equivalence `margin` it adds "p_equivalent", the two one-sided tests' p-value that the difference lies within
+    (-margin, +margin): the larger share of resampled means at or beyond either bound (below 0.05 exactly when the
+    90% interval lies inside the margin)."""
     d = np.asarray(diffs, dtype=float)
     if d.ndim != 2 or d.size == 0:
         raise ValueError(f"paired_difference: a seeds x questions matrix, got shape {d.shape}")
@@ -43,7 +48,7 @@ def paired_difference(diffs, weights=None, replicates: int = 4000, seed: int = 0
     mean = float((d @ c).mean() / c.sum())
     verdict = "ahead" if low > 0 else "behind" if high < 0 else NO_DIFFERENCE
     p = min(1.0, 2.0 * min(float(np.mean(stats <= 0)), float(np.mean(stats >= 0))))
-    return {
+    result = {
         "mean": mean,
         "low": float(low),
         "high": float(high),
@@ -52,6 +57,9 @@ def paired_difference(diffs, weights=None, replicates: int = 4000, seed: int = 0
         "questions": questions,
         "verdict": verdict,
     }
+    if margin is not None:
+        result["p_equivalent"] = max(float(np.mean(stats >= margin)), float(np.mean(stats <= -margin)))
+    return result
 
 
 def interpolate_items(curve, axis, key, x):
