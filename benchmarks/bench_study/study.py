@@ -237,7 +237,8 @@ def pilot(results: dict[str, dict[int, dict]]) -> dict:
         for arm, by_seed in results.items()
         for seed, r in sorted(by_seed.items())
     }
-    out = {"grid": grid_points().tolist(), "runs": runs, "pairs": {}}
+    hours = {arm: sum(cpu_hours(r) for r in by_seed.values()) for arm, by_seed in results.items()}
+    out = {"grid": grid_points().tolist(), "runs": runs, "cpu_hours": hours, "pairs": {}}
     for arm in [a for a in results if a != BASELINE]:
         seeds = sorted(set(results[arm]) & set(results.get(BASELINE, {})))
         per_seed = {
