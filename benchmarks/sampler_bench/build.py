@@ -78,7 +78,9 @@ SPLIT_SHARES = (("test", 3), ("validation", 1), ("train", 6))  # tenths of the k
 # The bench's training pool: a seeded random draw from the train split, so that it and the test split share one
 # distribution. Its size follows the budget: a run of 64k generated tokens makes about 1,000 completions (63 tokens
 # each on average at the 96-token cap), 250 visits of 4 samples, so 96 questions come back 2-3 times each (the
-# compute study's 48 came back 13-23 times and overfit); 96 is 12 steps of 8 prompts.
+# compute study's 48 came back 13-23 times and overfit); 96 is 12 steps of 8 prompts. The bench study's pilot
+# measured 6-8 visits: GRPO n=4's answers shortened to 21-28 tokens on average, so 64k tokens made 2,300-3,000
+# completions.
 POOL_SIZE = 96
 
 
