@@ -286,6 +286,10 @@ def test_the_comparison_refuses_a_held_out_set_too_small_to_compare_on(tmp_path)
         compare_main([*argv, "--eval_split", "test", "--only", "grpo", "0"])
     with pytest.raises(ValueError, match=r"has 3 questions, fewer than --eval_min_examples 20.*interval"):
         compare_main([*argv, "--eval_fraction", "0.1", "--only", "grpo", "0"])
+    # The whole comparison refuses it before its first run starts: no run folder, no record.
+    with pytest.raises(ValueError, match=r"has 3 questions, fewer than --eval_min_examples 20"):
+        compare_main([*argv[:-1], str(tmp_path / "whole"), "--eval_fraction", "0.1"])
+    assert not (tmp_path / "whole" / "runs").exists() and not (tmp_path / "whole" / "results").exists()
 
 
 def upper(completions, solution, **kwargs):

@@ -122,9 +122,10 @@ def run_argv(args, arm: Arm, seed: int, run_dir: str) -> list[str]:
 
 
 def check_inputs(args, arms: list[Arm]) -> None:
-    """Everything a run would refuse, checked before the first one starts: the flags' ranges, and every arm's recipe
-    and overrides parsed as its runs will parse them (a typo in the last arm fails now, not after the first trained)."""
-    from trl_ada.cli.train import parse_recipe
+    """Everything a run would refuse, checked before the first one starts: the flags' ranges, every arm's recipe
+    and overrides parsed as its runs will parse them (a typo in the last arm fails now, not after the first trained),
+    and the held-out set every run scores on (one too small to compare on fails now, not in every run)."""
+    from trl_ada.cli.train import load_train_dataset, parse_recipe
 
     for flag in ("max_steps", "eval_every", "eval_every_tokens", "threads", "jobs"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
@@ -134,14 +135,19 @@ def check_inputs(args, arms: list[Arm]) -> None:
             f"--eval_fraction {args.eval_fraction}: must lie strictly between 0 and 1 (the share of "
             "training rows held out; default 0.1)"
         )
+    parsed = []
     for arm in arms:
         recipe = arm.recipe or args.config
         if not os.path.isfile(recipe):
             raise ValueError(f"--arm {arm.name}: its recipe {recipe!r} is not a file")
         try:
-            parse_recipe(run_argv(args, arm, args.seeds[0], os.path.join(args.output_dir, "runs", "check")))
+            parsed.append(
+                parse_recipe(run_argv(args, arm, args.seeds[0], os.path.join(args.output_dir, "runs", "check")))
+            )
         except ValueError as error:
             raise ValueError(f"--arm {arm.name} (with --set {' '.join(args.set) or '(none)'}): {error}") from None
+    for script_args, _, _ in parsed:  # the held-out set as each arm's runs will build it
+        held_out_split(args, script_args, load_train_dataset(script_args, args.task_seed))
 
 
 def run_one(args, arm: Arm, seed: int) -> dict:
