@@ -24,7 +24,6 @@ import glob
 import json
 import math
 import os
-import shlex
 import sys
 
 import numpy as np
@@ -34,6 +33,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if __name__ == "__main__":  # a study runs the package of the clone it is in (plan.md: pinned), not an installed copy
     sys.path.insert(0, REPO)
 
+from benchmarks import study_runs  # noqa: E402 (the arms and seeds registered, the runs' status, the pinned clone)
+from benchmarks.study_runs import cpu_hours  # noqa: E402
 from trl_ada.cli import paired  # noqa: E402
 from trl_ada.cli.plotting import pyplot  # noqa: E402
 
@@ -125,11 +126,6 @@ def best_by_validation(curve: list[dict]) -> np.ndarray | None:
         return None
     best = max(range(len(points)), key=lambda i: (np.mean(points[i]["extra_items"]), -i))
     return np.asarray(points[best]["items"], dtype=float)
-
-
-def cpu_hours(record: dict) -> float:
-    """A run's CPU time: one thread, training and its held-out evaluations."""
-    return (record["train_seconds"] + record.get("eval_seconds", 0.0)) / 3600 * record.get("threads", 1)
 
 
 def holm(p_values: dict[str, float], alpha: float = ALPHA) -> dict[str, float]:
@@ -307,57 +303,22 @@ def plot(results: dict[str, dict[int, dict]], report: dict | None, path: str) ->
 def command(stage: str, arms=None, seeds=None, jobs: int = 1, deadline_s=None, output_dir=None) -> list[str]:
     """The trl-ada-compare arguments of a stage, or of some of its arms and seeds; the baseline is always the first
     arm, so that compare's own report pairs against it."""
-    stage_arms, stage_seeds, stage_dir = STAGES[stage]
-    unknown = sorted(set(arms or []) - set(stage_arms)) + sorted(set(seeds or []) - set(stage_seeds))
-    if unknown:
-        raise ValueError(f"{unknown}: not registered for stage {stage!r} (arms {stage_arms}, seeds {stage_seeds})")
+    arms, seeds, stage_dir = study_runs.registered(STAGES, stage, arms, seeds)
     argv = ["--config", RECIPE, "--set", *SHARED]
-    for name in [BASELINE] + [a for a in (arms or stage_arms) if a != BASELINE]:
+    for name in [BASELINE] + [a for a in arms if a != BASELINE]:
         argv += ["--arm", name, *ARMS[name]]
     argv += ["--eval_dataset", "benchmarks/sampler_bench/test.jsonl", "--eval_examples", "1000", "--eval_k", "0"]
     argv += ["--eval_extra_dataset", "benchmarks/sampler_bench/validation.jsonl"]
-    argv += ["--seeds", *map(str, seeds or stage_seeds), "--max_steps", "400", "--max_tokens", str(BUDGET)]
+    argv += ["--seeds", *map(str, seeds), "--max_steps", "400", "--max_tokens", str(BUDGET)]
     argv += ["--eval_every_tokens", str(GRID), "--threads", "1", "--jobs", str(jobs), "--output_dir"]
     argv += [output_dir or stage_dir] + (["--deadline_s", str(deadline_s)] if deadline_s is not None else [])
     return argv
 
 
-def status(stage: str, output_dir: str | None = None) -> dict:
-    """Where a stage's runs stand and the CPU-hours its records hold. It reads no accuracy."""
-    arms, seeds, stage_dir = STAGES[stage]
-    found = records(output_dir or stage_dir)
-    table = {arm: {} for arm in arms}
-    for arm in arms:
-        for seed in seeds:
-            r = found.get(arm, {}).get(seed)
-            table[arm][seed] = (
-                "to run"
-                if r is None
-                else (
-                    f"{'cut' if r.get('cut') else 'done'} (step {r['steps']}, {r['generated_tokens']:,} tokens"
-                    f"{', resumed' if r.get('resumed_at') else ''})"
-                )
-            )
-        print(f"{arm}: " + "; ".join(f"{seed} {state}" for seed, state in table[arm].items()))
-    hours = sum(cpu_hours(r) for runs in found.values() for r in runs.values())
-    print(f"{stage}: {hours:.2f} CPU-hours in its records (cap {CPU_HOURS_CAP:.0f} for the study, pilot included)")
-    return table
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="action", required=True)
-    for action in ("run", "command"):
-        p = sub.add_parser(action)
-        p.add_argument("stage", choices=sorted(STAGES))
-        p.add_argument("--arms", nargs="+", default=None)
-        p.add_argument("--seeds", nargs="+", type=int, default=None)
-        p.add_argument("--jobs", type=int, default=1, help="runs at once, one thread each (a run holds 7-10 GiB)")
-        p.add_argument("--deadline_s", type=float, default=None, help="cut runs then, with a checkpoint to continue")
-        p.add_argument("--output_dir", default=None)
-    p = sub.add_parser("status")
-    p.add_argument("stage", choices=sorted(STAGES))
-    p.add_argument("--output_dir", default=None)
+    study_runs.add_run_actions(sub, STAGES, run_memory="7-10 GiB")
     for action in ("pilot", "analyse"):
         p = sub.add_parser(action)
         p.add_argument("folder", help="a trl-ada-compare --output_dir, or a folder of its records")
@@ -365,17 +326,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.action in ("run", "command"):
         compare_argv = command(args.stage, args.arms, args.seeds, args.jobs, args.deadline_s, args.output_dir)
-        if args.action == "command":
-            print(shlex.join(["trl-ada-compare", *compare_argv]))
-            return compare_argv
-        import trl_ada
-        from trl_ada.cli.compare import main as compare_main
-
-        if not os.path.realpath(trl_ada.__file__).startswith(os.path.realpath(REPO)) or os.getcwd() != REPO:
-            raise SystemExit(f"run the study from the root of its clone ({REPO}), so that it uses that clone's code")
-        return compare_main(compare_argv)
+        return study_runs.run_or_print(args.action, args.stage, compare_argv, REPO)
     if args.action == "status":
-        return status(args.stage, args.output_dir)
+        return study_runs.status(STAGES, args.stage, args.output_dir, cap=CPU_HOURS_CAP)
     results = records(args.folder)
     if args.action == "pilot":
         report = pilot(results)

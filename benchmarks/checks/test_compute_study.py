@@ -254,12 +254,13 @@ def test_every_registered_arm_builds_its_config_as_trl_ada_compare_would(stage, 
         assert config.use_vllm and config.vllm_mode == "colocate" and config.max_completion_length == 96
         assert config.per_device_train_batch_size == 4 * config.num_generations  # 4 prompts a step in every arm
     if stage == "confirm":
-        assert built["budget4"].sampling_budget == 4 and built["budget4"].prompt_memory
+        assert built["budget4"].sampler == "budget" and built["budget4"].sampling_budget == 4
+        assert built["budget4"].prompt_memory
         assert (
-            built["est_n8"].reinforce_ada_est
+            built["est_n8"].sampler == "est"
             and built["est_n8"].num_generations == built["grpo_n8"].num_generations == 8
         )
-        assert not built["grpo_n4"].multiround_adaptive_downsampling and not built["grpo_n8"].reinforce_ada_est
+        assert built["grpo_n4"].sampler == built["grpo_n8"].sampler == "grpo"
     with pytest.raises(ValueError, match="not registered for stage"):
         study.command(stage, seeds=[999])
 

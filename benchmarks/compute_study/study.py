@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
-import subprocess
 import sys
 
 import numpy as np
@@ -39,6 +37,7 @@ from trl_ada.cli import paired
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the study's own statistics, beside this file
 import endpoints  # noqa: E402 (windows, the plateau rule, Holm's correction)
 
+from benchmarks import study_runs  # noqa: E402 (the arms and seeds registered, the runs' status, the pinned clone)
 from trl_ada.cli.plotting import pyplot
 from trl_ada.cli.records import load_results
 from trl_ada.cli.report import compare
@@ -53,15 +52,18 @@ SHARED = [
     "vllm_enable_sleep_mode=false",
     "vllm_importance_sampling_correction=false",
 ]
+# The arms as the selector names them. The runs were made at the plan's commit with the older switches
+# (multiround_adaptive_downsampling, sampling_budget, reinforce_ada_est, dynamic_sampling), which select the same
+# samplers with the same settings; the recipes now name `sampler: grpo`, which those switches would contradict.
 ARMS = {  # name: overrides of the recipe (4 prompts a step throughout: per_device_train_batch_size = 4 x n)
     "grpo_n4": [],
-    "budget4": ["multiround_adaptive_downsampling=true", "sampling_budget=4", "prompt_memory=true"],
+    "budget4": ["sampler=budget", "sampling_budget=4", "prompt_memory=true"],
     "grpo_n8": ["num_generations=8", "per_device_train_batch_size=32"],
-    "est_n8": ["reinforce_ada_est=true", "num_generations=8", "per_device_train_batch_size=32"],
-    "dapo": ["dynamic_sampling=true"],
-    "balanced": ["multiround_adaptive_downsampling=true", "reinforce_ada_choice=balanced"],
-    "est_n4": ["reinforce_ada_est=true"],
-    "positive_focused": ["multiround_adaptive_downsampling=true", "reinforce_ada_choice=positive_focused"],
+    "est_n8": ["sampler=est", "num_generations=8", "per_device_train_batch_size=32"],
+    "dapo": ["sampler=dapo"],
+    "balanced": ["sampler=reinforce_ada", "reinforce_ada_choice=balanced"],
+    "est_n4": ["sampler=est"],
+    "positive_focused": ["sampler=reinforce_ada", "reinforce_ada_choice=positive_focused"],
 }
 STAGES = {  # stage: (arms, the first of them the baseline of trl-ada-compare's own report; seeds; output folder)
     "pilot": (["grpo_n4", "budget4"], [100, 101, 102], "runs/study-pilot"),
@@ -353,16 +355,13 @@ def command(
     output_dir: str | None = None,
 ) -> list[str]:
     """The trl-ada-compare arguments of a stage (or of some of its arms and seeds)."""
-    stage_arms, stage_seeds, stage_dir = STAGES[stage]
-    unknown = sorted(set(arms or []) - set(stage_arms)) + sorted(set(seeds or []) - set(stage_seeds))
-    if unknown:
-        raise ValueError(f"{unknown}: not registered for stage {stage!r} (arms {stage_arms}, seeds {stage_seeds})")
+    arms, seeds, stage_dir = study_runs.registered(STAGES, stage, arms, seeds)
     argv = ["--config", RECIPE, "--set", *SHARED]
-    for name in arms or stage_arms:
+    for name in arms:
         argv += ["--arm", name, *ARMS[name]]
     argv += [
         "--seeds",
-        *map(str, seeds or stage_seeds),
+        *map(str, seeds),
         "--max_steps",
         "1000",
         "--max_tokens",
@@ -387,61 +386,10 @@ def command(
     return argv + (["--deadline_s", str(deadline_s)] if deadline_s is not None else [])
 
 
-def status(stage: str, output_dir: str | None = None) -> dict[str, dict[int, str]]:
-    """Where a stage's runs stand, run by run, and the CPU-hours its records hold. It reads no accuracy: the plan takes
-    no decision on a partial look, so the progress of a study is read without its results."""
-    arms, seeds, stage_dir = STAGES[stage]
-    output_dir = output_dir or stage_dir
-    results = load_results(output_dir) if os.path.isdir(os.path.join(output_dir, "results")) else {}
-    table, hours = {}, 0.0
-    for arm in arms:
-        table[arm] = {}
-        for seed in seeds:
-            r = results.get(arm, {}).get(seed)
-            if r is None:
-                table[arm][seed] = "to run"
-                continue
-            hours += (r["train_seconds"] + r.get("eval_seconds", 0)) / 3600
-            where = f"step {r['steps']}, {r['generated_tokens']:,} tokens"
-            if not r.get("cut"):
-                table[arm][seed] = f"done ({where}{', resumed' if r.get('resumed_at') else ''})"
-            elif os.path.isdir(os.path.join(output_dir, "runs", f"{arm}-seed{seed}", f"checkpoint-{r['steps']}")):
-                table[arm][seed] = f"cut ({where}; a rerun continues it)"
-            else:
-                table[arm][seed] = f"cut ({where}; its checkpoint is gone: a rerun trains it anew)"
-    counts = {
-        state: sum(v.startswith(state) for row in table.values() for v in row.values())
-        for state in ("done", "cut", "to run")
-    }
-    for arm, row in table.items():
-        waiting = [seed for seed, state in row.items() if state == "to run"]
-        print(
-            f"{arm}:"
-            + "".join(f"\n  seed {seed}: {state}" for seed, state in row.items() if state != "to run")
-            + (f"\n  to run: seeds {', '.join(map(str, waiting))}" if waiting else "")
-        )
-    print(
-        f"{stage} in {output_dir}: "
-        + ", ".join(f"{n} {state}" for state, n in counts.items())
-        + f"; {hours:.1f} CPU-hours in its records"
-    )
-    return table
-
-
 def main(argv=None) -> dict | list[str]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="action", required=True)
-    for action in ("run", "command"):
-        p = sub.add_parser(action, help="train the stage's runs" if action == "run" else "print the command")
-        p.add_argument("stage", choices=sorted(STAGES))
-        p.add_argument("--arms", nargs="+", default=None)
-        p.add_argument("--seeds", nargs="+", type=int, default=None)
-        p.add_argument("--jobs", type=int, default=1, help="runs at once, one thread each (a run holds 5-12 GB)")
-        p.add_argument("--deadline_s", type=float, default=None, help="cut runs then, with a checkpoint to continue")
-        p.add_argument("--output_dir", default=None)
-    p = sub.add_parser("status", help="which of a stage's runs are done, cut or still to run (no accuracy)")
-    p.add_argument("stage", choices=sorted(STAGES))
-    p.add_argument("--output_dir", default=None, help="the stage's trl-ada-compare --output_dir (default: the plan's)")
+    study_runs.add_run_actions(sub, STAGES, run_memory="5-12 GB")
     p = sub.add_parser("analyse", help="the registered endpoints from a stage's results")
     p.add_argument("output_dir", help="a trl-ada-compare --output_dir (its results/ folder is read)")
     p.add_argument("--out", required=True, help="writes <out>.json and <out>.png")
@@ -454,29 +402,9 @@ def main(argv=None) -> dict | list[str]:
     args = parser.parse_args(argv)
     if args.action in ("run", "command"):
         compare_argv = command(args.stage, args.arms, args.seeds, args.jobs, args.deadline_s, args.output_dir)
-        if args.action == "command":
-            print(shlex.join(["trl-ada-compare", *compare_argv]))
-            return compare_argv
-        import trl_ada
-        from trl_ada.cli.compare import main as compare_main
-
-        if os.path.realpath(os.getcwd()) != os.path.realpath(REPO) or not trl_ada.__file__.startswith(REPO):
-            raise SystemExit(
-                f"run the study from the root of the clone that holds it ({REPO}), so that its runs "
-                f"use that clone's package and paths (now: cwd {os.getcwd()}, trl_ada {trl_ada.__file__})"
-            )
-        commit = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-        dirty = subprocess.run(
-            ["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
-        ).stdout.strip()
-        print(
-            f"[study] {args.stage}: trl_ada from {os.path.dirname(trl_ada.__file__)}, commit {commit.strip()}"
-            f"{' with uncommitted changes' if dirty else ''}",
-            flush=True,
-        )
-        return compare_main(compare_argv)
+        return study_runs.run_or_print(args.action, args.stage, compare_argv, REPO)
     if args.action == "status":
-        return status(args.stage, args.output_dir)
+        return study_runs.status(STAGES, args.stage, args.output_dir)
     if not os.path.isdir(os.path.join(args.output_dir, "results")):
         raise SystemExit(f"{args.output_dir}/results: no such folder (give the --output_dir of trl-ada-compare)")
     results = load_results(args.output_dir)
