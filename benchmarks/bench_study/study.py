@@ -36,7 +36,7 @@ if __name__ == "__main__":  # a study runs the package of the clone it is in (pl
 from benchmarks import study_runs  # noqa: E402 (the arms and seeds registered, the runs' status, the pinned clone)
 from benchmarks.study_runs import cpu_hours  # noqa: E402
 from trl_ada.cli import paired  # noqa: E402
-from trl_ada.cli.plotting import pyplot  # noqa: E402
+from trl_ada.cli.plotting import pyplot, save  # noqa: E402
 
 
 # What plan.md registers. Changing any of these after the first confirmatory record is a deviation from the plan.
@@ -295,9 +295,7 @@ def plot(results: dict[str, dict[int, dict]], report: dict | None, path: str) ->
         right.axvline(0, color="black", lw=0.5)
         right.set_yticks(range(len(rows)), [f"{arm}: {r['verdict']}" for arm, r in rows])
         right.set(xlabel="area difference vs grpo_n4 (points; thin 95%, thick 90%)", title="primary endpoint")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path)
 
 
 def command(stage: str, arms=None, seeds=None, jobs: int = 1, deadline_s=None, output_dir=None) -> list[str]:

@@ -21,7 +21,7 @@ import json
 
 import numpy as np
 
-from trl_ada.cli.plotting import pyplot
+from trl_ada.cli.plotting import pyplot, save
 from trl_ada.cli.records import load_results
 
 
@@ -121,10 +121,7 @@ def plot(results: dict[str, dict[int, dict]], report: dict, path: str) -> None:
         ax.set_title(title, fontsize=10)
     axes[0].set_ylabel("accuracy")
     axes[0].legend(fontsize=8)
-    fig.suptitle("Compute study, descriptive: where the held-out curves peak (grey: the registered window)")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save(fig, path, "Compute study, descriptive: where the held-out curves peak (grey: the registered window)")
 
 
 def main(argv=None) -> dict:

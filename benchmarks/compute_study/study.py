@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the study's ow
 import endpoints  # noqa: E402 (windows, the plateau rule, Holm's correction)
 
 from benchmarks import study_runs  # noqa: E402 (the arms and seeds registered, the runs' status, the pinned clone)
-from trl_ada.cli.plotting import pyplot
+from trl_ada.cli.plotting import pyplot, save
 from trl_ada.cli.records import load_results
 from trl_ada.cli.report import compare
 
@@ -341,9 +341,7 @@ def plot(results: dict[str, dict[int, dict]], path: str) -> None:
         "Compute study: accuracy against generated tokens (thin: a seed, dashed if resumed; thick: the mean; "
         "grey: the window)"
     )
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save(fig, path)
 
 
 def command(

@@ -38,6 +38,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 sys.path.insert(0, ROOT)
 
+from trl_ada.cli.plotting import save  # noqa: E402
 from trl_ada.examples.arithmetic import (  # noqa: E402
     HARD_ARITHMETIC_KINDS,
     arithmetic_problems,
@@ -601,15 +602,15 @@ def plot(record: dict, path: str) -> None:
     right.set_title("Censored candidates: when they were retired (earlier = higher pass rate)", fontsize=9)
     right.legend(fontsize=7)
     sizes = record["sizes"]
-    fig.suptitle(
+    save(
+        fig,
+        path,
         f"Hard set for SmolLM2-135M-Instruct: {record['candidates_screened']} candidates, "
         f"{record['completions']} completions ({record['completions_per_s']}/s on 1 thread); kept train "
         f"{sizes['train']}, held-out hard {sizes['test_hard']}",
+        dpi=110,
         fontsize=10,
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 # --- Command line ---------------------------------------------------------------------------------------------------

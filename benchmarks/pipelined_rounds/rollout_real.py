@@ -226,6 +226,8 @@ def plot(saved, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from trl_ada.cli.plotting import save
+
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     xs, ys = zip(*saved["step_time_curve"])
     left.plot(xs, [1000 * y for y in ys], "o-")
@@ -234,8 +236,7 @@ def plot(saved, path):
     right.barh(names, [saved["summary"][n]["ratio_to_grpo"] for n in names], color="#1b63c6")
     right.set(xlabel="generation time / grpo_n4", title=f"one step, {saved['prompts']} prompts")
     right.invert_yaxis()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save(fig, path, dpi=120)
 
 
 if __name__ == "__main__":  # vLLM spawns workers: the guard keeps them from running the script again

@@ -32,6 +32,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository
 
+from trl_ada.cli.plotting import save  # noqa: E402
 from trl_ada.core.pipelined import run_pipelined_sampling  # noqa: E402
 from trl_ada.core.sampling import run_adaptive_sampling  # noqa: E402
 
@@ -238,9 +239,7 @@ def main(argv=None):
     ax.set_ylabel("generation time / GRPO n=4")
     ax.legend(fontsize=7)
     ax.set_title("One sampling step, simulated engine", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(args.plot)
-    plt.close(fig)
+    save(fig, args.plot)
     print(f"\njson: {args.json}  plot: {args.plot}")
     return summary
 

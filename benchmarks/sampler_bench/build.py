@@ -39,6 +39,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks", "hard_set"))
 
 import hard_set  # noqa: E402  (the hard set's screen loop and samplers)
 
+from trl_ada.cli.plotting import save  # noqa: E402
 from trl_ada.examples.arithmetic import HARD_ARITHMETIC_KINDS, hard_arithmetic_problem  # noqa: E402
 
 
@@ -274,14 +275,13 @@ def plot(summary: dict, path: str) -> None:
     right.set_xlabel("right answers of 16 (T=1.0)")
     right.set_title("By split (disjoint up to commuted operands; the pool is drawn from train)", fontsize=10)
     right.legend(fontsize=8)
-    fig.suptitle(
+    save(
+        fig,
+        path,
         f"Sampler bench task, SmolLM2-135M-Instruct: {summary['questions']} questions screened, "
         f"{summary['seconds_per_question']} s of generation per question (16 samples, 1 thread)",
         fontsize=11,
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 # --- Command line -----------------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ matplotlib.use("Agg")  # headless: the figure goes to a file
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from trl_ada.cli.plotting import save  # noqa: E402
 from trl_ada.core.advantages import pooled_advantages  # noqa: E402
 from trl_ada.core.budget import run_budgeted_sampling  # noqa: E402
 from trl_ada.core.dynamic import fill_with_signal  # noqa: E402
@@ -446,8 +447,7 @@ def plot_multi_epoch(runs: dict[str, list[dict]], path: Path) -> None:
     ax.set_title("Several epochs, pass rates drifting upward")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save(fig, path)
 
 
 def main(argv=None) -> None:

@@ -31,6 +31,7 @@ matplotlib.use("Agg")  # headless: the figure goes to a file
 import matplotlib.pyplot as plt  # noqa: E402
 
 from trl_ada import rewards  # noqa: E402
+from trl_ada.cli.plotting import save  # noqa: E402
 from trl_ada.rewards import boxed_math_reward, verify_answer  # noqa: E402
 
 
@@ -138,8 +139,7 @@ def main(argv=None) -> None:
     right.set_ylabel("wall time (s), pool")
     right.set_title("one batch")
     right.legend(loc="upper left")
-    fig.tight_layout()
-    fig.savefig(args.output, dpi=120)
+    save(fig, args.output, dpi=120)
     print(f"\nwrote {args.output}")
     data = {  # the numbers behind the plot, beside it
         "cpu_count": os.cpu_count(),

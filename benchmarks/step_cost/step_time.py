@@ -31,6 +31,7 @@ from datasets import Dataset  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
+from trl_ada.cli.plotting import save  # noqa: E402
 from trl_ada.core.sampling import run_adaptive_sampling  # noqa: E402
 from trl_ada.data import make_prompt  # noqa: E402
 from trl_ada.examples.tiny import build_tiny_model  # noqa: E402
@@ -134,8 +135,7 @@ def main(argv=None):
     ax.barh([n for n, _ in rows], [1000 * s / g for _, (s, g) in rows], color=["#888", "#36c", "#888", "#36c"])
     ax.set_xlabel("ms per generated completion (median step)")
     ax.invert_yaxis()
-    fig.tight_layout()
-    fig.savefig(args.plot)
+    save(fig, args.plot)
     print(f"plot: {args.plot}")
     data = {
         "prompts_per_step": p,

@@ -38,7 +38,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, ProgressCallback, 
 
 from trl_ada.cli.evaluate import reward_samples
 from trl_ada.cli.heldout import generate_in_batches
-from trl_ada.cli.plotting import pyplot
+from trl_ada.cli.plotting import pyplot, save
 from trl_ada.cli.train import ScriptArguments, load_reward_funcs, load_train_dataset
 from trl_ada.examples import RESOURCES
 from trl_ada.examples.arithmetic import arithmetic_problems, synthetic_arithmetic
@@ -182,10 +182,7 @@ def plot(history: list[dict], path: str, title: str, window: int = 10, kept_labe
     right.set_xlabel("step")
     right.set_ylabel("samples per step")
     right.legend(fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save(fig, path, title)
 
 
 def _parse_recipe(config: str, output_dir: str, max_steps: int | None, max_completion_length: int | None = None):

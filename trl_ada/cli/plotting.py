@@ -18,3 +18,14 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save(fig, path: str, title: str | None = None, dpi: int = 100, **title_kwargs) -> None:
+    """Title, lay out, write and close a figure (closed, so that a long run's later plots don't accumulate figures)."""
+    if title is not None:
+        fig.suptitle(title, **title_kwargs)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

@@ -5,7 +5,7 @@ modelled GPU cost; the table it prints and the plot it draws."""
 from __future__ import annotations
 
 from trl_ada.cli import paired
-from trl_ada.cli.plotting import pyplot
+from trl_ada.cli.plotting import pyplot, save
 
 
 def compare(results: dict[str, dict[int, dict]], arms: list[str]) -> dict:
@@ -271,7 +271,4 @@ def plot(results: dict[str, dict[int, dict]], arms: list[str], path: str) -> Non
     axes[2].set_xlabel("generated tokens")
     axes[0].set_ylabel("held-out score (greedy)")
     axes[0].legend()
-    fig.suptitle("trl-ada-compare: one line per run (seed)")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save(fig, path, "trl-ada-compare: one line per run (seed)")
