@@ -177,15 +177,15 @@ def test_the_comparison_call_is_a_trl_ada_compare_command_of_the_papers_arms(kit
         assert model.model_name_or_path == "/m" and not config.use_cpu and script.dataset_name == "hard_arithmetic"
         seen[arm.name] = (
             config.num_generations,
-            config.multiround_adaptive_downsampling,
-            config.reinforce_ada_choice if config.multiround_adaptive_downsampling else None,
+            config.sampler,
+            config.reinforce_ada_choice if config.sampler == "reinforce_ada" else None,
         )
     assert seen == {
-        "grpo_n4": (4, False, None),
-        "grpo_n8": (8, False, None),
-        "grpo_n16": (16, False, None),
-        "ada_pos": (4, True, "positive_focused"),
-        "ada_balanced": (4, True, "balanced"),
+        "grpo_n4": (4, "grpo", None),
+        "grpo_n8": (8, "grpo", None),
+        "grpo_n16": (16, "grpo", None),
+        "ada_pos": (4, "reinforce_ada", "positive_focused"),
+        "ada_balanced": (4, "reinforce_ada", "balanced"),
     }
 
 

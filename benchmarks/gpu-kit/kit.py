@@ -672,15 +672,14 @@ MEASURE_CALLS = [
 # evaluated where they were); results committed under benchmarks/gpu-kit/results/compare/ are copied in first, so a later
 # session adds seeds.
 RECIPES = "recipes/SmolLM2-135M-Instruct"
-ADA = "multiround_adaptive_downsampling=true"
 COMPARISON = {
-    "config": f"{RECIPES}/hard_grpo.yaml",
+    "config": f"{RECIPES}/hard_grpo.yaml",  # sampler: grpo
     "arms": [
-        ["grpo_n4", "multiround_adaptive_downsampling=false"],
-        ["grpo_n8", "multiround_adaptive_downsampling=false", "num_generations=8", "per_device_train_batch_size=32"],
-        ["grpo_n16", "multiround_adaptive_downsampling=false", "num_generations=16", "per_device_train_batch_size=64"],
-        ["ada_pos", ADA, "reinforce_ada_choice=positive_focused"],
-        ["ada_balanced", ADA, "reinforce_ada_choice=balanced"],
+        ["grpo_n4"],
+        ["grpo_n8", "num_generations=8", "per_device_train_batch_size=32"],
+        ["grpo_n16", "num_generations=16", "per_device_train_batch_size=64"],
+        ["ada_pos", "sampler=reinforce_ada", "reinforce_ada_choice=positive_focused"],
+        ["ada_balanced", "sampler=reinforce_ada", "reinforce_ada_choice=balanced"],
     ],
     "set": ["use_cpu=false"],
     "seeds": list(range(20)),

