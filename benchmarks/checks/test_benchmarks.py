@@ -261,7 +261,10 @@ def test_real_model_compare_runs_both_regimes_through_trl_ada_compare_and_resume
     assert grpo["steps"] == 2 and grpo["trained_completions"] == 32  # 16 completions a step (4 prompts x n=4)
     table = [line for line in tables(printed) if line.startswith("| `") or "prompts return |" in line]
     assert len(table) == 6 and any(line.startswith('| `reinforce_ada_choice="balanced"` | 1 |') for line in table)
-    assert any(line.startswith("| `sampling_budget=4.0, prompt_memory=True`, prompts return | 1 |") for line in table)
+    assert any(
+        line.startswith('| `sampler="budget", sampling_budget=4.0, prompt_memory=True`, prompts return | 1 |')
+        for line in table
+    )
 
     assert bench.main([*common, "--output_dir", str(tmp_path / "two")]) == 0  # a fresh folder, the same JSON
     again = capsys.readouterr().out

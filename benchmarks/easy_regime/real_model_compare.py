@@ -50,15 +50,15 @@ POS, BALANCE, BUDGET = (os.path.join(RECIPES, f"arith_ada_{name}.yaml") for name
 # (arm, its own recipe or None, overrides, the AdaGRPOConfig fields a user writes for it)
 REGIMES = {
     "independent draws": [
-        ("grpo_n4", None, [], "`multiround_adaptive_downsampling=False` (GRPO n=4, the baseline)"),
+        ("grpo_n4", None, [], '`sampler="grpo"` (GRPO n=4, the baseline)'),
         ("ada_pos", POS, [], '`reinforce_ada_choice="positive_focused"`'),
         ("ada_balance", BALANCE, [], '`reinforce_ada_choice="balanced"`'),
-        ("dapo", None, ["dynamic_sampling=true"], "`multiround_adaptive_downsampling=False, dynamic_sampling=True`"),
-        ("ada_budget", BUDGET, [], "`sampling_budget=4.0, prompt_memory=True`"),
+        ("dapo", None, ["sampler=dapo"], '`sampler="dapo"`'),
+        ("ada_budget", BUDGET, [], '`sampler="budget", sampling_budget=4.0, prompt_memory=True`'),
     ],
     "prompts return": [
         ("grpo_n4_pool", None, [], "GRPO n=4, prompts return (the baseline)"),
-        ("ada_budget_pool", BUDGET, [], "`sampling_budget=4.0, prompt_memory=True`, prompts return"),
+        ("ada_budget_pool", BUDGET, [], '`sampler="budget", sampling_budget=4.0, prompt_memory=True`, prompts return'),
         ("ada_pos_pool", POS, [], '`reinforce_ada_choice="positive_focused"`, prompts return'),
     ],
 }

@@ -46,19 +46,19 @@ from trl_ada.cli import compare, paired  # noqa: E402
 
 
 RECIPE = os.path.join("recipes", "SmolLM2-135M-Instruct", "hard_grpo.yaml")  # GRPO n=4: the baseline
-ADA = ["multiround_adaptive_downsampling=true"]
+ADA = ["sampler=reinforce_ada"]
 # (arm, overrides of the shared recipe, what a user writes)
 ARMS = [
-    ("grpo_n4", [], "GRPO n=4 (`multiround_adaptive_downsampling=False`), the baseline"),
+    ("grpo_n4", [], 'GRPO n=4 (`sampler="grpo"`), the baseline'),
     ("grpo_n8", ["num_generations=8", "per_device_train_batch_size=32"], "GRPO n=8"),
     ("grpo_n16", ["num_generations=16", "per_device_train_batch_size=64"], "GRPO n=16"),
     ("ada_pos", [*ADA, "reinforce_ada_choice=positive_focused"], '`reinforce_ada_choice="positive_focused"`'),
     ("ada_balance", [*ADA, "reinforce_ada_choice=balanced"], '`reinforce_ada_choice="balanced"`'),
-    ("dapo", ["dynamic_sampling=true"], "DAPO (`dynamic_sampling=True`)"),
-    ("est", ["reinforce_ada_est=true"], "Reinforce-Ada-Est (`reinforce_ada_est=True`), GRPO n=4's budget"),
+    ("dapo", ["sampler=dapo"], 'DAPO (`sampler="dapo"`)'),
+    ("est", ["sampler=est"], 'Reinforce-Ada-Est (`sampler="est"`), GRPO n=4\'s budget'),
     (
         "est_n8",
-        ["reinforce_ada_est=true", "num_generations=8", "per_device_train_batch_size=32"],
+        ["sampler=est", "num_generations=8", "per_device_train_batch_size=32"],
         "Reinforce-Ada-Est at GRPO n=8's budget (the paper's match)",
     ),
 ]

@@ -302,7 +302,7 @@ def multi_epoch(method: str, p0: np.ndarray, args, seed: int) -> list[dict]:
     p = p0.copy()
     drift = rng.normal(args.drift, args.drift, len(p))
     memory, stream = PromptMemory(), PromptStream(len(p), seed)
-    est_memory = PromptMemory(0.9, 1.0, 16.0)  # Est's estimator with AdaGRPOConfig(reinforce_ada_est=True)'s defaults
+    est_memory = PromptMemory(0.9, 1.0, 16.0)  # Est's estimator with AdaGRPOConfig(sampler="est")'s defaults
     g = args.step_prompts
     coin = np.random.default_rng([seed, 7])
 
