@@ -84,10 +84,10 @@ format: $(RUFF_STAMP)
 	$(VENV)/bin/ruff check --fix $(LINT_PATHS)
 	$(VENV)/bin/ruff format $(LINT_PATHS)
 
-# `make test` (what CI runs): the lean suite in .venv, then the real-vLLM tests in .venv-vllm. The lean suite skips
-# the vLLM tests (no vllm there); test-vllm runs only them, one process (each test starts an engine that takes both
-# cores).
-test: test-lean test-vllm
+# `make test` (what CI runs): the lean suite in .venv, then the real-vLLM tests in .venv-vllm, then the checks of the
+# benchmark scripts. The lean suite skips the vLLM tests (no vllm there); test-vllm runs only them, one process (each
+# test starts an engine that takes both cores).
+test: test-lean test-vllm test-benchmarks
 
 # --dist loadgroup: the real-model tests share one worker, so SmolLM2 is materialised once per run, not per worker.
 # --durations: the slowest tests in CI's log, what to look at when the suite outgrows its time.
@@ -97,9 +97,9 @@ test-lean: $(REAL_STAMP) $(DS_STAMP)
 test-vllm: $(VLLM_STAMP)
 	$(TEST_ENV) $(VLLM_PY) -m pytest -m vllm --durations=10 tests
 
-# The checks of our own benchmark scripts and studies (benchmarks/checks: the GPU kit's plan, the compute study's
-# analysis and status table, the benchmark scripts at toy size). Not the product's suite: CI does not run them, so a
-# stale study table never fails a library change.
+# The checks of our own benchmark scripts and studies (benchmarks/checks: the GPU kit's plan, the studies' analyses and
+# commands, the benchmark scripts at toy size; about 40 s). Part of `make test` (the lock set only): the scripts name
+# config fields and recipes, and a change to either broke them unseen while they ran apart.
 test-benchmarks: $(REAL_STAMP)
 	$(TEST_ENV) $(PY) -m pytest -n 2 --dist loadgroup benchmarks/checks
 
