@@ -2,6 +2,7 @@
 
 import json
 import os
+import warnings
 
 import pytest
 
@@ -34,7 +35,7 @@ positive_threshold: 0.5
 def grpo_against_balanced(recipe, out, max_steps: int, eval_every: int, eval_k: int) -> list[str]:
     """trl-ada-compare's argv for GRPO against balanced on seeds 0 and 1, six held-out questions."""
     return [
-        *("--config", str(recipe), "--arm", "grpo", "multiround_adaptive_downsampling=false"),
+        *("--config", str(recipe), "--arm", "grpo", "sampler=grpo"),
         *("--arm", "balanced", "reinforce_ada_choice=balanced", "--seeds", "0", "1"),
         *("--max_steps", str(max_steps), "--eval_every", str(eval_every), "--eval_examples", "6"),
         *("--eval_min_examples", "6", "--eval_fraction", "0.2", "--eval_k", str(eval_k), "--output_dir", str(out)),
@@ -484,9 +485,7 @@ def test_every_arm_and_flag_is_checked_before_the_first_run(tmp_path):
     out = tmp_path / "compare"
     common = ["--config", str(recipe), "--seeds", "0", "--max_steps", "1", "--output_dir", str(out)]
     with pytest.raises(ValueError, match=r"--arm bad .*'max_roundz' in the command line \(did you mean 'max_rounds'"):
-        compare_main(
-            [*common, "--arm", "grpo", "multiround_adaptive_downsampling=false", "--arm", "bad", "max_roundz=3"]
-        )
+        compare_main([*common, "--arm", "grpo", "sampler=grpo", "--arm", "bad", "max_roundz=3"])
     with pytest.raises(ValueError, match="--arm other: its recipe .*missing.yaml' is not a file"):
         compare_main([*common, "--arm", "grpo", "--arm", "other", str(tmp_path / "missing.yaml")])
     with pytest.raises(ValueError, match="--eval_every 0: must be at least 1"):
@@ -494,6 +493,41 @@ def test_every_arm_and_flag_is_checked_before_the_first_run(tmp_path):
     with pytest.raises(ValueError, match="--eval_fraction 1.5: must lie strictly between 0 and 1"):
         compare_main([*common, "--arm", "grpo", "--eval_fraction", "1.5"])
     assert not out.exists()  # nothing ran, nothing was written
+
+
+def test_arms_that_build_the_same_run_are_named_before_any_run(tmp_path):
+    """An override its sampler makes moot (reinforce_ada_choice under a recipe's `sampler: grpo`) leaves an arm the
+    baseline's twin: the check names both arms and the sampler; arms that differ are not named."""
+    from trl_ada.cli.compare import Arm, build_parser, check_inputs
+
+    recipe = tmp_path / "grpo.yaml"
+    recipe.write_text(RECIPE + "sampler: grpo\n")
+    args = build_parser().parse_args(
+        [
+            *("--config", str(recipe), "--arm", "grpo", "--arm", "balanced", "reinforce_ada_choice=balanced"),
+            *(
+                "--arm",
+                "ada",
+                "sampler=reinforce_ada",
+                "reinforce_ada_choice=balanced",
+                "--seeds",
+                "0",
+                "--max_steps",
+                "1",
+            ),
+            *("--eval_min_examples", "6", "--eval_fraction", "0.2", "--output_dir", str(tmp_path / "compare")),
+        ]
+    )
+    args.set_argv = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_inputs(args, [Arm.parse(tokens) for tokens in args.arm])
+    twins = [str(w.message) for w in caught if "build the same configuration" in str(w.message)]
+    assert (
+        len(twins) == 1
+        and twins[0].startswith("--arm grpo and --arm balanced build the same")
+        and ("sampler='grpo'" in twins[0])
+    ), twins
 
 
 @pytest.mark.slow

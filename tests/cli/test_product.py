@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import warnings
 
 import pytest
 from datasets import Dataset
@@ -76,21 +77,26 @@ def test_chat_arithmetic_task_has_kinds_a_disjoint_held_out_split_and_right_answ
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[os.path.relpath(r, ROOT) for r in RECIPES])
 def test_recipe_parses(recipe):
+    """Every shipped recipe parses, sets nothing its sampler ignores and selects its sampler by name."""
     parser = TrlParser((ScriptArguments, AdaGRPOConfig, ModelConfig))
-    script_args, training_args, model_args = parser.parse_args_and_config(
-        args=[
-            "--config",
-            recipe,
-            "--output_dir",
-            "unused",
-            "--use_cpu",
-            "true",
-            "--use_vllm",
-            "false",
-            "--bf16",
-            "false",
-        ]
-    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        script_args, training_args, model_args = parser.parse_args_and_config(
+            args=[
+                "--config",
+                recipe,
+                "--output_dir",
+                "unused",
+                "--use_cpu",
+                "true",
+                "--use_vllm",
+                "false",
+                "--bf16",
+                "false",
+            ]
+        )
+    said = [str(w.message) for w in caught if "has no effect" in str(w.message) or w.category is FutureWarning]
+    assert not said, said
     assert training_args.num_generations == 4
     on_cpu = "tiny" in recipe or "SmolLM2" in recipe
     variant = os.path.basename(recipe)

@@ -280,7 +280,7 @@ def test_the_comparison_refuses_a_held_out_set_too_small_to_compare_on(tmp_path)
         f"model_name_or_path: tiny\ndataset_name: {path}\nreward_funcs: [test_user_task.upper]\n"
         "use_cpu: true\nbf16: false\nmax_completion_length: 8\nper_device_train_batch_size: 8\n"
     )
-    arm = "--arm grpo multiround_adaptive_downsampling=false --seeds 0 --max_steps 1 --eval_k 0".split()
+    arm = "--arm grpo sampler=grpo --seeds 0 --max_steps 1 --eval_k 0".split()
     argv = ["--config", str(recipe), *arm, "--output_dir", str(tmp_path / "cmp")]
     with pytest.raises(ValueError, match=r"split 'test'.*single file"):
         compare_main([*argv, "--eval_split", "test", "--only", "grpo", "0"])

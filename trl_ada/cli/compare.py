@@ -2,7 +2,7 @@
 
     trl-ada-compare --config recipes/SmolLM2-135M-Instruct/arith_grpo.yaml \\
         --arm grpo sampler=grpo \\
-        --arm balanced reinforce_ada_choice=balanced \\
+        --arm balanced sampler=reinforce_ada reinforce_ada_choice=balanced \\
         --arm dapo sampler=dapo \\
         --seeds 0 1 2 3 4 --max_steps 40 --eval_every 5 --jobs 2 --output_dir runs/compare
 
@@ -62,6 +62,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -148,6 +149,20 @@ def check_inputs(args, arms: list[Arm]) -> None:
             raise ValueError(f"--arm {arm.name} (with --set {' '.join(args.set) or '(none)'}): {error}") from None
     for script_args, _, _ in parsed:  # the held-out set as each arm's runs will build it
         held_out_split(args, script_args, load_train_dataset(script_args, args.task_seed))
+    # An override that the recipe makes moot (e.g. reinforce_ada_choice under a recipe's `sampler: grpo`) leaves two
+    # arms the same run: the comparison would then measure seed noise only. Said, not refused: an A/A run is legitimate.
+    built = [(vars(s), t.to_dict(), vars(m)) for s, t, m in parsed]
+    for i, first in enumerate(arms):
+        same = [arm.name for arm, config in zip(arms[i + 1 :], built[i + 1 :]) if config == built[i]]
+        if same:
+            warnings.warn(
+                f"--arm {first.name} and --arm {', '.join(same)} build the same configuration (an override may have "
+                f"no effect under its sampler: sampler={built[i][1]['sampler']!r}): they differ by nothing but their "
+                "names, so their comparison measures seed noise only. To compare samplers, name each arm's sampler "
+                "(e.g. sampler=reinforce_ada reinforce_ada_choice=balanced).",
+                UserWarning,
+                stacklevel=2,
+            )
 
 
 def run_one(args, arm: Arm, seed: int) -> dict:
