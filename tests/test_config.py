@@ -69,7 +69,7 @@ def test_adaptive_off_defaults_to_grpo():
         ({"per_device_train_batch_size": 6}, ["generation_batch_size (6)", "num_generations (4)"]),
         (
             {"multiround_adaptive_downsampling": False, "advantage_estimator": "reinforce_ada"},
-            ["multiround_adaptive_downsampling=True", "advantage_estimator='grpo'"],
+            ["sampler='reinforce_ada'", "advantage_estimator='grpo'"],
         ),
         ({"pool_std_scaling": True, "global_stat_est": False}, ["pool_std_scaling", "global_stat_est=True"]),
         ({"multi_objective_aggregation": "normalize_then_sum"}, ["multi_objective_aggregation", "sum_then_normalize"]),

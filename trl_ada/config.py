@@ -61,7 +61,7 @@ class AdaGRPOConfig(GRPOConfig):
         > Rounds and exit rule (the reference's defaults)
 
         multiround_adaptive_downsampling (`bool`, *optional*, defaults to `True`):
-            Sample in rounds with successive elimination; `False` is GRPO's plain sampling.
+            Deprecated (`sampler="grpo"` instead of `False`). Sample in rounds; `False` is GRPO's plain sampling.
         reinforce_ada_choice (`str`, *optional*, defaults to `"balanced"`):
             Exit rule: `"balanced"` (floor(n/2) positives and the rest negatives in the pool) or `"positive_focused"`
             (one positive).
@@ -102,7 +102,7 @@ class AdaGRPOConfig(GRPOConfig):
         > Reinforce-Ada-Est
 
         reinforce_ada_est (`bool`, *optional*, defaults to `False`):
-            Est instead of rounds: N_x samples per prompt from its remembered pass rate, one generation call.
+            Deprecated (`sampler="est"`). Est: N_x samples per prompt from its remembered pass rate, one call.
         est_exponent (`float`, *optional*, defaults to `0.5`):
             N_x proportional to (p + eps)^-exponent.
         est_min_samples (`int`, *optional*, defaults to `2`):
@@ -184,8 +184,9 @@ class AdaGRPOConfig(GRPOConfig):
     multiround_adaptive_downsampling: bool = field(
         default=True,
         metadata={
-            "help": "Sample in rounds with successive elimination and keep a group of `num_generations` per prompt "
-            "(Reinforce-Ada). False: GRPO's plain sampling of `num_generations` per prompt."
+            "help": "Deprecated: set sampler='grpo' instead of False. Sample in rounds with successive elimination "
+            "and keep a group of `num_generations` per prompt (Reinforce-Ada). False: GRPO's plain sampling of "
+            "`num_generations` per prompt."
         },
     )
     reinforce_ada_choice: str = field(
@@ -246,9 +247,10 @@ class AdaGRPOConfig(GRPOConfig):
             "help": "'reinforce_ada' (pooled statistics), 'grpo' (TRL's group statistics over the kept samples, "
             "following `scale_rewards`), 'reinforce_rej' (raw reward for mixed groups, 0 for uniform ones) or 'raft' "
             "(max(r, 0)) or 'est' (Reinforce-Ada-Est's residual-weighted advantage over all of a prompt's samples; "
-            "only with reinforce_ada_est) or 'maxrl' (MaxRL's (r - mean) / mean, the mean over the prompt's pool, or "
-            "its group with sampling off; 0 where the mean is 0 or below). Default: 'est' with reinforce_ada_est, else 'reinforce_ada' with adaptive "
-            "sampling, 'grpo' without, so that multiround_adaptive_downsampling=False is exactly GRPOTrainer. Or an "
+            "only with sampler='est') or 'maxrl' (MaxRL's (r - mean) / mean, the mean over the prompt's pool, or "
+            "its group with sampling off; 0 where the mean is 0 or below). Default: the sampler's own: 'est' with "
+            "'est', 'reinforce_ada' with 'reinforce_ada' and 'budget', 'grpo' with any other (so that sampler='grpo' "
+            "is exactly GRPOTrainer). Or an "
             "import path 'module.function' to your own: function(pool_rewards, selected, positive_threshold) returns "
             "one advantage per kept sample (docs/samplers.md)."
         },
@@ -296,7 +298,7 @@ class AdaGRPOConfig(GRPOConfig):
     reinforce_ada_est: bool = field(
         default=False,
         metadata={
-            "help": "Reinforce-Ada-Est (the paper's v3, Algorithm 1) instead of the rounds: each prompt's number of "
+            "help": "Deprecated: set sampler='est' instead. Reinforce-Ada-Est (the paper's v3, Algorithm 1) instead of the rounds: each prompt's number of "
             "samples N_x is allocated up front from its remembered pass rate p_x (the prompt memory, turned on), "
             "proportional to (p_x + est_epsilon) ** -est_exponent within [est_min_samples, est_max_samples], "
             "num_generations per prompt on average (the generation batch GRPO makes); one generation call; every "
@@ -309,7 +311,7 @@ class AdaGRPOConfig(GRPOConfig):
     est_exponent: float = field(
         default=0.5,
         metadata={
-            "help": "With reinforce_ada_est: N_x is proportional to (p_x + est_epsilon) ** -est_exponent and the "
+            "help": "With sampler='est': N_x is proportional to (p_x + est_epsilon) ** -est_exponent and the "
             "advantage carries the residual weight (mean_x + est_epsilon) ** -(1 - est_exponent), so each prompt's "
             "total weight is 1/p. 0.5: the paper's hybrid (its Est); 1.0: the paper's implicit arm and the authors' "
             "code (no residual weight); 0.0: uniform allocation, explicit weight only."
@@ -318,21 +320,21 @@ class AdaGRPOConfig(GRPOConfig):
     est_min_samples: int = field(
         default=2,
         metadata={
-            "help": "With reinforce_ada_est: fewest samples a prompt gets (>= 2: one sample has no baseline, so no "
+            "help": "With sampler='est': fewest samples a prompt gets (>= 2: one sample has no baseline, so no "
             "advantage; <= num_generations, the average, so that every prompt can have it)."
         },
     )
     est_max_samples: int | None = field(
         default=None,
         metadata={
-            "help": "With reinforce_ada_est: most samples a prompt gets (>= num_generations). None (the default): no "
+            "help": "With sampler='est': most samples a prompt gets (>= num_generations). None (the default): no "
             "cap, as in the authors' code."
         },
     )
     est_epsilon: float = field(
         default=1e-6,
         metadata={
-            "help": "With reinforce_ada_est: added to p_x in the allocation and to mean_x in the residual weight "
+            "help": "With sampler='est': added to p_x in the allocation and to mean_x in the residual weight "
             "(the authors clamp p at 1e-6)."
         },
     )
@@ -343,7 +345,7 @@ class AdaGRPOConfig(GRPOConfig):
             "help": "DAPO dynamic sampling: drop prompts whose kept group has no learning signal (all rewards equal "
             "within dynamic_sampling_tolerance) and sample prompts drawn from the training set in their place, until "
             "the step has its full number of groups with signal or max_refill_batches is reached (then it trains on "
-            "what there is). With multiround_adaptive_downsampling=False this is DAPO exactly."
+            "what there is). sampler='dapo' is DAPO exactly; with sampler='reinforce_ada' the rounds come first."
         },
     )
     max_refill_batches: int = field(
@@ -373,20 +375,20 @@ class AdaGRPOConfig(GRPOConfig):
         metadata={
             "help": "Each visit multiplies a prompt's old counts by this factor in (0, 1] before adding the new "
             "samples: 0.5 gives the last visit about half of the weight; 1.0 never forgets. None (the default): 0.5, "
-            "or 0.9 with reinforce_ada_est (the authors' Ada-EMA)."
+            "or 0.9 with sampler='est' (the authors' Ada-EMA)."
         },
     )
     prompt_memory_prior_alpha: float | None = field(
         default=None,
         metadata={
             "help": "Beta prior pseudo-count of successes. None (the default): 1.0 (with beta 1.0: the uniform "
-            "prior; with reinforce_ada_est, beta 16.0: the authors' Ada-EMA prior)."
+            "prior; with sampler='est', beta 16.0: the authors' Ada-EMA prior)."
         },
     )
     prompt_memory_prior_beta: float | None = field(
         default=None,
         metadata={
-            "help": "Beta prior pseudo-count of failures. None (the default): 1.0, or 16.0 with reinforce_ada_est "
+            "help": "Beta prior pseudo-count of failures. None (the default): 1.0, or 16.0 with sampler='est' "
             "(the authors' Ada-EMA prior: an unseen prompt is presumed hard, pass rate 1/17)."
         },
     )
@@ -401,8 +403,9 @@ class AdaGRPOConfig(GRPOConfig):
             "prompt gets num_generations samples, and what is left buys top-ups for groups that came back uniform "
             "(trl_ada/core/budget.py); the kept group follows the reference's rule at exit (floor(n/2) positives "
             "first, the earliest samples), so the rounds' own fields (reinforce_ada_choice, round_repeat, max_rounds, "
-            "pool_selection) do not apply. Needs >= num_generations; best with prompt_memory=True. None (the "
-            "default): the reference rounds."
+            "pool_selection) do not apply. Needs >= num_generations; without prompt_memory=True nothing is skipped. "
+            "None (the default): num_generations under sampler='budget'; set without a sampler it selects 'budget' "
+            "(deprecated: name the sampler)."
         },
     )
     budget_top_up: int = field(
@@ -427,7 +430,7 @@ class AdaGRPOConfig(GRPOConfig):
     prompt_memory_group_column: str | None = field(
         default=None,
         metadata={
-            "help": "With sampling_budget or reinforce_ada_est: a dataset column that groups prompts (a problem "
+            "help": "With a sampler that reads the prompt memory ('budget', 'est', 'knapsack', or your own): a dataset column that groups prompts (a problem "
             "kind, a source, a difficulty level). The pass rates seen in each group are fitted as a Beta distribution "
             "(trl_ada.core.memory.GroupPrior) and used as the prior of every prompt of the group, so a prompt never "
             "seen before is screened (budget) or allocated (Est) by what its group's prompts did. Worth it when a run rarely meets a prompt twice. None (the default): every "
@@ -501,7 +504,7 @@ class AdaGRPOConfig(GRPOConfig):
         if estimator == "reinforce_ada" and self.sampler in ("grpo", "dapo"):
             raise ValueError(
                 f"advantage_estimator='reinforce_ada' reads the pool that adaptive sampling draws, which sampler="
-                f"{self.sampler!r} does not: set advantage_estimator='grpo', or multiround_adaptive_downsampling=True."
+                f"{self.sampler!r} does not: set advantage_estimator='grpo', or sampler='reinforce_ada'."
             )
         if self.pool_std_scaling and estimator != "reinforce_ada":
             raise ValueError(

@@ -14,9 +14,9 @@ from trl_ada.samplers.protocol import SamplingContext, Selection, check_one_of, 
 
 
 class Rounds:
-    """The rounds of algorithm.md (`reinforce_ada_choice`, `round_repeat`, `max_rounds`, `positive_threshold`,
-    `pool_selection`); `multiround_adaptive_downsampling=False` makes them one round of n (GRPO); `dynamic_sampling`
-    refills the prompts whose kept group has no signal (DAPO)."""
+    """The rounds of `trl_ada.core.sampling` (`reinforce_ada_choice`, `round_repeat`, `max_rounds`,
+    `positive_threshold`, `pool_selection`) for sampler='reinforce_ada'; for 'grpo' and 'dapo' one round of n (GRPO);
+    `dynamic_sampling` (on under 'dapo') refills the prompts whose kept group has no signal."""
 
     def __init__(self, args):
         self.args = args
