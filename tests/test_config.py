@@ -1,5 +1,7 @@
 """AdaGRPOConfig: defaults follow the reference, bad values fail early with the field and the fix."""
 
+import warnings
+
 import pytest
 
 from trl_ada import AdaGRPOConfig
@@ -186,11 +188,44 @@ def test_plain_grpo_does_not_need_whole_groups_per_process():
         ({"sampler": "knapsack", "round_repeat": 16}, "round_repeat=16 has no effect with sampler='knapsack'"),
         ({"sampler": "knapsack", "pool_baseline": "mean_reward"}, "pool_baseline='mean_reward' has no effect"),
         ({"sampler": "reinforce_ada", "max_refill_batches": 3}, "max_refill_batches=3 has no effect"),
+        # The prompt memory's settings and the budget's skips need a memory to read
+        (
+            {"sampler": "reinforce_ada", "prompt_memory_decay": 0.8},
+            "prompt_memory_decay=0.8 has no effect with sampler='reinforce_ada' (advantage_estimator='reinforce_ada', "
+            "prompt_memory=False)",
+        ),
+        ({"sampler": "grpo", "prompt_memory_prior_beta": 4.0}, "prompt_memory_prior_beta=4.0 has no effect"),
+        ({"sampler": "budget", "budget_skip_threshold": 0.3}, "budget_skip_threshold=0.3 has no effect with sampler="),
+        (
+            {"sampler": "knapsack", "scale_rewards": "batch"},
+            "scale_rewards='batch' has no effect with sampler='knapsack'",
+        ),
     ],
 )
 def test_a_field_the_chosen_sampling_does_not_read_is_named(kwargs, ignored):
-    with pytest.warns(UserWarning, match=ignored.replace("(", r"\(")):
+    with pytest.warns(UserWarning, match=ignored.replace("(", r"\(").replace(")", r"\)")):
         make(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"sampler": "budget", "prompt_memory": True, "budget_skip_threshold": 0.3, "prompt_memory_decay": 0.8},
+        {"sampler": "budget", "prompt_memory_group_column": "kind", "budget_explore_floor": 0.1},
+        {"sampler": "est", "prompt_memory_prior_beta": 4.0},  # Est turns the memory on
+    ],
+)
+def test_memory_settings_a_memory_reads_are_not_named(kwargs):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*has no effect")
+        make(**kwargs)
+
+
+def test_an_old_dapo_recipe_moves_to_the_selector_without_a_conflict():
+    """multiround_adaptive_downsampling=False is one round of n: beside sampler='dapo' it is DAPO, not a conflict."""
+    with pytest.warns(FutureWarning, match="set sampler='dapo'"):
+        args = make(sampler="dapo", multiround_adaptive_downsampling=False)
+    assert args.sampler == "dapo" and args.dynamic_sampling
 
 
 @pytest.mark.parametrize(
@@ -262,6 +297,9 @@ class RemembersPassRates:
     """A sampler of the user's that reads the prompt memory (its `sample` is never called here)."""
 
     uses_prompt_memory = True
+
+    def __init__(self, args):
+        self.args = args
 
     def sample(self, context, target): ...
 

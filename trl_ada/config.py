@@ -12,7 +12,7 @@ from trl import GRPOConfig
 
 from trl_ada.core.advantages import BASELINES
 from trl_ada.core.sampling import SELECTIONS, normalize_choice
-from trl_ada.samplers import BUILT_IN, import_path, sampler_class, sampler_name
+from trl_ada.samplers import BUILT_IN, built_in_name, check_sampler, import_path, sampler_class, sampler_name
 from trl_ada.samplers.protocol import check_one_of, check_range
 
 
@@ -467,7 +467,9 @@ class AdaGRPOConfig(GRPOConfig):
         self._select_sampler()
         for sampler in dict.fromkeys(map(sampler_class, BUILT_IN)):  # each built-in's own fields, selected or not
             getattr(sampler, "check_fields", lambda args: None)(self)
-        est = self.sampler == "est"  # the authors' Ada-EMA for Est (docs/knobs.md says why), a flat prior otherwise
+        est = (
+            self.sampler_name == "est"
+        )  # the authors' Ada-EMA for Est (docs/knobs.md says why), a flat prior otherwise
         for name, default, high in (
             ("prompt_memory_decay", 0.9 if est else 0.5, 1),
             ("prompt_memory_prior_alpha", 1.0, math.inf),
@@ -478,7 +480,7 @@ class AdaGRPOConfig(GRPOConfig):
         check_range(self, "positive_threshold", fix=" (the reference uses 0.7 for 0/1 rewards)")
 
         if not self.global_stat_est:  # the verl name of GRPO's statistics over the kept group: mapped
-            given = "est" if self.sampler == "est" else self.advantage_estimator
+            given = "est" if self.sampler_name == "est" else self.advantage_estimator
             if given not in (None, "grpo", "reinforce_ada"):
                 raise ValueError(
                     f"global_stat_est=False selects advantage_estimator='grpo', which conflicts with advantage_estimator"
@@ -501,7 +503,7 @@ class AdaGRPOConfig(GRPOConfig):
                 f"advantage_estimator={estimator!r} with reinforce_ada_est={self.reinforce_ada_est} (sampler="
                 f"{self.sampler!r}): only Est's allocation and the 'est' estimator fit each other. Leave it unset."
             )
-        if estimator == "reinforce_ada" and self.sampler in ("grpo", "dapo"):
+        if estimator == "reinforce_ada" and self.sampler_name in ("grpo", "dapo"):
             raise ValueError(
                 f"advantage_estimator='reinforce_ada' reads the pool that adaptive sampling draws, which sampler="
                 f"{self.sampler!r} does not: set advantage_estimator='grpo', or sampler='reinforce_ada'."
@@ -516,12 +518,12 @@ class AdaGRPOConfig(GRPOConfig):
             self.pool_baseline = "threshold_fraction" if summed else "mean_reward"
         check_one_of(self, "pool_baseline", BASELINES)
 
-        if self.prompt_memory_group_column is not None and self.sampler in ("grpo", "reinforce_ada", "dapo"):
+        if self.prompt_memory_group_column is not None and self.sampler_name in ("grpo", "reinforce_ada", "dapo"):
             raise ValueError(
                 f"prompt_memory_group_column={self.prompt_memory_group_column!r} only informs a sampler that reads "
                 "the prompt memory: set sampler='budget', 'est', 'knapsack' or your own, or drop it."
             )
-        if self.sampler != "grpo":
+        if self.sampler_name != "grpo":
             if self.multi_objective_aggregation != "sum_then_normalize":
                 raise ValueError(
                     f"multi_objective_aggregation={self.multi_objective_aggregation!r} normalizes each reward within "
@@ -537,6 +539,7 @@ class AdaGRPOConfig(GRPOConfig):
                     "processes. Set per_device_train_batch_size (or steps_per_generation) so that it is."
                 )
         self._warn_of_ignored_fields(as_set)
+        check_sampler(self)  # sampler_kwargs, and a built-in's own settings: now, not once the model has loaded
 
     def _select_sampler(self) -> None:
         """One selector: `sampler` names the allocation rule; the older switches map onto it (as TRL maps old
@@ -545,8 +548,8 @@ class AdaGRPOConfig(GRPOConfig):
         switches = {  # an older switch as written: the sampler it selects, whether it is on, how to turn it off
             "reinforce_ada_est=True": ("est", self.reinforce_ada_est, "reinforce_ada_est=False"),
             f"sampling_budget={budget}": ("budget", budget is not None, "sampling_budget=None"),
-            "multiround_adaptive_downsampling=False": (
-                "dapo" if self.dynamic_sampling else "grpo",
+            "multiround_adaptive_downsampling=False": (  # one round of n: GRPO, or DAPO where refills are asked
+                "dapo" if self.dynamic_sampling or self.sampler == "dapo" else "grpo",
                 not self.multiround_adaptive_downsampling,
                 "multiround_adaptive_downsampling=True",
             ),
@@ -561,24 +564,29 @@ class AdaGRPOConfig(GRPOConfig):
                     stacklevel=4,  # the caller of the constructor
                 )
         chosen = self.sampler if self.sampler is not None else on[0][1] if on else "reinforce_ada"
+        if isinstance(chosen, (str, type)):  # a built-in's class or import path is that built-in, by its name
+            chosen = built_in_name(chosen) or chosen
+        kind = built_in_name(chosen) or sampler_name(
+            chosen
+        )  # what the settings follow (an instance of a built-in too)
         by = f"sampler={self.sampler!r}" if self.sampler else on[0][0] if on else ""
         for written, name, off in on:
-            if name != chosen:
+            if name != kind:
                 fix = f"sampler={name!r}" if self.sampler else on[0][2]
                 raise ValueError(f"{by} conflicts with {written}, which selects sampler={name!r}: set {off} or {fix}.")
         cls = sampler_class(chosen)  # an unknown name or an import path that does not import fails here, named
         for name, readers in _EXTENSIONS.items():
-            if getattr(self, name) and chosen not in readers:
-                fix = "dapo" if (name, chosen) == ("dynamic_sampling", "grpo") else "reinforce_ada"
+            if getattr(self, name) and kind not in readers:
+                fix = "dapo" if (name, kind) == ("dynamic_sampling", "grpo") else "reinforce_ada"
                 how = "" if self.sampler or not on else f" (selected by {by})"
                 raise ValueError(
-                    f"{name}=True extends Reinforce-Ada's rounds and cannot be combined with sampler={chosen!r}{how}: "
+                    f"{name}=True extends Reinforce-Ada's rounds and cannot be combined with sampler={kind!r}{how}: "
                     f"set {name}=False, or set sampler={fix!r}."
                 )
-        self.sampler, self.reinforce_ada_est = chosen, chosen == "est"
-        self.multiround_adaptive_downsampling = chosen not in ("grpo", "dapo")
-        self.dynamic_sampling = self.dynamic_sampling or chosen == "dapo"
-        if chosen == "budget" and self.sampling_budget is None:
+        self.sampler, self.reinforce_ada_est = chosen, kind == "est"
+        self.multiround_adaptive_downsampling = kind not in ("grpo", "dapo")
+        self.dynamic_sampling = self.dynamic_sampling or kind == "dapo"
+        if kind == "budget" and self.sampling_budget is None:
             self.sampling_budget = float(self.num_generations)  # GRPO's generation: the budget at parity
         self.prompt_memory = self.prompt_memory or bool(getattr(cls, "uses_prompt_memory", False))
 
@@ -593,24 +601,38 @@ class AdaGRPOConfig(GRPOConfig):
             "est": _EST_FIELDS,
             "retire_solved": ("max_refill_batches",),
         }.get(self.sampler_name, ())
+        no_memory = not self.prompt_memory and self.prompt_memory_group_column is None  # no pass rate is remembered
         unread = {
             "positive_threshold": not self.reads_positives,
             "positive_reward_func": not (self.reads_positives or self.dynamic_sampling),  # DAPO's signal reads it
             "pool_baseline": self.advantage_estimator != "reinforce_ada",
+            "prompt_memory_decay": not self.prompt_memory,
+            "prompt_memory_prior_alpha": no_memory,
+            "prompt_memory_prior_beta": no_memory,
+            **dict.fromkeys(_BUDGET_SKIP_FIELDS, self.sampler_name != "budget" or no_memory),  # skips need one
         }
-        for name in _ROUNDS_FIELDS + _DYNAMIC_FIELDS + _BUDGET_FIELDS + _EST_FIELDS + tuple(unread):
+        fields = _ROUNDS_FIELDS + _DYNAMIC_FIELDS + _BUDGET_FIELDS + _EST_FIELDS + tuple(unread)
+        for name in dict.fromkeys(fields):
             ignored = unread[name] if name in unread else name not in reads
             if ignored and self.sampler_name in BUILT_IN and as_set[name] != _DEFAULTS[name]:
+                memory = ", prompt_memory=False" if name in _MEMORY_READERS and not self.prompt_memory else ""
                 warnings.warn(
                     f"{name}={as_set[name]!r} has no effect with sampler={self.sampler!r} (advantage_estimator="
-                    f"{self.advantage_estimator!r}): it is ignored.",
+                    f"{self.advantage_estimator!r}{memory}): it is ignored.",
                     UserWarning,
                     stacklevel=4,
                 )
-        if self.advantage_estimator != "grpo" and self.scale_rewards != "group":
+        if self.sampler_name == "knapsack" and self.scale_rewards == "batch":  # its advantages are its own, per group
+            warnings.warn(
+                "scale_rewards='batch' has no effect with sampler='knapsack': its advantages are GRPO's within each "
+                "group, scaled by the group's std ('group'; 'none' leaves them unscaled).",
+                UserWarning,
+                stacklevel=4,
+            )
+        elif self.advantage_estimator != "grpo" and self.scale_rewards != "group":
             pooled = " (pool_std_scaling scales pooled ones)" if self.advantage_estimator == "reinforce_ada" else ""
             # TRL's frac_reward_zero_std takes the batch's std under 'batch' (Est's is recomputed per prompt).
-            batch = self.scale_rewards == "batch" and self.sampler != "est"
+            batch = self.scale_rewards == "batch" and self.sampler_name != "est"
             warnings.warn(
                 f"scale_rewards={self.scale_rewards!r} does not change the advantages of advantage_estimator="
                 f"{self.advantage_estimator!r}: it scales GRPO's group advantages only{pooled}"
@@ -637,8 +659,9 @@ class AdaGRPOConfig(GRPOConfig):
 
     @property
     def sampler_name(self) -> str:
-        """`sampler` as text: a class or instance given from Python by its class's import path."""
-        return sampler_name(self.sampler)
+        """`sampler` as text: a built-in's name (also for an instance of one), else a class or instance given from
+        Python by its class's import path."""
+        return built_in_name(self.sampler) or sampler_name(self.sampler)
 
     def to_dict(self) -> dict:
         return {**super().to_dict(), "sampler": self.sampler_name}  # logs and model cards take text
@@ -653,14 +676,21 @@ class AdaGRPOConfig(GRPOConfig):
     def sampling_active(self) -> bool:
         """Whether AdaGRPOTrainer takes over sampling (adaptive rounds or budget, Est, dynamic sampling, prompt
         memory)."""
-        return self.sampler != "grpo" or self.prompt_memory
+        return self.sampler_name != "grpo" or self.prompt_memory
 
 
 _OWN = [f for f in dataclasses.fields(AdaGRPOConfig) if f.name not in {g.name for g in dataclasses.fields(GRPOConfig)}]
 _OWN_BOOLS = tuple(f.name for f in _OWN if f.type in ("bool", bool))
 _DEFAULTS = {f.name: f.default for f in _OWN}
 _EST_FIELDS = ("est_exponent", "est_min_samples", "est_max_samples", "est_epsilon")
-_BUDGET_FIELDS = ("budget_top_up", "budget_skip_threshold", "budget_skip_decay", "budget_explore_floor")
+_BUDGET_SKIP_FIELDS = ("budget_skip_threshold", "budget_skip_decay", "budget_explore_floor")  # what screening reads
+_BUDGET_FIELDS = ("budget_top_up", *_BUDGET_SKIP_FIELDS)
+_MEMORY_READERS = (
+    "prompt_memory_decay",
+    "prompt_memory_prior_alpha",
+    "prompt_memory_prior_beta",
+    *_BUDGET_SKIP_FIELDS,
+)
 _ROUNDS_FIELDS = ("reinforce_ada_choice", "round_repeat", "max_rounds", "pool_selection")
 _DYNAMIC_FIELDS = ("max_refill_batches", "dynamic_sampling_tolerance")
 # The rounds' extensions, by the samplers that read them: another sampler would ignore them.

@@ -30,7 +30,9 @@ from trl_ada.integration import estimators
 from trl_ada.integration.context import check_pools, sample_request
 from trl_ada.integration.rollouts import StepSampling, positive_rewards
 from trl_ada.samplers import BUILT_IN, SamplingContext, Selection, check_selection, load_sampler
+from trl_ada.samplers.est import Est as BuiltInEst
 from trl_ada.samplers.knapsack import allocate, group_advantages, value
+from trl_ada.samplers.reinforce_ada import Rounds as BuiltInRounds
 
 
 BASE = dict(SMALL, shuffle_dataset=False)
@@ -576,11 +578,38 @@ def test_the_older_switches_map_onto_the_selector(fields, name, tmp_path):
             {"prompt_memory_group_column": "kind", "prompt_memory": True},
             "only informs a sampler that reads the prompt",
         ),
+        # A sampler's own settings, refused when the config is built, not once the model has loaded
+        ({"sampler": "knapsack", "sampler_kwargs": {"max_sample": 32}}, "do not fit sampler='knapsack'"),
+        ({"sampler": "knapsack", "advantage_estimator": "maxrl"}, "sampler='knapsack' gives its own advantages"),
+        ({"sampler": "retire_solved", "sampler_kwargs": '{"threshold": 1.5}'}, "threshold=1.5 must be a pass rate"),
+        ({"sampler": "grpo", "sampler_kwargs": {"threshold": 0.5}}, "do not fit sampler='grpo'"),
     ],
 )
 def test_a_conflicting_or_unknown_sampler_is_refused_naming_the_fix(fields, match, tmp_path):
     with pytest.raises(ValueError, match=match):
         config(tmp_path, **fields)
+
+
+class OwnRounds(BuiltInRounds):
+    """A subclass of a built-in: a sampler of the user's."""
+
+
+def test_a_built_in_given_as_its_class_path_or_instance_is_that_built_in(tmp_path):
+    """Est named, given as its class or its import path, or as an instance, gets Est's estimator and Ada-EMA memory
+    (a name-only default would give GRPO's advantages to its groups of N_x); a subclass is the user's sampler."""
+    for written in ("trl_ada.samplers.est.Est", BuiltInEst):
+        args = config(tmp_path, sampler=written)
+        assert (args.sampler, args.advantage_estimator, args.prompt_memory_decay) == ("est", "est", 0.9), written
+        assert args.prompt_memory_prior_beta == 16.0 and args.reinforce_ada_est
+    instance = BuiltInEst(config(tmp_path, sampler="est"))
+    args = config(tmp_path, sampler=instance)
+    assert args.sampler is instance and load_sampler(args) is instance
+    assert (args.sampler_name, args.advantage_estimator, args.prompt_memory_decay) == ("est", "est", 0.9)
+    with pytest.raises(ValueError, match="with a sampler instance"):
+        config(tmp_path, sampler=instance, sampler_kwargs={"threshold": 0.5})
+    assert config(tmp_path, sampler=BuiltInRounds).sampler == "reinforce_ada"
+    own = config(tmp_path, sampler=OwnRounds)
+    assert own.sampler is OwnRounds and own.sampler_name.endswith("OwnRounds") and own.advantage_estimator == "grpo"
 
 
 def test_a_group_column_informs_every_sampler_that_reads_the_memory(tmp_path):

@@ -105,9 +105,34 @@ def sampler_class(name) -> type:
     return found
 
 
+def built_in_name(value) -> str | None:
+    """The built-in name of a `sampler` value that is a built-in: its name, or exactly its class (the class, an
+    instance, or its import path; "reinforce_ada" for the rounds), so that it gets that name's defaults and checks.
+    None for anything else: a subclass is a sampler of the user's."""
+    if isinstance(value, str) and value in BUILT_IN:
+        return value
+    cls = sampler_class(value)  # a name that is neither built in nor an import path fails here, named
+    return next((name for name in ("reinforce_ada", *BUILT_IN) if cls is sampler_class(name)), None)
+
+
+def check_sampler(args) -> None:
+    """What `load_sampler` refuses, said when the config is built, before any model or data loads: sampler_kwargs
+    that do not fit the sampler's constructor, or given with an instance. A built-in is built once here to check its
+    own settings (its constructor is pure); a sampler of the user's is not built until the trainer is."""
+    cls, kwargs = _constructor(args)
+    if isinstance(args.sampler, str) and args.sampler in BUILT_IN:
+        cls(args, **kwargs)
+
+
 def load_sampler(args) -> Sampler:
     """The sampler `args.sampler` gives: an instance as it is, else its class built as `Sampler(args,
     **args.sampler_kwargs)`."""
+    cls, kwargs = _constructor(args)
+    return args.sampler if cls is None else cls(args, **kwargs)
+
+
+def _constructor(args) -> tuple[type | None, dict]:
+    """The class to build and its keyword arguments, checked to fit; (None, {}) for an instance, used as it is."""
     cls, kwargs = sampler_class(args.sampler), dict(args.sampler_kwargs or {})
     if not isinstance(args.sampler, (str, type)):  # an instance, built by the user
         if kwargs:
@@ -115,7 +140,7 @@ def load_sampler(args) -> Sampler:
                 f"sampler_kwargs={kwargs!r} with a sampler instance ({sampler_name(args.sampler)}): an instance is "
                 "used as it is. Pass its settings to its constructor, or pass the class with sampler_kwargs."
             )
-        return args.sampler
+        return None, {}
     try:
         inspect.signature(cls).bind(args, **kwargs)
     except TypeError as error:
@@ -128,7 +153,7 @@ def load_sampler(args) -> Sampler:
             f"sampler_kwargs={kwargs!r} do not fit sampler={args.sampler!r} ({error}): its arguments are "
             f"{inspect.signature(cls)}."
         ) from None
-    return cls(args, **kwargs)
+    return cls, kwargs
 
 
 __all__ = [
@@ -137,6 +162,8 @@ __all__ = [
     "Sampler",
     "SamplingContext",
     "Selection",
+    "built_in_name",
+    "check_sampler",
     "describe_sampling",
     "check_advantages",
     "check_selection",
