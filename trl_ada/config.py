@@ -622,14 +622,7 @@ class AdaGRPOConfig(GRPOConfig):
                     UserWarning,
                     stacklevel=4,
                 )
-        if self.sampler_name == "knapsack" and self.scale_rewards == "batch":  # its advantages are its own, per group
-            warnings.warn(
-                "scale_rewards='batch' has no effect with sampler='knapsack': its advantages are GRPO's within each "
-                "group, scaled by the group's std ('group'; 'none' leaves them unscaled).",
-                UserWarning,
-                stacklevel=4,
-            )
-        elif self.advantage_estimator != "grpo" and self.scale_rewards != "group":
+        if self.advantage_estimator != "grpo" and self.scale_rewards != "group":
             pooled = " (pool_std_scaling scales pooled ones)" if self.advantage_estimator == "reinforce_ada" else ""
             # TRL's frac_reward_zero_std takes the batch's std under 'batch' (Est's is recomputed per prompt).
             batch = self.scale_rewards == "batch" and self.sampler_name != "est"

@@ -28,19 +28,11 @@ BASELINES = ("threshold_fraction", "mean_reward")
 __all__ = [
     "BASELINES",
     "maxrl_advantages",
-    "nanmean",
     "pool_statistics",
     "pooled_advantages",
     "raft_advantages",
     "reinforce_rej_advantages",
 ]
-
-
-def nanmean(values: Sequence[float]) -> float:
-    """The mean of the scorable values (NaN left out), NaN when there is none: a metric over samples some of which
-    no reward function scored."""
-    finite = [float(v) for v in values if not math.isnan(v)]
-    return sum(finite) / len(finite) if finite else float("nan")
 
 
 def _unbiased_std(values: Sequence[float], mean: float) -> float:

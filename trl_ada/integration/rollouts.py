@@ -20,11 +20,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from accelerate.logging import get_logger
 from accelerate.utils import gather_object
 
-from trl_ada.core.advantages import nanmean
 from trl_ada.core.sampling import PromptResult
 
 
@@ -260,7 +260,7 @@ def step_metrics(
         "sampling/rounds_max": float(max(rounds)),
         "sampling/finished_round_1": sum(r.finished and r.rounds == 1 for r in results) / sampled,
         "sampling/unfinished": sum(not r.finished for r in results) / sampled,
-        "sampling/iid_reward": nanmean(round_one),
+        "sampling/iid_reward": float(np.nanmean(round_one)),  # NaN: unscored, left out
         "sampling/effective_prompt_ratio": signal.float().mean().item(),
     }
     m |= {f"sampling/pipelined/{name}": value for name, value in step.pipelined.items()}

@@ -7,7 +7,8 @@ the rows GRPOTrainer would; the one round then splits over the ranks along the s
 
 from __future__ import annotations
 
-from trl_ada.core.advantages import nanmean
+import numpy as np
+
 from trl_ada.core.est import allocate, allocation_metrics
 from trl_ada.core.sampling import PromptResult
 from trl_ada.samplers.protocol import SamplingContext, Selection, check_range
@@ -59,8 +60,10 @@ class Est:
             prompt: PromptResult(pool_rewards=pool, selected=list(range(len(pool))), rounds=1, finished=True)
             for prompt, pool in enumerate(pools)
         }
-        metrics = allocation_metrics(pass_rates, counts, [nanmean(pool) for pool in pools])
+        metrics = allocation_metrics(pass_rates, counts, [float(np.nanmean(pool)) for pool in pools])
         # Round one is every sample here, N_x per prompt: weigh prompts equally, as GRPO's n per prompt does; the
         # reward TRL trains on, as GRPO logs it.
-        metrics["sampling/iid_reward"] = nanmean([nanmean(context.trained_rewards(p)) for p in range(target)])
+        metrics["sampling/iid_reward"] = float(
+            np.nanmean([np.nanmean(context.trained_rewards(p)) for p in range(target)])
+        )
         return Selection(results=results, chosen=list(range(target)), metrics=metrics)

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import heapq
 import math
+import warnings
 
-from trl_ada.core.advantages import nanmean
+import numpy as np
+
 from trl_ada.core.sampling import PromptResult
 from trl_ada.samplers.protocol import SamplingContext, Selection, is_integer
 
@@ -100,6 +102,17 @@ class Knapsack:
             )
         self.args, self.min_samples, self.max_samples = args, min_samples, max_samples
 
+    @staticmethod
+    def check_fields(args) -> None:
+        """TRL's `scale_rewards` as the knapsack reads it (AdaGRPOConfig calls this at construction)."""
+        if args.sampler_name == "knapsack" and args.scale_rewards == "batch":  # its advantages are its own, per group
+            warnings.warn(
+                "scale_rewards='batch' has no effect with sampler='knapsack': its advantages are GRPO's within each "
+                "group, scaled by the group's std ('group'; 'none' leaves them unscaled).",
+                UserWarning,
+                stacklevel=5,  # the caller of AdaGRPOConfig
+            )
+
     def sample(self, context: SamplingContext, target: int) -> Selection:
         n, per_rank = context.num_generations, target // context.world_size
         pass_rates = []
@@ -124,7 +137,7 @@ class Knapsack:
         advantages = {p: group_advantages(pool, scale) for p, pool in enumerate(trained)}
         metrics = {
             # Every sample is round one here, N_x per prompt: weigh prompts equally, as GRPO's n per prompt does.
-            "sampling/iid_reward": nanmean([nanmean(pool) for pool in trained]),
+            "sampling/iid_reward": float(np.nanmean([np.nanmean(pool) for pool in trained])),
             "sampling/knapsack/samples_max": float(max(counts)),
             "sampling/knapsack/samples_min": float(min(counts)),
             "sampling/knapsack/value": sum(value(c, p) for c, p in zip(counts, pass_rates)) / target,
