@@ -611,10 +611,12 @@ class AdaGRPOConfig(GRPOConfig):
             "prompt_memory_prior_beta": no_memory,
             **dict.fromkeys(_BUDGET_SKIP_FIELDS, self.sampler_name != "budget" or no_memory),  # skips need one
         }
-        fields = _ROUNDS_FIELDS + _DYNAMIC_FIELDS + _BUDGET_FIELDS + _EST_FIELDS + tuple(unread)
-        for name in dict.fromkeys(fields):
-            ignored = unread[name] if name in unread else name not in reads
-            if ignored and self.sampler_name in BUILT_IN and as_set[name] != _DEFAULTS[name]:
+        fields = dict.fromkeys(_ROUNDS_FIELDS + _DYNAMIC_FIELDS + _BUDGET_FIELDS + _EST_FIELDS + tuple(unread))
+        known = self.sampler_name in BUILT_IN
+        # what the chosen built-in does not read, whatever its value (trl-ada-compare tells arms apart without them)
+        self.unread_fields = tuple(f for f in fields if known and (unread[f] if f in unread else f not in reads))
+        for name in self.unread_fields:
+            if as_set[name] != _DEFAULTS[name]:
                 memory = ", prompt_memory=False" if name in _MEMORY_READERS and not self.prompt_memory else ""
                 warnings.warn(
                     f"{name}={as_set[name]!r} has no effect with sampler={self.sampler!r} (advantage_estimator="

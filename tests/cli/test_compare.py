@@ -496,8 +496,8 @@ def test_every_arm_and_flag_is_checked_before_the_first_run(tmp_path):
 
 
 def test_arms_that_build_the_same_run_are_named_before_any_run(tmp_path):
-    """An override its sampler makes moot (reinforce_ada_choice under a recipe's `sampler: grpo`) leaves an arm the
-    baseline's twin: the check names both arms and the sampler; arms that differ are not named."""
+    """An override its sampler makes moot (reinforce_ada_choice, max_rounds under a recipe's `sampler: grpo`) leaves an
+    arm the baseline's twin: the check names the twins and the sampler; an arm that differs is not named."""
     from trl_ada.cli.compare import Arm, build_parser, check_inputs
 
     recipe = tmp_path / "grpo.yaml"
@@ -505,16 +505,8 @@ def test_arms_that_build_the_same_run_are_named_before_any_run(tmp_path):
     args = build_parser().parse_args(
         [
             *("--config", str(recipe), "--arm", "grpo", "--arm", "balanced", "reinforce_ada_choice=balanced"),
-            *(
-                "--arm",
-                "ada",
-                "sampler=reinforce_ada",
-                "reinforce_ada_choice=balanced",
-                "--seeds",
-                "0",
-                "--max_steps",
-                "1",
-            ),
+            *("--arm", "ada", "sampler=reinforce_ada", "reinforce_ada_choice=balanced"),
+            *("--arm", "rounds6", "max_rounds=6", "--seeds", "0", "--max_steps", "1"),
             *("--eval_min_examples", "6", "--eval_fraction", "0.2", "--output_dir", str(tmp_path / "compare")),
         ]
     )
@@ -525,7 +517,7 @@ def test_arms_that_build_the_same_run_are_named_before_any_run(tmp_path):
     twins = [str(w.message) for w in caught if "build the same configuration" in str(w.message)]
     assert (
         len(twins) == 1
-        and twins[0].startswith("--arm grpo and --arm balanced build the same")
+        and twins[0].startswith("--arm grpo and --arm balanced, rounds6 build the same")
         and ("sampler='grpo'" in twins[0])
     ), twins
 

@@ -151,14 +151,18 @@ def check_inputs(args, arms: list[Arm]) -> None:
         held_out_split(args, script_args, load_train_dataset(script_args, args.task_seed))
     # An override that the recipe makes moot (e.g. reinforce_ada_choice under a recipe's `sampler: grpo`) leaves two
     # arms the same run: the comparison would then measure seed noise only. Said, not refused: an A/A run is legitimate.
-    built = [(vars(s), t.to_dict(), vars(m)) for s, t, m in parsed]
+    built = [
+        (vars(s), {k: v for k, v in t.to_dict().items() if k not in t.unread_fields}, vars(m)) for s, t, m in parsed
+    ]
+    named: set[str] = set()  # each set of twins once, by its first arm
     for i, first in enumerate(arms):
         same = [arm.name for arm, config in zip(arms[i + 1 :], built[i + 1 :]) if config == built[i]]
-        if same:
+        if same and first.name not in named:
+            named.update(same)
             warnings.warn(
                 f"--arm {first.name} and --arm {', '.join(same)} build the same configuration (an override may have "
-                f"no effect under its sampler: sampler={built[i][1]['sampler']!r}): they differ by nothing but their "
-                "names, so their comparison measures seed noise only. To compare samplers, name each arm's sampler "
+                f"no effect under its sampler: sampler={built[i][1]['sampler']!r}): they differ by nothing their sampler "
+                "reads, so their comparison measures seed noise only. To compare samplers, name each arm's sampler "
                 "(e.g. sampler=reinforce_ada reinforce_ada_choice=balanced).",
                 UserWarning,
                 stacklevel=2,
