@@ -118,6 +118,11 @@ def test_adaptive_off_defaults_to_grpo():
         ),
         # A string in a bool field would read as True; an out-of-range value is refused even with its switch off.
         ({"multiround_adaptive_downsampling": "false"}, ["multiround_adaptive_downsampling='false'", "a bool"]),
+        # set True beside a one-round sampler (an old arm on a recipe that says sampler: grpo): not silently GRPO
+        (
+            {"sampler": "grpo", "multiround_adaptive_downsampling": True},
+            ["multiround_adaptive_downsampling=True samples in rounds", "sampler='grpo'", "sampler='reinforce_ada'"],
+        ),
         ({"pipelined_rounds": "false"}, ["pipelined_rounds='false'", "a bool"]),
         ({"prompt_memory": 1}, ["prompt_memory=1", "True or False"]),
         ({"max_rounds": True}, ["max_rounds=True", "integer"]),

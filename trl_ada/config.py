@@ -60,7 +60,7 @@ class AdaGRPOConfig(GRPOConfig):
 
         > Rounds and exit rule (the reference's defaults)
 
-        multiround_adaptive_downsampling (`bool`, *optional*, defaults to `True`):
+        multiround_adaptive_downsampling (`bool` or `None`, *optional*, defaults to `None`):
             Deprecated (`sampler="grpo"` instead of `False`). Sample in rounds; `False` is GRPO's plain sampling.
         reinforce_ada_choice (`str`, *optional*, defaults to `"balanced"`):
             Exit rule: `"balanced"` (floor(n/2) positives and the rest negatives in the pool) or `"positive_focused"`
@@ -181,12 +181,12 @@ class AdaGRPOConfig(GRPOConfig):
             "'knapsack' (a JSON string on the command line)."
         },
     )
-    multiround_adaptive_downsampling: bool = field(
-        default=True,
+    multiround_adaptive_downsampling: bool | None = field(
+        default=None,
         metadata={
-            "help": "Deprecated: set sampler='grpo' instead of False. Sample in rounds with successive elimination "
-            "and keep a group of `num_generations` per prompt (Reinforce-Ada). False: GRPO's plain sampling of "
-            "`num_generations` per prompt."
+            "help": "Deprecated: set sampler='grpo' instead of False. True: sample in rounds with successive "
+            "elimination (every sampler but 'grpo' and 'dapo' does); False: GRPO's plain sampling of "
+            "`num_generations` per prompt. None (the default): as the sampler does; read back as True or False."
         },
     )
     reinforce_ada_choice: str = field(
@@ -459,8 +459,9 @@ class AdaGRPOConfig(GRPOConfig):
             raise ValueError(f"{bad[0]}={getattr(self, bad[0])!r} is not JSON: {error}.") from None
         if not isinstance(self.sampler_kwargs, dict | None):
             raise ValueError(f"sampler_kwargs={self.sampler_kwargs!r} must be a dict (or its JSON), or None.")
-        for name in _OWN_BOOLS:  # a string such as "false" would read as True in every `if`
-            if not isinstance(getattr(self, name), bool):
+        for name in _OWN_BOOLS + ("multiround_adaptive_downsampling",):  # "false" would read as True in an `if`
+            value = getattr(self, name)
+            if not (isinstance(value, bool) or (value is None and _DEFAULTS[name] is None)):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False (a bool, not a string).")
         self.reinforce_ada_choice = normalize_choice(str(self.reinforce_ada_choice))
         self.round_repeat = max(8, self.num_generations) if self.round_repeat is None else self.round_repeat
@@ -550,7 +551,7 @@ class AdaGRPOConfig(GRPOConfig):
             f"sampling_budget={budget}": ("budget", budget is not None, "sampling_budget=None"),
             "multiround_adaptive_downsampling=False": (  # one round of n: GRPO, or DAPO where refills are asked
                 "dapo" if self.dynamic_sampling or self.sampler == "dapo" else "grpo",
-                not self.multiround_adaptive_downsampling,
+                self.multiround_adaptive_downsampling is False,
                 "multiround_adaptive_downsampling=True",
             ),
         }
@@ -566,9 +567,8 @@ class AdaGRPOConfig(GRPOConfig):
         chosen = self.sampler if self.sampler is not None else on[0][1] if on else "reinforce_ada"
         if isinstance(chosen, (str, type)):  # a built-in's class or import path is that built-in, by its name
             chosen = built_in_name(chosen) or chosen
-        kind = built_in_name(chosen) or sampler_name(
-            chosen
-        )  # what the settings follow (an instance of a built-in too)
+        # what the settings follow: a built-in's name (an instance of one too), else the class's import path
+        kind = built_in_name(chosen) or sampler_name(chosen)
         by = f"sampler={self.sampler!r}" if self.sampler else on[0][0] if on else ""
         for written, name, off in on:
             if name != kind:
@@ -583,6 +583,11 @@ class AdaGRPOConfig(GRPOConfig):
                     f"{name}=True extends Reinforce-Ada's rounds and cannot be combined with sampler={kind!r}{how}: "
                     f"set {name}=False, or set sampler={fix!r}."
                 )
+        if self.multiround_adaptive_downsampling and kind in ("grpo", "dapo"):  # set True, read as rounds
+            raise ValueError(
+                f"multiround_adaptive_downsampling=True samples in rounds, which sampler={kind!r} does not: drop it "
+                "(it is deprecated), or set sampler='reinforce_ada'."
+            )
         self.sampler, self.reinforce_ada_est = chosen, kind == "est"
         self.multiround_adaptive_downsampling = kind not in ("grpo", "dapo")
         self.dynamic_sampling = self.dynamic_sampling or kind == "dapo"
