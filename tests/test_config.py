@@ -118,6 +118,10 @@ def test_adaptive_off_defaults_to_grpo():
         ),
         # A string in a bool field would read as True; an out-of-range value is refused even with its switch off.
         ({"multiround_adaptive_downsampling": "false"}, ["multiround_adaptive_downsampling='false'", "a bool"]),
+        # set False beside a sampler that reads the memory: not silently turned on
+        ({"sampler": "est", "prompt_memory": False}, ["prompt_memory=False with sampler='est'", "drop prompt_memory"]),
+        ({"sampler": "knapsack", "prompt_memory": False}, ["prompt_memory=False with sampler='knapsack'"]),
+        ({"prompt_memory": "false"}, ["prompt_memory='false'", "a bool"]),
         # set True beside a one-round sampler (an old arm on a recipe that says sampler: grpo): not silently GRPO
         (
             {"sampler": "grpo", "multiround_adaptive_downsampling": True},

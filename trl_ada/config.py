@@ -123,8 +123,9 @@ class AdaGRPOConfig(GRPOConfig):
 
         > Prompt memory
 
-        prompt_memory (`bool`, *optional*, defaults to `False`):
-            Remember each prompt's pass rate across steps (decayed Beta counts, saved in checkpoints).
+        prompt_memory (`bool` or `None`, *optional*, defaults to `None`):
+            Remember each prompt's pass rate across steps (decayed Beta counts, saved in checkpoints); `None`: on
+            for a sampler that reads it.
         prompt_memory_decay (`float` or `None`, *optional*, defaults to `None`):
             Factor on a prompt's old counts at each visit (`None`: 0.5, or 0.9 with Est).
         prompt_memory_prior_alpha (`float` or `None`, *optional*, defaults to `None`):
@@ -362,12 +363,14 @@ class AdaGRPOConfig(GRPOConfig):
         default=1e-6,
         metadata={"help": "With dynamic_sampling: a group whose rewards all lie within this distance has no signal."},
     )
-    prompt_memory: bool = field(
-        default=False,
+    prompt_memory: bool | None = field(
+        default=None,
         metadata={
             "help": "Remember each prompt's pass rate across steps: a Beta posterior from decayed counts of every "
             "scored completion ('Ada-EMA'), keyed by a content hash of the prompt, saved in every checkpoint and "
-            "exported to <output_dir>/prompt_memory.parquet at the end of training."
+            "exported to <output_dir>/prompt_memory.parquet at the end of training. None (the default): on for a "
+            "sampler that reads it ('est', 'knapsack', one of yours with uses_prompt_memory), off otherwise; False "
+            "with such a sampler is refused. Read back as True or False."
         },
     )
     prompt_memory_decay: float | None = field(
@@ -459,7 +462,7 @@ class AdaGRPOConfig(GRPOConfig):
             raise ValueError(f"{bad[0]}={getattr(self, bad[0])!r} is not JSON: {error}.") from None
         if not isinstance(self.sampler_kwargs, dict | None):
             raise ValueError(f"sampler_kwargs={self.sampler_kwargs!r} must be a dict (or its JSON), or None.")
-        for name in _OWN_BOOLS + ("multiround_adaptive_downsampling",):  # "false" would read as True in an `if`
+        for name in _OWN_BOOLS + ("multiround_adaptive_downsampling", "prompt_memory"):  # "false" reads as True
             value = getattr(self, name)
             if not (isinstance(value, bool) or (value is None and _DEFAULTS[name] is None)):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False (a bool, not a string).")
@@ -593,7 +596,13 @@ class AdaGRPOConfig(GRPOConfig):
         self.dynamic_sampling = self.dynamic_sampling or kind == "dapo"
         if kind == "budget" and self.sampling_budget is None:
             self.sampling_budget = float(self.num_generations)  # GRPO's generation: the budget at parity
-        self.prompt_memory = self.prompt_memory or bool(getattr(cls, "uses_prompt_memory", False))
+        reads_memory = bool(getattr(cls, "uses_prompt_memory", False))
+        if self.prompt_memory is False and reads_memory:  # set False: not silently turned on
+            raise ValueError(
+                f"prompt_memory=False with sampler={kind!r}, which reads the prompt memory: drop prompt_memory=False "
+                "(it is turned on for this sampler), or choose a sampler that does not read it."
+            )
+        self.prompt_memory = bool(self.prompt_memory) or reads_memory
 
     def _warn_of_ignored_fields(self, as_set: dict) -> None:
         """Name the fields set away from their defaults (`as_set`: as the user set them) that the chosen sampling does
