@@ -299,14 +299,14 @@ class AdaGRPOConfig(GRPOConfig):
     reinforce_ada_est: bool = field(
         default=False,
         metadata={
-            "help": "Deprecated: set sampler='est' instead. Reinforce-Ada-Est (the paper's v3, Algorithm 1) instead of the rounds: each prompt's number of "
-            "samples N_x is allocated up front from its remembered pass rate p_x (the prompt memory, turned on), "
-            "proportional to (p_x + est_epsilon) ** -est_exponent within [est_min_samples, est_max_samples], "
-            "num_generations per prompt on average (the generation batch GRPO makes); one generation call; every "
-            "sample is trained on with advantage (r - mean_x) * (mean_x + est_epsilon) ** -(1 - est_exponent), "
-            "mean_x the mean reward of the prompt's N_x samples (trl_ada/core/est.py). Rewards are read as pass "
-            "rates, in [0, 1]: others are warned of (a mean at or below 0 would get the weight "
-            "est_epsilon ** -(1 - est_exponent))."
+            "help": "Deprecated: set sampler='est' instead. Reinforce-Ada-Est (the paper's v3, Algorithm 1) instead of"
+            " the rounds: each prompt's number of samples N_x is allocated up front from its remembered pass rate p_x "
+            "(the prompt memory, turned on), proportional to (p_x + est_epsilon) ** -est_exponent within "
+            "[est_min_samples, est_max_samples], num_generations per prompt on average (the generation batch GRPO "
+            "makes); one generation call; every sample is trained on with advantage (r - mean_x) * (mean_x + "
+            "est_epsilon) ** -(1 - est_exponent), mean_x the mean reward of the prompt's N_x samples "
+            "(trl_ada/core/est.py). Rewards are read as pass rates, in [0, 1]: others are warned of (a mean at or "
+            "below 0 would get the weight est_epsilon ** -(1 - est_exponent))."
         },
     )
     est_exponent: float = field(
@@ -433,11 +433,12 @@ class AdaGRPOConfig(GRPOConfig):
     prompt_memory_group_column: str | None = field(
         default=None,
         metadata={
-            "help": "With a sampler that reads the prompt memory ('budget', 'est', 'knapsack', or your own): a dataset column that groups prompts (a problem "
-            "kind, a source, a difficulty level). The pass rates seen in each group are fitted as a Beta distribution "
-            "(trl_ada.core.memory.GroupPrior) and used as the prior of every prompt of the group, so a prompt never "
-            "seen before is screened (budget) or allocated (Est) by what its group's prompts did. Worth it when a run rarely meets a prompt twice. None (the default): every "
-            "prompt starts from the flat prior."
+            "help": "With a sampler that reads the prompt memory ('budget', 'est', 'knapsack', or your own): a dataset"
+            " column that groups prompts (a problem kind, a source, a difficulty level). The pass rates seen in each "
+            "group are fitted as a Beta distribution (trl_ada.core.memory.GroupPrior) and used as the prior of every "
+            "prompt of the group, so a prompt never seen before is screened (budget) or allocated (Est) by what its "
+            "group's prompts did. Worth it when a run rarely meets a prompt twice. None (the default): every prompt "
+            "starts from the flat prior."
         },
     )
     budget_explore_floor: float = field(
@@ -471,9 +472,8 @@ class AdaGRPOConfig(GRPOConfig):
         self._select_sampler()
         for sampler in dict.fromkeys(map(sampler_class, BUILT_IN)):  # each built-in's own fields, selected or not
             getattr(sampler, "check_fields", lambda args: None)(self)
-        est = (
-            self.sampler_name == "est"
-        )  # the authors' Ada-EMA for Est (docs/knobs.md says why), a flat prior otherwise
+        # the authors' Ada-EMA for Est (docs/knobs.md says why), a flat prior otherwise
+        est = self.sampler_name == "est"
         for name, default, high in (
             ("prompt_memory_decay", 0.9 if est else 0.5, 1),
             ("prompt_memory_prior_alpha", 1.0, math.inf),
