@@ -20,7 +20,7 @@ from trl_ada.core.budget import run_budgeted_sampling
 from trl_ada.core.dynamic import has_signal
 from trl_ada.core.memory import GroupPrior, PromptMemory, observe_step
 from trl_ada.core.sampling import (
-    PromptRounds,
+    EliminationRule,
     count_signs,
     exit_rule,
     run_adaptive_sampling,
@@ -49,7 +49,7 @@ def test_unscorable_is_neither_positive_nor_negative():
 def test_a_balanced_prompt_does_not_retire_on_negatives_never_scored():
     """Two positives and six unscorable samples: before, the six counted as negatives and the prompt retired with a
     group ++ plus two unscorable "negatives". Now it samples on, and retires when real negatives come."""
-    prompt = PromptRounds(4, 8, 4, "balanced", 0.7)
+    prompt = EliminationRule(4, 8, 4, "balanced", 0.7).prompt(0)
     assert not prompt.add_round([1.0, 1.0] + [NAN] * 6)
     assert not prompt.add_round([NAN] * 7 + [0.0])  # one negative: not yet
     assert prompt.add_round([NAN, 0.0] + [NAN] * 6)
@@ -59,7 +59,9 @@ def test_a_balanced_prompt_does_not_retire_on_negatives_never_scored():
 
 def test_a_prompt_whose_samples_are_all_unscorable_is_sampled_to_the_end_and_gets_a_fallback_group():
     for choice in ("balanced", "positive_focused"):
-        (result,) = run_adaptive_sampling(1, lambda active, k: [[NAN] * k for _ in active], 4, 8, 4, choice)
+        (result,) = run_adaptive_sampling(
+            1, lambda active, k: [[NAN] * k for _ in active], EliminationRule(4, 8, 4, choice)
+        )
         assert (result.rounds, result.finished, result.selected) == (4, False, [0, 1, 2, 3])
         assert pooled_advantages(result.selected_rewards, result.pool_rewards) == [0.0] * 4
 
@@ -143,7 +145,7 @@ def test_rounds_count_only_scorable_samples(n, m_extra, max_rounds, prompts, cho
         ]
 
     m = n + m_extra
-    results = run_adaptive_sampling(prompts, sample_round, n, m, max_rounds, choice, tau)
+    results = run_adaptive_sampling(prompts, sample_round, EliminationRule(n, m, max_rounds, choice, tau))
     for r in results:
         assert len(r.selected) == len(set(r.selected)) == n  # full groups, always
         num_pos, num_neg = count_signs(r.pool_rewards, tau)

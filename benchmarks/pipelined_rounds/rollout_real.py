@@ -87,7 +87,7 @@ def main(argv=None):
     from vllm import LLM, SamplingParams
 
     from trl_ada.core.pipelined import run_pipelined_sampling
-    from trl_ada.core.sampling import run_adaptive_sampling
+    from trl_ada.core.sampling import EliminationRule, run_adaptive_sampling
     from trl_ada.examples.arithmetic import arithmetic_problems
     from trl_ada.examples.models import materialize
     from trl_ada.integration.vllm_stream import VLLMStream
@@ -127,7 +127,7 @@ def main(argv=None):
             rewards = rewards_of([p for p in active for _ in range(k)], texts)
             return [rewards[i * k : (i + 1) * k] for i in range(len(active))]
 
-        results = run_adaptive_sampling(args.prompts, sample_round, choice=choice)
+        results = run_adaptive_sampling(args.prompts, sample_round, EliminationRule(choice=choice))
         return {
             "rounds": statistics.mean(r.rounds for r in results),
             "samples": sum(len(r.pool_rewards) for r in results),
@@ -143,7 +143,7 @@ def main(argv=None):
             return rewards_of([p for p, _ in finished], texts)
 
         with stream:
-            out = run_pipelined_sampling(args.prompts, stream, score, choice=choice)
+            out = run_pipelined_sampling(args.prompts, stream, score, EliminationRule(choice=choice))
         assert not engine.has_unfinished_requests()
         return {
             "rounds": statistics.mean(r.rounds for r in out.results),

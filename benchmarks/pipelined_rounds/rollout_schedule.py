@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from trl_ada.cli.plotting import save  # noqa: E402
 from trl_ada.core.pipelined import run_pipelined_sampling  # noqa: E402
-from trl_ada.core.sampling import run_adaptive_sampling  # noqa: E402
+from trl_ada.core.sampling import EliminationRule, run_adaptive_sampling  # noqa: E402
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -120,20 +120,20 @@ def one_step(args, seed, step_time):
     def engine():
         return SimulatedEngine(lambda p, s: lengths[(p, s)], step_time, args.max_num_seqs)
 
-    def run_sync(**cfg):
+    def run_sync(rule):
         sim, drawn = engine(), [0] * args.prompts
         results = run_adaptive_sampling(
             args.prompts,
             lambda active, k: synchronous_round(sim, active, k, drawn, lambda p, s: rewards[(p, s)]),
-            **cfg,
+            rule,
         )
         return results, sim
 
-    grpo, grpo_engine = run_sync(num_generations=4, round_repeat=4, max_rounds=1)
+    grpo, grpo_engine = run_sync(EliminationRule(num_generations=4, round_repeat=4, max_rounds=1))
     row = {"grpo_n4": {"seconds": grpo_engine.clock, "tokens": grpo_engine.tokens}}
     for choice in ("positive_focused", "balanced"):
-        cfg = dict(num_generations=4, round_repeat=args.round_repeat, max_rounds=args.max_rounds, choice=choice)
-        reference, sim = run_sync(**cfg)
+        rule = EliminationRule(4, args.round_repeat, args.max_rounds, choice)
+        reference, sim = run_sync(rule)
         row[f"{choice} synchronous"] = {"seconds": sim.clock, "tokens": sim.tokens}
         for name, certain, speculative in zip(SCHEDULES[1:], (False, True, True), (False, False, True)):
             sim = engine()
@@ -141,10 +141,10 @@ def one_step(args, seed, step_time):
                 args.prompts,
                 sim,
                 lambda done: [rewards[r] for r in done],
+                rule,
                 max_running=args.max_num_seqs,
                 certain_continuation=certain,
                 speculative=speculative,
-                **cfg,
             )
             assert out.results == reference, "the pipelined driver must select exactly what the synchronous one does"
             row[f"{choice} {name}"] = {

@@ -48,7 +48,7 @@ from trl_ada.core.budget import run_budgeted_sampling  # noqa: E402
 from trl_ada.core.dynamic import fill_with_signal  # noqa: E402
 from trl_ada.core.est import allocate, est_advantages  # noqa: E402
 from trl_ada.core.memory import PromptMemory  # noqa: E402
-from trl_ada.core.sampling import PromptResult, run_adaptive_sampling  # noqa: E402
+from trl_ada.core.sampling import EliminationRule, PromptResult, run_adaptive_sampling  # noqa: E402
 from trl_ada.integration.refill import PromptStream  # noqa: E402
 
 
@@ -197,15 +197,8 @@ def reinforce_ada(p: np.ndarray, choice: str, round_repeat: int, max_rounds: int
         # One vectorised draw per round for all active prompts; lists are what the pure-Python API iterates fastest.
         return bernoulli(rng, p[active], k).tolist()
 
-    results = run_adaptive_sampling(
-        num_prompts=len(p),
-        sample_round=sample_round,
-        num_generations=N,
-        round_repeat=round_repeat,
-        max_rounds=max_rounds,
-        choice=choice,
-        positive_threshold=THRESHOLD,
-    )
+    rule = EliminationRule(N, round_repeat, max_rounds, choice, THRESHOLD)
+    results = run_adaptive_sampling(len(p), sample_round, rule)
     # Signal = the trainer's actual advantages (pooled baseline) are not all zero.
     has_signal = [
         any(a != 0.0 for a in pooled_advantages(r.selected_rewards, r.pool_rewards, THRESHOLD)) for r in results
@@ -309,13 +302,11 @@ def multi_epoch(method: str, p0: np.ndarray, args, seed: int) -> list[dict]:
     def sample_round(prompts: list[int], k: int) -> list[list[float]]:
         return bernoulli(rng, p[prompts], k).tolist() if prompts else []
 
+    one_round_of_n = EliminationRule(N, round_repeat=N, max_rounds=1)
+
     def plain(prompts: list[int]):  # n i.i.d. samples each, kept whole (GRPO's group)
         return run_adaptive_sampling(
-            len(prompts),
-            lambda active, k: sample_round([prompts[i] for i in active], k),
-            num_generations=N,
-            round_repeat=N,
-            max_rounds=1,
+            len(prompts), lambda active, k: sample_round([prompts[i] for i in active], k), one_round_of_n
         )
 
     epochs = []
@@ -342,15 +333,8 @@ def multi_epoch(method: str, p0: np.ndarray, args, seed: int) -> list[dict]:
                 sampled = chosen = list(zip(batch, results))
             elif method.startswith("Ada"):
                 choice = method.split()[1]
-                results = run_adaptive_sampling(
-                    g,
-                    lambda active, k: sample_round([batch[i] for i in active], k),
-                    num_generations=N,
-                    round_repeat=ROUND_REPEAT,
-                    max_rounds=MAX_ROUNDS,
-                    choice=choice,
-                    positive_threshold=THRESHOLD,
-                )
+                rule = EliminationRule(N, ROUND_REPEAT, MAX_ROUNDS, choice, THRESHOLD)
+                results = run_adaptive_sampling(g, lambda active, k: sample_round([batch[i] for i in active], k), rule)
                 sampled = chosen = list(zip(batch, results))
             else:
                 remembered = method.endswith(", memory")

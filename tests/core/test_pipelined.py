@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from trl_ada.core import pipelined, sampling
 from trl_ada.core.pipelined import run_pipelined_sampling
-from trl_ada.core.sampling import run_adaptive_sampling
+from trl_ada.core.sampling import EliminationRule, run_adaptive_sampling
 
 
 ORDERS = ("random", "last_first", "first_first", "all_at_once", "highest_prompt_first", "stall_then_burst")
@@ -76,7 +76,7 @@ def reward_table(num_prompts, slots, seed, kind):
     return [[rng.choice([0.0, 0.3, 0.7, 0.71, 1.0]) for _ in range(slots)] for _ in range(num_prompts)]
 
 
-def synchronous(table, **cfg):
+def synchronous(table, rule):
     drawn = [0] * len(table)
 
     def sample_round(active, k):
@@ -85,13 +85,13 @@ def synchronous(table, **cfg):
             drawn[p] += k
         return out
 
-    return run_adaptive_sampling(len(table), sample_round, **cfg)
+    return run_adaptive_sampling(len(table), sample_round, rule)
 
 
 @st.composite
 def scenarios(draw):
     n = draw(st.integers(2, 6))
-    cfg = dict(
+    rule = EliminationRule(
         num_generations=n,
         round_repeat=draw(st.integers(n, 9)),
         max_rounds=draw(st.integers(1, 4)),
@@ -109,7 +109,7 @@ def scenarios(draw):
         speculative=draw(st.booleans()),
     )
     return (
-        cfg,
+        rule,
         engine,
         driver,
         draw(st.integers(1, 10)),
@@ -121,30 +121,30 @@ def scenarios(draw):
 @settings(max_examples=400, deadline=None)
 @given(scenario=scenarios())
 def test_pipelined_equals_synchronous_in_any_finish_order(scenario):
-    cfg, engine_cfg, driver, num_prompts, table_seed, kind = scenario
-    table = reward_table(num_prompts, cfg["round_repeat"] * cfg["max_rounds"], table_seed, kind)
+    rule, engine_cfg, driver, num_prompts, table_seed, kind = scenario
+    table = reward_table(num_prompts, rule.round_repeat * rule.max_rounds, table_seed, kind)
     engine = FakeEngine(**engine_cfg)
-    out = run_pipelined_sampling(num_prompts, engine, lambda done: [table[p][s] for p, s in done], **cfg, **driver)
+    out = run_pipelined_sampling(num_prompts, engine, lambda done: [table[p][s] for p, s in done], rule, **driver)
 
-    expected = synchronous(table, **cfg)
+    expected = synchronous(table, rule)
     # pools, rounds, finished, selected: all equal (NaN != NaN, so pools compare as their repr)
     assert [(repr(r.pool_rewards), r.rounds, r.finished, r.selected) for r in out.results] == [
         (repr(r.pool_rewards), r.rounds, r.finished, r.selected) for r in expected
     ]
     assert engine.running == []  # nothing left behind
-    m = cfg["round_repeat"]
+    m = rule.round_repeat
     pooled = {(p, s) for p, r in enumerate(out.results) for s in range(r.rounds * m)}
     wasted = set(out.discarded) | set(out.aborted)
     assert engine.seen == pooled | wasted and not pooled & wasted  # every issued slot is pooled or reported wasted
     assert sorted(engine.aborted) == sorted(out.aborted) and not set(out.discarded) & set(out.aborted)
     assert out.stats.samples_issued == len(pooled) + len(wasted) and out.stats.wasted_samples == len(wasted)
     # a wasted sample belongs to the one round after the prompt's pool: speculation runs one round ahead at most
-    assert all(s // m == out.results[p].rounds < cfg["max_rounds"] for p, s in wasted)
+    assert all(s // m == out.results[p].rounds < rule.max_rounds for p, s in wasted)
     assert out.stats.max_running <= min(engine_cfg["capacity"], driver["max_running"] or engine_cfg["capacity"])
     if not driver["speculative"]:
         assert not wasted and out.stats.speculative_samples == 0
     assert out.stats.wasted_samples <= out.stats.speculative_samples
-    if not driver["certain_continuation"] or cfg["choice"] == "positive_focused":
+    if not driver["certain_continuation"] or rule.choice == "positive_focused":
         assert out.stats.early_samples == 0
     # a round made certain early always happens: early samples all end in pools, never in the wasted ones
     assert out.stats.early_samples <= sum((r.rounds - 1) * m for r in out.results)
@@ -154,18 +154,18 @@ def test_certain_continuation_issues_rounds_before_the_previous_one_is_complete(
     # An always-right prompt never meets the balanced rule (no negatives): once 7 of its first 8 are right, the two
     # missing negatives outnumber the one sample left, so round 2 can start; and so on for rounds 3 and 4.
     table = [[1.0] * 32, [1.0, 0.0] * 16]
-    cfg = dict(num_generations=4, round_repeat=8, max_rounds=4, choice="balanced")
+    rule = EliminationRule(num_generations=4, round_repeat=8, max_rounds=4, choice="balanced")
     engine = FakeEngine(capacity=64, order="first_first", seed=0)
-    out = run_pipelined_sampling(2, engine, lambda done: [table[p][s] for p, s in done], **cfg)
-    assert out.results == synchronous(table, **cfg)
+    out = run_pipelined_sampling(2, engine, lambda done: [table[p][s] for p, s in done], rule)
+    assert out.results == synchronous(table, rule)
     assert out.results[0].rounds == 4 and not out.results[0].finished
     assert out.stats.early_samples == 24  # rounds 2, 3 and 4 of prompt 0, all certain to happen
     without = run_pipelined_sampling(
         2,
         FakeEngine(64, "first_first", 0),
         lambda done: [table[p][s] for p, s in done],
+        rule,
         certain_continuation=False,
-        **cfg,
     )
     assert without.results == out.results and without.stats.early_samples == 0
     assert out.stats.max_running > without.stats.max_running  # the early rounds ran beside the current ones
@@ -175,22 +175,23 @@ def test_speculation_runs_a_needed_round_early_and_wastes_one_that_is_not():
     # Prompt 0 is always wrong (balanced: all 4 rounds happen); prompt 1 alternates (exits after round 1). The engine
     # holds 32: the 16 certain samples leave 16 idle slots, which speculation gives to both prompts' next rounds.
     table = [[0.0] * 32, [1.0, 0.0] * 16]
-    cfg = dict(num_generations=4, round_repeat=8, max_rounds=4, choice="balanced", certain_continuation=False)
+    rule = EliminationRule(num_generations=4, round_repeat=8, max_rounds=4, choice="balanced")
 
     def run(speculative, capacity=32):
         engine = FakeEngine(capacity=capacity, order="all_at_once", seed=0)
         out = run_pipelined_sampling(
-            2, engine, lambda done: [table[p][s] for p, s in done], speculative=speculative, **cfg
+            2,
+            engine,
+            lambda done: [table[p][s] for p, s in done],
+            rule,
+            speculative=speculative,
+            certain_continuation=False,
         )
         return out, engine
 
     plain, _ = run(False)
     out, engine = run(True)
-    assert (
-        out.results
-        == plain.results
-        == synchronous(table, **{k: v for k, v in cfg.items() if k != "certain_continuation"})
-    )
+    assert out.results == plain.results == synchronous(table, rule)
     # prompt 0's rounds 2-4 each ran beside the round before them: 2 engine steps instead of 4
     assert (out.stats.polls, plain.stats.polls) == (2, 4)
     # prompt 1's speculative round 2 finished too, and was discarded when round 1 retired the prompt
@@ -209,7 +210,7 @@ def test_speculative_samples_still_running_are_aborted_when_their_prompt_retires
     table = [[1.0, 0.0] * 16]
     engine = FakeEngine(capacity=12, order="first_first", seed=0)
     out = run_pipelined_sampling(1, engine, lambda done: [table[p][s] for p, s in done], speculative=True)
-    assert out.results == synchronous(table) and out.results[0].rounds == 1
+    assert out.results == synchronous(table, EliminationRule()) and out.results[0].rounds == 1
     assert out.aborted and engine.aborted == out.aborted and engine.running == []
     assert all(s // 8 == 1 for _, s in out.aborted)
     # 4 of round 2 fit beside round 1; the other 4 took the slots round 1's first finishers freed: all 8 in flight
@@ -223,7 +224,9 @@ def test_speculative_samples_do_not_make_a_round_certain():
     table = [[1.0, 1.0] + [0.0] * 6 + [0.0] * 24]
     engine = FakeEngine(capacity=16, order="last_first", seed=0)
     out = run_pipelined_sampling(1, engine, lambda done: [table[p][s] for p, s in done], speculative=True)
-    assert out.results == synchronous(table) and out.results[0].rounds == 1 and out.results[0].finished
+    assert (
+        out.results == synchronous(table, EliminationRule()) and out.results[0].rounds == 1 and out.results[0].finished
+    )
     assert out.stats.early_samples == 0 and out.stats.wasted_samples == 8 and len(out.discarded) == 8
 
 
@@ -260,7 +263,9 @@ def test_engine_misbehaviour_is_an_error_not_a_hang():
         run_pipelined_sampling(1, engine, lambda done: [1.0] * len(done))
     assert engine.running == []
     with pytest.raises(ValueError, match="4 rewards for 3 finished"):
-        run_pipelined_sampling(1, FakeEngine(3, "all_at_once", 0), lambda done: [1.0] * 3 + [0.0], round_repeat=4)
+        run_pipelined_sampling(
+            1, FakeEngine(3, "all_at_once", 0), lambda done: [1.0] * 3 + [0.0], EliminationRule(round_repeat=4)
+        )
 
 
 def test_random_selection_does_not_depend_on_which_prompts_retire_first():
@@ -268,8 +273,8 @@ def test_random_selection_does_not_depend_on_which_prompts_retire_first():
     # A generator shared by all prompts would hand prompt 1 different draws; one per prompt does not.
     prompt = [0.0] * 8 + [1.0, 0.0, 0.0, 1.0] * 6
     early, late = [1.0, 0.0] * 16, [0.0] * 32
-    first = synchronous([early, prompt], selection="random", seed=5)
-    second = synchronous([late, prompt], selection="random", seed=5)
+    first = synchronous([early, prompt], EliminationRule(selection="random", seed=5))
+    second = synchronous([late, prompt], EliminationRule(selection="random", seed=5))
     assert first[0].rounds == 1 and second[0].rounds == 4
     assert first[1].selected == second[1].selected
     assert sampling.selection_rng("random", 5, 1).random() == sampling.selection_rng("random", 5, 1).random()

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from trl_ada.core.advantages import pooled_advantages
 from trl_ada.core.sampling import (
+    EliminationRule,
     exit_rule,
     normalize_choice,
     run_adaptive_sampling,
@@ -92,7 +93,9 @@ def test_worked_examples(row, choice):
     counts, expected = WORKED[row]
     rounds, (pos, neg), signs, advantages = expected[choice]
     sample_round, _ = scripted([[round_with(c) for c in counts]])
-    (result,) = run_adaptive_sampling(1, sample_round, num_generations=4, round_repeat=8, max_rounds=4, choice=choice)
+    (result,) = run_adaptive_sampling(
+        1, sample_round, EliminationRule(num_generations=4, round_repeat=8, max_rounds=4, choice=choice)
+    )
     assert result.rounds == rounds
     assert sum(r > 0.7 for r in result.pool_rewards) == pos
     assert len(result.pool_rewards) - pos == neg
@@ -104,7 +107,7 @@ def test_worked_examples(row, choice):
 def test_worked_example_pools_are_shared_by_prompts_of_one_batch():
     """All rows at once: prompts leave at different rounds and each only samples while active."""
     sample_round, calls = scripted([[round_with(c) for c in counts] for counts, _ in WORKED])
-    results = run_adaptive_sampling(len(WORKED), sample_round, num_generations=4, choice="balanced")
+    results = run_adaptive_sampling(len(WORKED), sample_round, EliminationRule(num_generations=4, choice="balanced"))
     assert [r.rounds for r in results] == [e["balanced"][0] for _, e in WORKED]
     assert [a for a, _ in calls] == [[0, 1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6], [1, 3, 4, 5, 6], [1, 4, 5, 6]]
     assert all(k == 8 for _, k in calls)
@@ -120,7 +123,7 @@ def test_threshold_is_strict():
     assert select_at_exit([0.7, 0.71, 0.7, 0.7], 2, 0.7) == [1, 0]
     assert not exit_rule(0, 8, 4, "positive_focused")
     sample_round, _ = scripted([[[0.7] * 8] * 4])
-    (result,) = run_adaptive_sampling(1, sample_round, choice="positive_focused")
+    (result,) = run_adaptive_sampling(1, sample_round, EliminationRule(choice="positive_focused"))
     assert not result.finished and result.rounds == 4
 
 
@@ -146,14 +149,14 @@ def test_random_selection_is_seeded_and_still_balanced():
     picks = set()
     for seed in range(20):
         sample_round, _ = scripted([[rewards[0]]])
-        (result,) = run_adaptive_sampling(1, sample_round, selection="random", seed=seed)
+        (result,) = run_adaptive_sampling(1, sample_round, EliminationRule(selection="random", seed=seed))
         assert [r > 0.7 for r in result.selected_rewards] == [True, True, False, False]
         picks.add(tuple(result.selected))
     assert len(picks) > 1
     sample_round, _ = scripted([[rewards[0]]])
-    again = run_adaptive_sampling(1, sample_round, selection="random", seed=3)[0].selected
+    again = run_adaptive_sampling(1, sample_round, EliminationRule(selection="random", seed=3))[0].selected
     sample_round, _ = scripted([[rewards[0]]])
-    assert run_adaptive_sampling(1, sample_round, selection="random", seed=3)[0].selected == again
+    assert run_adaptive_sampling(1, sample_round, EliminationRule(selection="random", seed=3))[0].selected == again
 
 
 @pytest.mark.parametrize(
@@ -165,9 +168,9 @@ def test_random_selection_is_seeded_and_still_balanced():
         ({"choice": "x"}, "reinforce_ada_choice"),
     ],
 )
-def test_driver_rejects_bad_arguments(kwargs, match):
+def test_rule_rejects_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        run_adaptive_sampling(1, lambda a, k: [[0.0] * k for _ in a], **kwargs)
+        EliminationRule(**kwargs)
 
 
 def test_driver_rejects_a_callback_returning_the_wrong_shape():
@@ -225,7 +228,7 @@ def test_exhaustive_small_cases_match_brute_force(choice, n, m, max_rounds):
     sequences = list(itertools.product([0.0, 1.0], repeat=m * max_rounds))
     rounds = [[list(seq[r * m : (r + 1) * m]) for r in range(max_rounds)] for seq in sequences]
     sample_round, _ = scripted(rounds)
-    results = run_adaptive_sampling(len(rounds), sample_round, n, m, max_rounds, choice, 0.5)
+    results = run_adaptive_sampling(len(rounds), sample_round, EliminationRule(n, m, max_rounds, choice, 0.5))
     for prompt_rounds, result in zip(rounds, results):
         pool, used, finished, group = reference_run(prompt_rounds, n, m, max_rounds, 0.5, choice)
         assert (result.pool_rewards, result.rounds, result.finished, result.selected) == (pool, used, finished, group)
@@ -239,8 +242,7 @@ def test_exhaustive_small_cases_match_brute_force(choice, n, m, max_rounds):
 def configs(draw):
     n = draw(st.integers(2, 8))
     m = draw(st.integers(n, 12))
-    return dict(
-        num_prompts=draw(st.integers(1, 12)),
+    return draw(st.integers(1, 12)), EliminationRule(
         num_generations=n,
         round_repeat=m,
         max_rounds=draw(st.integers(1, 5)),
@@ -252,10 +254,11 @@ def configs(draw):
 
 
 @settings(max_examples=300, deadline=None)
-@given(cfg=configs(), policy_seed=st.integers(0, 10**6), reward_kind=st.sampled_from(["binary", "shaped"]))
-def test_properties(cfg, policy_seed, reward_kind):
+@given(config=configs(), policy_seed=st.integers(0, 10**6), reward_kind=st.sampled_from(["binary", "shaped"]))
+def test_properties(config, policy_seed, reward_kind):
+    num_prompts, rule = config
     rng = random.Random(policy_seed)
-    pass_rate = [rng.choice([0.0, 0.02, 0.2, 0.5, 0.9, 1.0]) for _ in range(cfg["num_prompts"])]
+    pass_rate = [rng.choice([0.0, 0.02, 0.2, 0.5, 0.9, 1.0]) for _ in range(num_prompts)]
     generated = []
 
     def sample_round(active, k):
@@ -264,9 +267,9 @@ def test_properties(cfg, policy_seed, reward_kind):
             return [[float(rng.random() < pass_rate[p]) for _ in range(k)] for p in active]
         return [[rng.choice([0.0, 0.3, 0.7, 0.71, 1.0]) for _ in range(k)] for _ in active]
 
-    results = run_adaptive_sampling(sample_round=sample_round, **cfg)
-    n, m, tau = cfg["num_generations"], cfg["round_repeat"], cfg["positive_threshold"]
-    assert len(results) == cfg["num_prompts"]  # no prompt lost
+    results = run_adaptive_sampling(num_prompts, sample_round, rule)
+    n, m, tau = rule.num_generations, rule.round_repeat, rule.positive_threshold
+    assert len(results) == num_prompts  # no prompt lost
     assert sum(generated) == sum(len(r.pool_rewards) for r in results)  # every sample lands in exactly one pool
     for r in results:
         assert len(r.selected) == n
@@ -276,17 +279,17 @@ def test_properties(cfg, policy_seed, reward_kind):
         assert signs == sorted(signs, reverse=True)  # positives first
         num_pos = sum(x > tau for x in r.pool_rewards)
         if r.finished:
-            assert exit_rule(num_pos, len(r.pool_rewards) - num_pos, n, cfg["choice"])
+            assert exit_rule(num_pos, len(r.pool_rewards) - num_pos, n, rule.choice)
             # ... and it was not already met one round earlier (successive elimination stops at once).
             earlier = r.pool_rewards[: (r.rounds - 1) * m]
             earlier_pos = sum(x > tau for x in earlier)
-            assert r.rounds == 1 or not exit_rule(earlier_pos, len(earlier) - earlier_pos, n, cfg["choice"])
-            if cfg["choice"] == "balanced":
+            assert r.rounds == 1 or not exit_rule(earlier_pos, len(earlier) - earlier_pos, n, rule.choice)
+            if rule.choice == "balanced":
                 assert sum(signs) == n // 2
         else:
-            assert r.rounds == cfg["max_rounds"]
-            assert not exit_rule(num_pos, len(r.pool_rewards) - num_pos, n, cfg["choice"])
-        if cfg["selection"] == "earliest":
+            assert r.rounds == rule.max_rounds
+            assert not exit_rule(num_pos, len(r.pool_rewards) - num_pos, n, rule.choice)
+        if rule.selection == "earliest":
             pos_idx = [i for i in r.selected if r.pool_rewards[i] > tau]
             all_pos = [i for i, x in enumerate(r.pool_rewards) if x > tau]
             assert pos_idx == all_pos[: len(pos_idx)]

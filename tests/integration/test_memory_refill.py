@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from trl_ada.core.dynamic import fill_with_signal, has_signal
 from trl_ada.core.memory import GroupPrior, PromptMemory, prompt_key
-from trl_ada.core.sampling import run_adaptive_sampling
+from trl_ada.core.sampling import EliminationRule, run_adaptive_sampling
 from trl_ada.integration.refill import PromptStream
 
 
@@ -172,9 +172,8 @@ def simulated(pass_rate, n=4, rounds=1, m=None, seed=0):
         def sample_round(active, k):
             return [[float(rng.random() < pass_rate[prompts[i]]) for _ in range(k)] for i in active]
 
-        return run_adaptive_sampling(
-            len(prompts), sample_round, num_generations=n, round_repeat=m or n, max_rounds=rounds
-        )
+        rule = EliminationRule(num_generations=n, round_repeat=m or n, max_rounds=rounds)
+        return run_adaptive_sampling(len(prompts), sample_round, rule)
 
     return sample, calls
 

@@ -26,6 +26,7 @@ from tests.integration import test_vllm_engine
 from tests.integration.test_vllm_engine import AGREE, COLOCATED
 from trl_ada import AdaGRPOTrainer
 from trl_ada.core.pipelined import run_pipelined_sampling
+from trl_ada.core.sampling import EliminationRule
 from trl_ada.examples.tiny import VLLM_CPU_TINY, build_tiny_model
 
 
@@ -122,7 +123,8 @@ def test_pipelined_rounds_on_the_real_engine(colocated, choice):
         return rewards
 
     with stream:
-        out = run_pipelined_sampling(len(prompt_ids), stream, score, choice=choice, max_running=stream.max_running)
+        rule = EliminationRule(choice=choice)
+        out = run_pipelined_sampling(len(prompt_ids), stream, score, rule, max_running=stream.max_running)
     engine = trainer.vllm_generation.llm.llm_engine
     assert not engine.has_unfinished_requests() and stream.free_slots() == stream.max_running
     assert out.stats.max_running <= stream.max_running and out.stats.samples_issued == len(seen)
@@ -132,7 +134,7 @@ def test_pipelined_rounds_on_the_real_engine(colocated, choice):
         assert result.pool_rewards == [seen[(p, s)][0] for s in range(len(result.pool_rewards))]
     assert sorted(seen) == sorted((p, s) for p, r in enumerate(out.results) for s in range(len(r.pool_rewards)))
     table = [[seen[(p, s)][0] for s in range(len(r.pool_rewards))] for p, r in enumerate(out.results)]
-    assert out.results == synchronous(table, choice=choice)
+    assert out.results == synchronous(table, rule)
     assert {r.rounds for r in out.results} != {1}  # the 0.0 and 1.0 prompts ran every round
 
     # The log-probs vLLM returned through the stream are the model's (bfloat16 kernel noise only).
@@ -171,7 +173,7 @@ def test_speculative_rounds_on_the_real_engine(colocated):
     assert set(seen) == pooled | set(out.discarded) and not set(out.aborted) & set(seen)
     assert out.stats.samples_issued == len(seen) + len(out.aborted)
     table = [[seen[(p, s)] for s in range(len(r.pool_rewards))] for p, r in enumerate(out.results)]
-    assert out.results == synchronous(table)
+    assert out.results == synchronous(table, EliminationRule())
     # an aborted request ran at least the step after it was admitted, and decoded at most one token per step
     assert len(out.aborted) <= stream.aborted_tokens <= len(out.aborted) * stream.steps
 
@@ -182,7 +184,12 @@ def test_speculative_rounds_on_the_real_engine(colocated):
     seen.clear()
     with stream:
         out = run_pipelined_sampling(
-            1, stream, score, choice="positive_focused", speculative=True, max_running=stream.max_running
+            1,
+            stream,
+            score,
+            EliminationRule(choice="positive_focused"),
+            speculative=True,
+            max_running=stream.max_running,
         )
     assert not trainer.vllm_generation.llm.llm_engine.has_unfinished_requests()
     assert out.results[0].rounds == 1 and out.results[0].pool_rewards == [1.0] * 8

@@ -20,13 +20,13 @@ Reinforce-Ada's rounds (then only the prompts that even the rounds could not res
 a simulation API like `run_adaptive_sampling`:
 
     >>> import itertools, random
-    >>> from trl_ada.core.sampling import run_adaptive_sampling
+    >>> from trl_ada.core.sampling import EliminationRule, run_adaptive_sampling
     >>> pass_rate = [0.0, 1.0, 0.5, 0.4] * 25                    # prompt id -> pass rate
     >>> rng, fresh = random.Random(0), itertools.count(4)
     >>> def sample(prompts):                                    # n = 4 i.i.d. samples each: DAPO
     ...     sample_round = lambda active, k: [[float(rng.random() < pass_rate[prompts[i]]) for _ in range(k)]
     ...                                       for i in active]
-    ...     return run_adaptive_sampling(len(prompts), sample_round, num_generations=4, round_repeat=4, max_rounds=1)
+    ...     return run_adaptive_sampling(len(prompts), sample_round, EliminationRule(4, round_repeat=4, max_rounds=1))
     >>> filled = fill_with_signal([0, 1, 2, 3], lambda k: [next(fresh) for _ in range(k)], sample, target=4,
     ...                           max_refill_batches=10)
     >>> len(filled.chosen), filled.without_signal, filled.refill_batches > 0

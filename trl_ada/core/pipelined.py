@@ -66,7 +66,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from trl_ada.core.sampling import PromptResult, PromptRounds, check_sampling_args, count_signs, selection_rng
+from trl_ada.core.sampling import EliminationRule, PromptResult, count_signs
 
 
 __all__ = ["Engine", "PipelinedStats", "Pipelined", "run_pipelined_sampling"]
@@ -112,13 +112,7 @@ def run_pipelined_sampling(
     num_prompts: int,
     engine: Engine,
     score: Callable[[list[Request]], Sequence[float]],
-    num_generations: int = 4,
-    round_repeat: int = 8,
-    max_rounds: int = 4,
-    choice: str = "balanced",
-    positive_threshold: float = 0.7,
-    selection: str = "earliest",
-    seed: int = 0,
+    rule: EliminationRule | None = None,
     max_running: int | None = None,
     certain_continuation: bool = True,
     speculative: bool = False,
@@ -127,8 +121,7 @@ def run_pipelined_sampling(
     """Successive elimination without a barrier between prompts; the same results as `run_adaptive_sampling`.
 
     Args:
-        num_prompts, num_generations, round_repeat, max_rounds, choice, positive_threshold, selection, seed: as in
-            `trl_ada.core.sampling.run_adaptive_sampling`.
+        num_prompts, rule: as in `trl_ada.core.sampling.run_adaptive_sampling`.
         engine: see `Engine`.
         score: `score(finished)` returns one reward per finished request (called in the caller's thread, once per
             engine step that finished something: batched, and where math-verify's signal-based timeouts work).
@@ -141,22 +134,12 @@ def run_pipelined_sampling(
             A process that pipelines its share of a batch passes the prompts' positions in the whole batch, so its
             selections are those of `run_adaptive_sampling` over the batch.
     """
-    choice = check_sampling_args(choice, selection, num_generations, round_repeat, max_rounds)
+    rule = EliminationRule() if rule is None else rule
     numbers = list(range(num_prompts)) if prompt_numbers is None else list(prompt_numbers)
     if len(numbers) != num_prompts:
         raise ValueError(f"prompt_numbers holds {len(numbers)} numbers for {num_prompts} prompts.")
-    prompts = [
-        PromptRounds(
-            num_generations,
-            round_repeat,
-            max_rounds,
-            choice,
-            positive_threshold,
-            selection_rng(selection, seed, number),
-        )
-        for number in numbers
-    ]
-    return _Driver(prompts, engine, score, max_running, certain_continuation, speculative).run()
+    prompts = [rule.prompt(number) for number in numbers]
+    return _Driver(rule, prompts, engine, score, max_running, certain_continuation, speculative).run()
 
 
 class _Driver:
@@ -165,11 +148,11 @@ class _Driver:
     Admission order: certain rounds before the speculative one, later rounds before earlier (they end a prompt
     sooner). A promoted round's slots get a second, certain entry, which pops first; an entry whose slot has left the
     queue (admitted, or its prompt retired) is stale and skipped. The algorithm's parameters (n, M, R, the exit rule,
-    the threshold) are read from each prompt's `PromptRounds`, the one place that holds them.
+    the threshold) are read from the `EliminationRule` every prompt's `PromptRounds` holds.
     """
 
-    def __init__(self, prompts, engine, score, max_running, certain_continuation, speculative):
-        self.prompts, self.engine, self.score = prompts, engine, score
+    def __init__(self, rule, prompts, engine, score, max_running, certain_continuation, speculative):
+        self.rule, self.prompts, self.engine, self.score = rule, prompts, engine, score
         self.max_running, self.certain_continuation, self.speculative = max_running, certain_continuation, speculative
         count = len(prompts)
         self.scored: list[dict[int, float]] = [{} for _ in range(count)]  # slot -> reward, not yet in the pool
@@ -221,7 +204,7 @@ class _Driver:
 
     def fold_complete_rounds(self, p: int) -> None:
         prompt = self.prompts[p]
-        m = prompt.round_repeat
+        m = self.rule.round_repeat
         while not prompt.retired:  # every round that is now complete, in order
             k = prompt.result.rounds
             slots = range(k * m, (k + 1) * m)
@@ -238,9 +221,9 @@ class _Driver:
         prompt = self.prompts[p]
         while (
             self.certain_continuation
-            and prompt.choice == "balanced"
+            and self.rule.choice == "balanced"
             and not prompt.retired
-            and self.certain[p] < prompt.max_rounds
+            and self.certain[p] < self.rule.max_rounds
         ):
             lacking, unscored = self.missing(p)
             if lacking <= unscored:
@@ -248,10 +231,10 @@ class _Driver:
             self.make_certain(p, early=True)
 
     def is_speculative(self, p: int, slot: int) -> bool:
-        return slot // self.prompts[p].round_repeat >= self.certain[p]
+        return slot // self.rule.round_repeat >= self.certain[p]
 
     def issue_round(self, p: int) -> None:
-        k, m = self.issued[p], self.prompts[p].round_repeat
+        k, m = self.issued[p], self.rule.round_repeat
         self.issued[p] += 1
         for slot in range(k * m, (k + 1) * m):
             heapq.heappush(self.heap, (self.is_speculative(p, slot), -k, p, slot))
@@ -259,7 +242,7 @@ class _Driver:
 
     def make_certain(self, p: int, early: bool) -> None:
         """Round `certain[p]` will happen: issue it, or promote it if it was issued speculatively."""
-        k, m = self.certain[p], self.prompts[p].round_repeat
+        k, m = self.certain[p], self.rule.round_repeat
         self.certain[p] += 1
         self.stats.early_samples += m if early else 0
         if self.issued[p] == k:
@@ -274,11 +257,11 @@ class _Driver:
         certain round, whose pool holds every certain slot. Counts only grow with the rounds, so an exit that is
         unreachable there is unreachable at every earlier round too."""
         prompt = self.prompts[p]
-        certain_slots = self.certain[p] * prompt.round_repeat
+        certain_slots = self.certain[p] * self.rule.round_repeat
         known = [*prompt.pool_rewards, *(r for slot, r in self.scored[p].items() if slot < certain_slots)]
-        num_pos, num_neg = count_signs(known, prompt.positive_threshold)  # an unscorable sample counts as neither
-        if prompt.choice == "balanced":
-            n = prompt.num_generations
+        num_pos, num_neg = count_signs(known, self.rule.positive_threshold)  # an unscorable sample counts as neither
+        if self.rule.choice == "balanced":
+            n = self.rule.num_generations
             half = n // 2
             lacking = max(0, half - num_pos) + max(0, n - half - num_neg)
         else:
@@ -293,7 +276,7 @@ class _Driver:
         if aborted:
             self.engine.abort(aborted)
             self.running.difference_update(aborted)
-        m = self.prompts[p].round_repeat
+        m = self.rule.round_repeat
         self.queued.difference_update(
             [(p, slot) for slot in range(self.prompts[p].result.rounds * m, self.issued[p] * m)]
         )
@@ -324,7 +307,7 @@ class _Driver:
         is not speculated on: its next round cannot happen)."""
         candidates = []
         for p, prompt in enumerate(self.prompts):
-            if not prompt.retired and self.issued[p] == self.certain[p] < prompt.max_rounds:
+            if not prompt.retired and self.issued[p] == self.certain[p] < self.rule.max_rounds:
                 lacking, unscored = self.missing(p)
                 if lacking > 0:
                     candidates.append((unscored - lacking, p))
@@ -332,4 +315,4 @@ class _Driver:
             if room <= 0:
                 break
             self.issue_round(p)
-            room -= self.prompts[p].round_repeat
+            room -= self.rule.round_repeat

@@ -21,12 +21,12 @@ and a later round may still bring signal (docs/knobs.md, "Unscorable completions
 Example (plan a budget with a simulated policy, no model needed):
 
     >>> import random
-    >>> from trl_ada.core.sampling import run_adaptive_sampling
+    >>> from trl_ada.core.sampling import EliminationRule, run_adaptive_sampling
     >>> pass_rate = [0.0, 0.05, 0.5, 1.0]
     >>> rng = random.Random(0)
     >>> def sample_round(active, k):
     ...     return [[float(rng.random() < pass_rate[i]) for _ in range(k)] for i in active]
-    >>> results = run_adaptive_sampling(num_prompts=4, sample_round=sample_round, num_generations=4)
+    >>> results = run_adaptive_sampling(4, sample_round, EliminationRule(num_generations=4))
     >>> [len(r.selected) for r in results]
     [4, 4, 4, 4]
     >>> results[3].finished, results[3].rounds    # always right: never balanced, sampled every round
@@ -48,6 +48,7 @@ SELECTIONS = ("earliest", "random")
 __all__ = [
     "CHOICES",
     "SELECTIONS",
+    "EliminationRule",
     "PromptResult",
     "PromptRounds",
     "normalize_choice",
@@ -226,26 +227,56 @@ def selection_rng(selection: str, seed: int, prompt: int) -> random.Random | Non
     return random.Random(int.from_bytes(digest, "little"))
 
 
+@dataclass(frozen=True)
+class EliminationRule:
+    """The settings of successive elimination, shared by every driver; validated (and `choice` normalised) when built.
+
+    Args:
+        num_generations: size n of the final group of each prompt.
+        round_repeat: samples M drawn per active prompt per round.
+        max_rounds: rounds R at most.
+        choice: exit rule, "balanced" or "positive_focused".
+        positive_threshold: a reward strictly above it is a positive.
+        selection: "earliest" (the reference) or "random" (opt-in deviation, seeded by `seed` and the prompt's number:
+            see `selection_rng`).
+        seed: seed of the random selection; unused with "earliest".
+    """
+
+    num_generations: int = 4
+    round_repeat: int = 8
+    max_rounds: int = 4
+    choice: str = "balanced"
+    positive_threshold: float = 0.7
+    selection: str = "earliest"
+    seed: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "choice", normalize_choice(self.choice))
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"selection={self.selection!r} is not one of {SELECTIONS}.")
+        if self.round_repeat < self.num_generations:
+            raise ValueError(
+                f"round_repeat ({self.round_repeat}) must be >= num_generations ({self.num_generations})."
+            )
+        if self.max_rounds < 1:
+            raise ValueError(f"max_rounds ({self.max_rounds}) must be >= 1.")
+
+    def prompt(self, number: int) -> PromptRounds:
+        """A fresh prompt under this rule; `number` keys its random selection (`selection_rng`)."""
+        return PromptRounds(self, selection_rng(self.selection, self.seed, number))
+
+
 class PromptRounds:
     """One prompt's successive elimination (rules 1-4 of the module docstring): its pool grows by whole rounds of
     `round_repeat` rewards, in sample order; after each round the exit rule is checked; a prompt that meets it, or
     that has had `max_rounds` rounds, is retired with its selected group.
 
-    Every driver (the synchronous rounds below, the pipelined one in `trl_ada.core.pipelined`) feeds it complete rounds, so
-    the pool it sees is exactly the reference's, whatever order the samples were generated in.
+    Every driver (the synchronous rounds below, the pipelined one in `trl_ada.core.pipelined`) feeds it complete
+    rounds, so the pool it sees is exactly the reference's, whatever order the samples were generated in.
     """
 
-    def __init__(
-        self,
-        num_generations: int,
-        round_repeat: int,
-        max_rounds: int,
-        choice: str,
-        positive_threshold: float,
-        rng: random.Random | None = None,
-    ):
-        self.num_generations, self.round_repeat, self.max_rounds = num_generations, round_repeat, max_rounds
-        self.choice, self.positive_threshold, self.rng = choice, positive_threshold, rng
+    def __init__(self, rule: EliminationRule, rng: random.Random | None = None):
+        self.rule, self.rng = rule, rng
         self.result = PromptResult()
         self.retired = False
 
@@ -255,79 +286,48 @@ class PromptRounds:
 
     def add_round(self, rewards: Sequence[float]) -> bool:
         """Append one complete round to the pool and check the exit rule; return True if the prompt is now retired."""
+        rule, result = self.rule, self.result
         if self.retired:
             raise RuntimeError("add_round on a retired prompt: its pool is final.")
-        if len(rewards) != self.round_repeat:
-            raise ValueError(f"a round holds round_repeat={self.round_repeat} rewards, got {len(rewards)}.")
-        result = self.result
+        if len(rewards) != rule.round_repeat:
+            raise ValueError(f"a round holds round_repeat={rule.round_repeat} rewards, got {len(rewards)}.")
         result.pool_rewards.extend(float(r) for r in rewards)
         result.rounds += 1
-        num_pos, num_neg = count_signs(result.pool_rewards, self.positive_threshold)
-        if exit_rule(num_pos, num_neg, self.num_generations, self.choice):
+        num_pos, num_neg = count_signs(result.pool_rewards, rule.positive_threshold)
+        if exit_rule(num_pos, num_neg, rule.num_generations, rule.choice):
             result.finished = True
             result.selected = select_at_exit(
-                result.pool_rewards, self.num_generations, self.positive_threshold, self.rng
+                result.pool_rewards, rule.num_generations, rule.positive_threshold, self.rng
             )
             self.retired = True
-        elif result.rounds == self.max_rounds:
+        elif result.rounds == rule.max_rounds:
             result.selected = select_fallback(
-                result.pool_rewards, self.num_generations, self.positive_threshold, self.choice, self.rng
+                result.pool_rewards, rule.num_generations, rule.positive_threshold, rule.choice, self.rng
             )
             self.retired = True
         return self.retired
-
-
-def check_sampling_args(choice: str, selection: str, num_generations: int, round_repeat: int, max_rounds: int) -> str:
-    """Validate the algorithm's parameters (shared by every driver); return the normalised choice."""
-    choice = normalize_choice(choice)
-    if selection not in SELECTIONS:
-        raise ValueError(f"selection={selection!r} is not one of {SELECTIONS}.")
-    if round_repeat < num_generations:
-        raise ValueError(f"round_repeat ({round_repeat}) must be >= num_generations ({num_generations}).")
-    if max_rounds < 1:
-        raise ValueError(f"max_rounds ({max_rounds}) must be >= 1.")
-    return choice
 
 
 SampleRound = Callable[[list[int], int], Sequence[Sequence[float]]]
 
 
 def run_adaptive_sampling(
-    num_prompts: int,
-    sample_round: SampleRound,
-    num_generations: int = 4,
-    round_repeat: int = 8,
-    max_rounds: int = 4,
-    choice: str = "balanced",
-    positive_threshold: float = 0.7,
-    selection: str = "earliest",
-    seed: int = 0,
+    num_prompts: int, sample_round: SampleRound, rule: EliminationRule | None = None
 ) -> list[PromptResult]:
-    """Run successive elimination for `num_prompts` prompts and select `num_generations` samples for each.
+    """Run successive elimination for `num_prompts` prompts and select `rule.num_generations` samples for each.
 
     Args:
         num_prompts: number of unique prompts (their indices are 0..num_prompts-1).
         sample_round: `sample_round(active, k)` draws `k` fresh samples for each prompt index in `active` (in that
             order) and returns their rewards, one list of `k` floats per active prompt. It is called once per round.
-        num_generations: size n of the final group of each prompt.
-        round_repeat: samples M drawn per active prompt per round.
-        max_rounds: rounds R at most.
-        choice: exit rule, "balanced" or "positive_focused".
-        positive_threshold: a reward strictly above it is a positive.
-        selection: "earliest" (the reference) or "random" (opt-in deviation, seeded by `seed` and the prompt index:
-            see `selection_rng`).
-        seed: seed of the random selection; unused with "earliest".
+        rule: n, M, R, the exit rule, the threshold and the selection (default: `EliminationRule()`, the reference's settings).
 
     Returns:
         one `PromptResult` per prompt, in prompt order.
     """
-    choice = check_sampling_args(choice, selection, num_generations, round_repeat, max_rounds)
-    prompts = [
-        PromptRounds(
-            num_generations, round_repeat, max_rounds, choice, positive_threshold, selection_rng(selection, seed, p)
-        )
-        for p in range(num_prompts)
-    ]
+    rule = EliminationRule() if rule is None else rule
+    round_repeat = rule.round_repeat
+    prompts = [rule.prompt(p) for p in range(num_prompts)]
     active = list(range(num_prompts))
     while active:  # every round retires the prompts that meet the exit rule; round max_rounds retires the rest
         rewards = sample_round(list(active), round_repeat)

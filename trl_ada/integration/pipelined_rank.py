@@ -22,7 +22,7 @@ from trl.data_utils import is_conversational
 from trl.trainer import grpo_trainer as _grpo_module
 
 from trl_ada.core.pipelined import run_pipelined_sampling
-from trl_ada.core.sampling import PromptResult
+from trl_ada.core.sampling import EliminationRule, PromptResult
 from trl_ada.integration.generation_count import GenerationCount
 from trl_ada.integration.rollouts import Sample, StepSampling
 
@@ -43,7 +43,9 @@ class RankEngine:
     state: Any  # the TrainerState: `num_input_tokens_seen`
 
 
-def sample_pipelined(step: StepSampling, engine: RankEngine, prompts: list[int], seed: int) -> list[PromptResult]:
+def sample_pipelined(
+    step: StepSampling, engine: RankEngine, prompts: list[int], rule: EliminationRule
+) -> list[PromptResult]:
     """Barrier-free rounds (`pipelined_rounds=True`, trl_ada.core.pipelined) on this rank's colocated engine.
 
     Each rank pipelines whole prompts (positions rank, rank + world, ... of the batch: a pool never straddles two
@@ -52,11 +54,11 @@ def sample_pipelined(step: StepSampling, engine: RankEngine, prompts: list[int],
     every prompt's pool, as the synchronous rounds leave it. Completions stay on the rank that generated them
     until `_collect_selected` sends the kept ones where they are trained, as in the synchronous path.
     """
-    args, n = engine.args, engine.args.num_generations
+    args = engine.args
     accelerator = engine.accelerator
     positions = list(range(accelerator.process_index, len(prompts), accelerator.num_processes))
     mine = [prompts[i] for i in positions]
-    step.first_call.update(dict.fromkeys(prompts, args.round_repeat))  # every prompt's first round, whole
+    step.first_call.update(dict.fromkeys(prompts, rule.round_repeat))  # every prompt's first round, whole
     reward_rows: dict[tuple[int, int], list[float]] = {}
     start = time.perf_counter()
     stream = engine.generation.open_stream([step.prompt_ids[p] for p in mine])
@@ -91,13 +93,7 @@ def sample_pipelined(step: StepSampling, engine: RankEngine, prompts: list[int],
             len(mine),
             stream,
             score,
-            num_generations=n,
-            round_repeat=args.round_repeat,
-            max_rounds=args.max_rounds,
-            choice=args.reinforce_ada_choice,
-            positive_threshold=args.positive_threshold,
-            selection=args.pool_selection,
-            seed=seed,
+            rule,
             speculative=args.pipelined_speculation,
             prompt_numbers=positions,
         )
@@ -123,7 +119,7 @@ def sample_pipelined(step: StepSampling, engine: RankEngine, prompts: list[int],
     mine_set = set(mine)
     shapes = [
         (
-            slot // args.round_repeat,
+            slot // rule.round_repeat,
             len(step.prompt_ids[p]),
             len(s.completion_ids),
             bool(s.completion_ids) and s.completion_ids[-1] not in engine.stop_ids,

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from trl_ada.core.memory import PromptMemory
-from trl_ada.core.sampling import PromptResult
+from trl_ada.core.sampling import EliminationRule, PromptResult
 
 
 @dataclass
@@ -112,9 +112,10 @@ class SamplingContext:
     advantages (`Selection.advantages`) takes them from these."""
     memory: PromptMemory | None = None
     """The per-prompt memory itself (`prompt_memory=True`), keyed by `prompt_key`: read it, or `forget` prompts."""
-    run_rounds: Callable[[list[int], int], list[PromptResult]] | None = None
-    """With `pipelined_rounds=True`: Reinforce-Ada's rounds (the config's exit rule and selection) run barrier-free
-    on this rank's colocated engine, `run_rounds(prompts, seed)`; None otherwise."""
+    run_rounds: Callable[[list[int], EliminationRule], list[PromptResult]] | None = None
+    """With `pipelined_rounds=True`: `run_rounds(prompts, rule)` runs successive elimination under `rule` (a
+    `trl_ada.core.sampling.EliminationRule`) barrier-free on this rank's colocated engine, with the results
+    `run_adaptive_sampling` would give; None otherwise."""
 
 
 @runtime_checkable

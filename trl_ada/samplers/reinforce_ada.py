@@ -9,7 +9,7 @@ with the same results as the synchronous rounds.
 from __future__ import annotations
 
 from trl_ada.core.dynamic import fill_with_signal
-from trl_ada.core.sampling import SELECTIONS, PromptResult, run_adaptive_sampling
+from trl_ada.core.sampling import SELECTIONS, EliminationRule, PromptResult, run_adaptive_sampling
 from trl_ada.samplers.protocol import SamplingContext, Selection, check_one_of, check_range
 
 
@@ -73,17 +73,17 @@ class Rounds:
         """Sample one batch of prompts (the first, or a refill) to the end of their rounds."""
         args, n = self.args, context.num_generations
         adaptive = args.multiround_adaptive_downsampling
-        seed = args.seed + context.global_step + 7919 * context.begin_batch()
-        if context.run_rounds is not None:
-            return context.run_rounds(prompts, seed)
-        return run_adaptive_sampling(
-            num_prompts=len(prompts),
-            sample_round=lambda active, k: context.sample([prompts[i] for i in active], k),
+        rule = EliminationRule(
             num_generations=n,
             round_repeat=args.round_repeat if adaptive else n,  # one round of n: GRPO
             max_rounds=args.max_rounds if adaptive else 1,
             choice=args.reinforce_ada_choice,
             positive_threshold=args.positive_threshold,
             selection=args.pool_selection if adaptive else "earliest",
-            seed=seed,
+            seed=args.seed + context.global_step + 7919 * context.begin_batch(),
+        )
+        if context.run_rounds is not None:
+            return context.run_rounds(prompts, rule)
+        return run_adaptive_sampling(
+            len(prompts), lambda active, k: context.sample([prompts[i] for i in active], k), rule
         )
