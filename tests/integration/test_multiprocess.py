@@ -166,6 +166,7 @@ def test_two_processes_pipeline_their_own_prompts(tiny_model, tmp_path, mode):
     than rank 0's: each rank pipelines its own prompts with no collective per engine step, then one gather per batch;
     both ranks end each step with the same pools and decisions, equal to the synchronous driver's on those pools."""
     from tests.core.test_pipelined import synchronous
+    from trl_ada.core.sampling import EliminationRule
 
     ranks = launch(tmp_path, tiny_model, mode)
     assert ranks[0]["results"] == ranks[1]["results"] and len(ranks[0]["results"]) == 3  # same decisions
@@ -190,7 +191,7 @@ def test_two_processes_pipeline_their_own_prompts(tiny_model, tmp_path, mode):
     for step, results in enumerate(ranks[0]["results"]):
         assert all(len(pool) == rounds * 8 for pool, _, rounds, _ in results)
         # The batch's own random selection: seeded by (seed + step, the prompt's position in the whole batch).
-        replay = synchronous([pool for pool, _, _, _ in results], selection="random", seed=step)
+        replay = synchronous([pool for pool, _, _, _ in results], EliminationRule(selection="random", seed=step))
         assert [(r.pool_rewards, r.selected, r.rounds, r.finished) for r in replay] == [tuple(r) for r in results]
 
 
