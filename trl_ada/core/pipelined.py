@@ -148,7 +148,7 @@ class _Driver:
     Admission order: certain rounds before the speculative one, later rounds before earlier (they end a prompt
     sooner). A promoted round's slots get a second, certain entry, which pops first; an entry whose slot has left the
     queue (admitted, or its prompt retired) is stale and skipped. The algorithm's parameters (n, M, R, the exit rule,
-    the threshold) are read from the `EliminationRule` every prompt's `PromptRounds` holds.
+    the threshold) are read from `self.rule`, the one rule every prompt's `PromptRounds` holds.
     """
 
     def __init__(self, rule, prompts, engine, score, max_running, certain_continuation, speculative):

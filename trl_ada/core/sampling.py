@@ -320,7 +320,8 @@ def run_adaptive_sampling(
         num_prompts: number of unique prompts (their indices are 0..num_prompts-1).
         sample_round: `sample_round(active, k)` draws `k` fresh samples for each prompt index in `active` (in that
             order) and returns their rewards, one list of `k` floats per active prompt. It is called once per round.
-        rule: n, M, R, the exit rule, the threshold and the selection (default: `EliminationRule()`, the reference's settings).
+        rule: n, M, R, the exit rule, the threshold and the selection (default: `EliminationRule()`, the
+            reference's settings).
 
     Returns:
         one `PromptResult` per prompt, in prompt order.
