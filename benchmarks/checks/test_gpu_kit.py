@@ -84,7 +84,7 @@ def test_plan_carries_exactly_the_locked_wheels_within_the_limit(kit):
     assert slim[1]["from_sha256"] == wheels[slim[0]]["sha256"] != slim[1]["sha256"]
     assert "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so" in kit.SLIM_VLLM_DROP
     assert not any("fa3" in path or path.startswith("vllm/_C") or "cumem" in path for path in kit.SLIM_VLLM_DROP)
-    assert plan["tars"]["core"]["bytes"] <= 3 * plan["piece_bytes"]
+    assert plan["tars"]["core"]["bytes"] <= 4 * plan["piece_bytes"]  # session 2 stays one start and four calls
 
     numbers = [c["call"] for c in plan["calls"]]
     assert numbers == list(range(1, len(numbers) + 1))
@@ -190,7 +190,7 @@ def test_the_comparison_call_is_a_trl_ada_compare_command_of_the_papers_arms(kit
 
 
 def test_working_tree_leaves_room_for_a_piece(kit):
-    """Each call carries a 56 MiB piece plus the working tree: the tracked tree must stay under the 8 MiB kept for it
+    """Each call carries a 52 MiB piece plus the working tree: the tracked tree must stay under the 12 MiB kept for it
     (if it grows, lower kit.PIECE and rerun prepare.sh; `kit.py verify` also counts untracked files, which travel)."""
     try:
         tree = kit.tree_bytes(untracked=False)
