@@ -289,7 +289,7 @@ def test_tiny_recipe_run_directly_starts_from_the_warm_start(tmp_path):
 
 def test_imports_run_one_way_no_package_module_imports_the_demo():
     # The demo builds on the training entry point; the warm start both need lives in a module of its own. Lazy
-    # imports inside functions count too: they are how the cycle used to hide.
+    # imports inside functions count too: a cycle hides there as easily as at the top.
     import ast
 
     importers = []
