@@ -109,6 +109,10 @@ def test_adaptive_off_defaults_to_grpo():
         ),
         ({"prompt_memory_group_column": "kind"}, ["prompt_memory_group_column='kind'", "sampler='budget'"]),
         (
+            {"sampler": "retire_solved", "prompt_memory_group_column": "kind"},
+            ["prompt_memory_group_column='kind'", "sampler='budget'"],
+        ),
+        (
             {
                 "multiround_adaptive_downsampling": False,
                 "dynamic_sampling": True,

@@ -522,7 +522,7 @@ class AdaGRPOConfig(GRPOConfig):
             self.pool_baseline = "threshold_fraction" if summed else "mean_reward"
         check_one_of(self, "pool_baseline", BASELINES)
 
-        if self.prompt_memory_group_column is not None and self.sampler_name in ("grpo", "reinforce_ada", "dapo"):
+        if self.prompt_memory_group_column is not None and self.sampler_name in _MEMORYLESS_BUILT_INS:
             raise ValueError(
                 f"prompt_memory_group_column={self.prompt_memory_group_column!r} only informs a sampler that reads "
                 "the prompt memory: set sampler='budget', 'est', 'knapsack' or your own, or drop it."
@@ -700,6 +700,8 @@ _MEMORY_READERS = (
     "prompt_memory_prior_beta",
     *_BUDGET_SKIP_FIELDS,
 )
+# The built-in samplers that never read the prompt memory: a column grouping its prompts would inform nothing.
+_MEMORYLESS_BUILT_INS = ("grpo", "reinforce_ada", "dapo", "retire_solved")
 _ROUNDS_FIELDS = ("reinforce_ada_choice", "round_repeat", "max_rounds", "pool_selection")
 _DYNAMIC_FIELDS = ("max_refill_batches", "dynamic_sampling_tolerance")
 # The rounds' extensions, by the samplers that read them: another sampler would ignore them.
