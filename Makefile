@@ -194,11 +194,13 @@ test-oldest:
 test-sets: test test-newest test-oldest
 
 # The real-model comparison on a CPU (issues 32, 43): SmolLM2-135M-Instruct on chat arithmetic, two calls of
-# trl-ada-compare (benchmarks/easy_regime/real_model_compare.py): 5 arms at 320 generated completions, and the prompts-return
-# regime (3 arms, 32 training rows, 640 completions), paired seeds, the task's held-out split (72 questions). Never run
-# by CI; resumes from runs/bench-real-model or from the committed benchmarks/easy_regime/real_model_compare.json. The issue-32
-# runs of the earlier design (293 held-out questions; its script is retired): benchmarks/easy_regime/real_model_ci.json. The
-# issue-21 run (7 arms x 3 seeds, 48 questions; its script is retired): benchmarks/CHANGELOG.md section 6 (its record is in git history).
+# trl-ada-compare (benchmarks/easy_regime/real_model_compare.py): 5 arms at 320 generated completions, and the
+# prompts-return regime (3 arms, 32 training rows, 640 completions), paired seeds, the task's held-out split (72
+# questions). Never run by CI; resumes from runs/bench-real-model or from its record,
+# benchmarks/easy_regime/real_model_compare.json (written by a run, to be committed). The issue-32 runs of the earlier
+# design (293 held-out questions; its script is retired): benchmarks/easy_regime/real_model_ci.json. The issue-21 run
+# (7 arms x 3 seeds, 48 questions; its script is retired): benchmarks/CHANGELOG.md section 6 (its record is in git
+# history).
 REAL_MODEL_SEEDS ?= 0 1 2 3 4
 REAL_MODEL_JOBS ?= 2
 bench-real-model: smollm2

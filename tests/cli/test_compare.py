@@ -791,7 +791,7 @@ def test_field_compares_a_users_sampler_with_the_fields_rules_on_the_token_grid(
     recipe.write_text(RECIPE)
     out = tmp_path / "compare"
     argv = [
-        *("--config", str(recipe), "--field", "--arm", "mine", "sampler=my_sampler.SkipSolved", "prompt_memory=true"),
+        *("--config", str(recipe), "--field", "--arm", "mine", "sampler=my_sampler.SkipSolved"),
         *("--seeds", "0", "--max_steps", "1", "--eval_every_tokens", "40", "--eval_examples", "6"),
         *("--eval_min_examples", "6", "--eval_fraction", "0.2", "--eval_k", "0", "--output_dir", str(out)),
     ]
