@@ -777,6 +777,37 @@ def test_the_docs_table_names_every_built_in_sampler():
     assert named == set(BUILT_IN)
 
 
+class NeedsFourGenerations:
+    """A user's sampler that checks a field when the config is built, as the built-ins check theirs."""
+
+    @staticmethod
+    def check_fields(args) -> None:
+        if args.num_generations != 4:
+            raise ValueError(f"num_generations={args.num_generations}: NeedsFourGenerations samples groups of 4.")
+
+    def __init__(self, args):
+        raise AssertionError("built: the check should have run at the config, before any trainer")
+
+    def sample(self, context, target):
+        raise AssertionError("sampled")
+
+
+@pytest.mark.parametrize("given", ["class", "instance", "import path"])
+def test_a_users_check_fields_runs_when_the_config_is_built(tmp_path, given):
+    instance = object.__new__(NeedsFourGenerations)  # an instance, as a user could pass one, without its __init__
+    sampler = {
+        "class": NeedsFourGenerations,
+        "instance": instance,
+        "import path": "tests.samplers.test_samplers.NeedsFourGenerations",
+    }[given]
+    with pytest.raises(ValueError, match="num_generations=2: NeedsFourGenerations samples groups of 4"):
+        config(tmp_path, sampler=sampler, num_generations=2, per_device_train_batch_size=4)
+    assert (
+        config(tmp_path, sampler=sampler, num_generations=4).sampler_name
+        == "tests.samplers.test_samplers.NeedsFourGenerations"
+    )
+
+
 def test_a_users_sampler_that_does_not_take_the_config_is_named(tmp_path, monkeypatch):
     (tmp_path / "argless.py").write_text(
         "class Argless:\n    def __init__(self):\n        pass\n\n    def sample(self, context, target):\n        pass\n"

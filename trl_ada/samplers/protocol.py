@@ -122,9 +122,9 @@ class SamplingContext:
 class Sampler(Protocol):
     """An allocation rule. Built once per trainer as `Sampler(args)` (the `AdaGRPOConfig`), before the model
     loads: check your own fields there and raise a ValueError naming the field and the fix (`check_range` and
-    `check_one_of` do). A built-in sampler whose fields live on `AdaGRPOConfig` checks them in a static
-    `check_fields(args)`, which the config calls at construction whichever sampler is selected (a value no setting
-    could use is a mistake).
+    `check_one_of` do). To fail earlier, when the config is built, as the built-ins do, give the class a static
+    `check_fields(args)`: the config calls the selected sampler's, and every built-in's whichever sampler is selected
+    (the built-ins' fields live on `AdaGRPOConfig`: a value no setting could use is a mistake).
 
     Optional, asked of any sampler alike:
     - `draws_prompts` (bool): whether it calls `context.draw`. True: an IterableDataset (it cannot be drawn from
