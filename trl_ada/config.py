@@ -470,9 +470,8 @@ class AdaGRPOConfig(GRPOConfig):
         self.reinforce_ada_choice = normalize_choice(str(self.reinforce_ada_choice))
         self.round_repeat = max(8, self.num_generations) if self.round_repeat is None else self.round_repeat
         self._select_sampler()
-        samplers = dict.fromkeys(map(sampler_class, BUILT_IN))  # each built-in's own fields, selected or not
-        samplers[sampler_class(self.sampler)] = None  # and a sampler of the user's, as the built-ins are checked
-        for sampler in samplers:
+        # each built-in's own fields, selected or not, and the selected sampler's (a user's is checked as they are)
+        for sampler in dict.fromkeys([*map(sampler_class, BUILT_IN), sampler_class(self.sampler)]):
             getattr(sampler, "check_fields", lambda args: None)(self)
         # the authors' Ada-EMA for Est (docs/knobs.md says why), a flat prior otherwise
         est = self.sampler_name == "est"
