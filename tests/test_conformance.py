@@ -751,12 +751,28 @@ def test_sampling_on_rows_are_grpo_rows(cell, sampler, models, tmp_path):
 OPEN_R1 = next(cell for cell in CELLS if cell.id == "open-r1")
 
 
-@pytest.mark.parametrize("sampler", ["balanced", "positive_focused", "budget", "est", "knapsack"])
+class UsersRule:
+    """A user's sampler: nothing tells whether it reads the positives `context.sample` returns, so it is checked as
+    one that does."""
+
+    def __init__(self, args):
+        pass
+
+    def sample(self, context, target):
+        raise AssertionError("sampled")
+
+
+READ_POSITIVES = {**SAMPLERS, "a user's": dict(sampler=UsersRule)}
+
+
+@pytest.mark.parametrize(
+    "sampler", ["balanced", "positive_focused", "budget", "est", "knapsack", "retire_solved", "a user's"]
+)
 def test_open_r1_summed_rewards_without_positive_reward_func_are_refused_before_the_model_loads(sampler, tmp_path):
     """The sum of accuracy, format and tag count passes positive_threshold on format alone: every sampler that reads
     positives refuses it, naming the functions and the field to set (a model path that does not exist: the error
     comes first)."""
-    args = config_of(OPEN_R1, AdaGRPOConfig, tmp_path, **SAMPLERS[sampler], positive_reward_func=None)
+    args = config_of(OPEN_R1, AdaGRPOConfig, tmp_path, **READ_POSITIVES[sampler], positive_reward_func=None)
     names = r"\['accuracy_reward', 'format_reward', 'tag_count_reward'\]"
     with pytest.raises(ValueError, match=rf"3 reward functions {names} are summed.*Set positive_reward_func"):
         AdaGRPOTrainer(
@@ -766,7 +782,9 @@ def test_open_r1_summed_rewards_without_positive_reward_func_are_refused_before_
         AdaGRPOTrainer(
             model=str(tmp_path / "no-model"),
             reward_funcs=open_r1.REWARDS,
-            args=config_of(OPEN_R1, AdaGRPOConfig, tmp_path, **SAMPLERS[sampler], positive_reward_func="accuracy"),
+            args=config_of(
+                OPEN_R1, AdaGRPOConfig, tmp_path, **READ_POSITIVES[sampler], positive_reward_func="accuracy"
+            ),
             train_dataset=OPEN_R1.dataset(),
         )
 

@@ -470,9 +470,6 @@ class AdaGRPOConfig(GRPOConfig):
         self.reinforce_ada_choice = normalize_choice(str(self.reinforce_ada_choice))
         self.round_repeat = max(8, self.num_generations) if self.round_repeat is None else self.round_repeat
         self._select_sampler()
-        # each built-in's own fields, selected or not, and the selected sampler's (a user's is checked as they are)
-        for sampler in dict.fromkeys([*map(sampler_class, BUILT_IN), sampler_class(self.sampler)]):
-            getattr(sampler, "check_fields", lambda args: None)(self)
         # the authors' Ada-EMA for Est (docs/knobs.md says why), a flat prior otherwise
         est = self.sampler_name == "est"
         for name, default, high in (
@@ -497,7 +494,8 @@ class AdaGRPOConfig(GRPOConfig):
             self.advantage_estimator = own.get(self.sampler_name, "grpo")
         estimator = self.advantage_estimator
         if estimator not in ADVANTAGE_ESTIMATORS and (
-            "." not in str(estimator) or not callable(import_path(estimator, "advantage_estimator"))
+            not ("." in str(estimator) or ":" in str(estimator))
+            or not callable(import_path(estimator, "advantage_estimator"))
         ):
             raise ValueError(
                 f"advantage_estimator={estimator!r} is not valid: use one of {list(ADVANTAGE_ESTIMATORS)}, or an "
@@ -532,7 +530,7 @@ class AdaGRPOConfig(GRPOConfig):
             if self.multi_objective_aggregation != "sum_then_normalize":
                 raise ValueError(
                     f"multi_objective_aggregation={self.multi_objective_aggregation!r} normalizes each reward within "
-                    f"the trained group, so a sample has no reward until its group is chosen; sampler={self.sampler!r} "
+                    f"the trained group, so a sample has no reward until its group is chosen; sampler={self.sampler_name!r} "
                     "needs one as soon as it is scored. Use 'sum_then_normalize' (weigh the functions with "
                     "reward_weights), or sampler='grpo'."
                 )
@@ -543,6 +541,10 @@ class AdaGRPOConfig(GRPOConfig):
                     f"multiple of num_generations ({self.num_generations}): a prompt's group would straddle two "
                     "processes. Set per_device_train_batch_size (or steps_per_generation) so that it is."
                 )
+        # each built-in's own fields, selected or not, and the selected sampler's (a user's is checked as they are),
+        # on the config as resolved: advantage_estimator, pool_baseline and the prompt memory's prior are set by now
+        for sampler in dict.fromkeys([*map(sampler_class, BUILT_IN), sampler_class(self.sampler)]):
+            getattr(sampler, "check_fields", lambda args: None)(self)
         self._warn_of_ignored_fields(as_set)
         check_sampler(self)  # sampler_kwargs, and a built-in's own settings: now, not once the model has loaded
 
@@ -573,7 +575,8 @@ class AdaGRPOConfig(GRPOConfig):
             chosen = built_in_name(chosen) or chosen
         # what the settings follow: a built-in's name (an instance of one too), else the class's import path
         kind = built_in_name(chosen) or sampler_name(chosen)
-        by = f"sampler={self.sampler!r}" if self.sampler else on[0][0] if on else ""
+        shown = self.sampler if isinstance(self.sampler, str) else sampler_name(self.sampler)  # a class by its path
+        by = f"sampler={shown!r}" if self.sampler else on[0][0] if on else ""
         for written, name, off in on:
             if name != kind:
                 fix = f"sampler={name!r}" if self.sampler else on[0][2]
@@ -634,7 +637,7 @@ class AdaGRPOConfig(GRPOConfig):
             if as_set[name] != _DEFAULTS[name]:
                 memory = ", prompt_memory=False" if name in _MEMORY_READERS and not self.prompt_memory else ""
                 warnings.warn(
-                    f"{name}={as_set[name]!r} has no effect with sampler={self.sampler!r} (advantage_estimator="
+                    f"{name}={as_set[name]!r} has no effect with sampler={self.sampler_name!r} (advantage_estimator="
                     f"{self.advantage_estimator!r}{memory}): it is ignored.",
                     UserWarning,
                     stacklevel=4,
@@ -660,9 +663,11 @@ class AdaGRPOConfig(GRPOConfig):
     @property
     def reads_positives(self) -> bool:
         """Whether anything decides with "reward > positive_threshold": the rounds' exit rule and selection, the
-        budget's top-ups, the prompt memory (Est's and the knapsack's allocation), the share-of-positives baseline."""
+        budget's top-ups, the prompt memory (Est's and the knapsack's allocation), the share-of-positives baseline;
+        and a user's sampler, which may read the positives `context.sample` returns (nothing here can tell)."""
         return (
             self.sampler_name in ("reinforce_ada", "budget", "est", "knapsack", "retire_solved")
+            or self.sampler_name not in BUILT_IN
             or self.prompt_memory
             or (self.advantage_estimator == "reinforce_ada" and self.pool_baseline == "threshold_fraction")
         )

@@ -49,6 +49,7 @@ from trl_ada.integration.resume import (
     check_resume,
     export_memory,
     load_generation_buffer,
+    sampler_state_text,
     save_generation_buffer,
 )
 from trl_ada.integration.rollouts import (
@@ -113,6 +114,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         args = trainer_config(args, model)
         given = inspect.signature(GRPOTrainer.__init__).bind(self, model, reward_funcs, args, *pos, **kwargs)
         self._sampler = load_sampler(args)  # the allocation rule (trl_ada.samplers): its own checks, before the model
+        sampler_state_text(self._sampler)  # a state a checkpoint cannot hold fails now, not at the first save
         draws = getattr(self._sampler, "draws_prompts", None)
         check_trainer_arguments(args, given.arguments, draws)  # before the model loads
         own_rewards = reward_names(reward_funcs)

@@ -815,3 +815,119 @@ def test_a_users_sampler_that_does_not_take_the_config_is_named(tmp_path, monkey
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ValueError, match=r"sampler='argless.Argless' cannot be built as Argless\(args\)"):
         load_sampler(config(tmp_path, sampler="argless.Argless"))
+
+
+class SeesTheResolvedConfig:
+    """A user's sampler whose check reads fields the config resolves (None until then)."""
+
+    seen: list[tuple] = []
+
+    @staticmethod
+    def check_fields(args) -> None:
+        SeesTheResolvedConfig.seen.append((args.advantage_estimator, args.pool_baseline, args.prompt_memory_decay))
+
+    def __init__(self, args):
+        pass
+
+    def sample(self, context, target):
+        raise AssertionError("sampled")
+
+
+def test_a_users_check_fields_sees_the_config_as_resolved(tmp_path):
+    SeesTheResolvedConfig.seen.clear()
+    config(tmp_path, sampler=SeesTheResolvedConfig)
+    assert SeesTheResolvedConfig.seen == [("grpo", "threshold_fraction", 0.5)]  # the defaults a sampler of theirs gets
+
+
+def test_a_sampler_given_as_module_colon_class_is_the_class(tmp_path, monkeypatch):
+    """`module:Class`, as tools, environments and reward functions take it, also for a module of the current folder
+    (a name without a dot)."""
+    (tmp_path / "my_rule.py").write_text(
+        "class Mine:\n    def __init__(self, args):\n        pass\n\n    def sample(self, context, target):\n        pass\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert config(tmp_path, sampler="my_rule:Mine").sampler_name == "my_rule:Mine"
+    assert config(tmp_path, sampler="trl_ada.samplers.est:Est").sampler_name == "est"  # a built-in, by its class
+    with pytest.raises(ValueError, match="num_generations=2: NeedsFourGenerations"):
+        config(tmp_path, sampler="tests.samplers.test_samplers:NeedsFourGenerations", num_generations=2)
+
+
+def test_a_sampler_instance_is_recorded_by_name_so_a_resume_sees_the_same_settings(tmp_path):
+    """An instance's text holds its address: recorded as such, every resume would warn of a changed sampler."""
+    from trl_ada.integration.resume import changed_settings, sampling_settings
+
+    Alternating = notebook_class()
+    saved, resumed = (sampling_settings(config(tmp_path, sampler=Alternating(None))) for _ in range(2))
+    assert saved["sampler"] == "a_notebook_cell.Alternating"
+    assert changed_settings(saved, resumed) == {}
+
+
+class KeepsState:
+    """A user's sampler whose state is `state` (set per test)."""
+
+    state = None
+
+    def __init__(self, args):
+        pass
+
+    def state_dict(self):
+        return self.state
+
+    def load_state_dict(self, state):
+        pass
+
+    def sample(self, context, target):
+        raise AssertionError("sampled")
+
+
+@pytest.mark.parametrize(
+    "state, problem",
+    [
+        ({"retired": {3, 5}}, r"holds a value JSON cannot store .*set"),
+        ({"pass_rate": {5: 0.5}}, r"has the key 5, which JSON hands back as text"),
+        ({"count": np.int64(3)}, r"holds a value JSON cannot store .*int64"),
+        ([1, 2], r"returned a list, not a dict"),
+    ],
+    ids=["a set", "an int key", "a numpy int", "a list"],
+)
+def test_a_sampler_state_a_checkpoint_cannot_hold_is_refused_when_the_trainer_is_built(
+    state, problem, tiny_model, tmp_path, monkeypatch
+):
+    """Refused before training, naming the sampler's state_dict and the fix; a state that fits is written as is."""
+    from trl_ada.integration.resume import SAMPLER_STATE_FILE, save_sampler_state
+
+    monkeypatch.setattr(KeepsState, "state", state)
+    dataset = pass_rate_dataset([0.5], repeat=8)
+    with pytest.raises(TypeError, match=rf"test_samplers\.KeepsState\.state_dict\(\) {problem}.*a dict of JSON"):
+        recording_trainer(tiny_model, dataset, tiny_args(tmp_path, sampler=KeepsState))
+    assert not list(tmp_path.rglob(SAMPLER_STATE_FILE))
+    monkeypatch.setattr(KeepsState, "state", {"retired": [3, 5], "pass_rate": {"5": 0.5}})
+    save_sampler_state(str(tmp_path), KeepsState(None))
+    assert json.loads((tmp_path / SAMPLER_STATE_FILE).read_text()) == KeepsState.state
+
+
+DRAWS_NOTHING = """from trl_ada.samplers import Selection
+
+
+class DrawsNothing:
+    draws_prompts = False
+
+    def __init__(self, args):
+        pass
+
+    def sample(self, context, target):
+        context.draw(1)
+"""
+
+
+def test_a_sampler_that_declares_it_draws_nothing_and_draws_is_told_which_setting(tiny_model, tmp_path, monkeypatch):
+    """A map-style training set and no refill stream: the sampler's own draws_prompts = False is what to change."""
+    (tmp_path / "draws_nothing.py").write_text(DRAWS_NOTHING)
+    monkeypatch.chdir(tmp_path)
+    trainer = recording_trainer(
+        tiny_model, pass_rate_dataset([0.5], repeat=8), tiny_args(tmp_path, sampler="draws_nothing.DrawsNothing")
+    )
+    with pytest.raises(
+        ValueError, match="sampler='draws_nothing.DrawsNothing' called draw.. but declares draws_prompts"
+    ):
+        trainer.train()

@@ -19,6 +19,7 @@ from typing import Any, Callable
 import torch
 from accelerate.logging import get_logger
 from accelerate.utils import gather_object
+from datasets import Dataset
 
 from trl_ada.core.budget import remembered_posterior
 from trl_ada.core.sampling import PromptResult
@@ -67,8 +68,13 @@ def sampling_context(
 
     def draw(count: int) -> list[int]:
         if state.refill is None:
+            if isinstance(train_dataset, Dataset):  # a map-style set, and no stream: the sampler said it never draws
+                raise ValueError(
+                    f"sampler={args.sampler_name!r} called draw() but declares draws_prompts = False, so no prompts "
+                    "were set aside to draw from: set draws_prompts = True on the sampler, or leave it unset."
+                )
             raise ValueError(
-                f"sampler={args.sampler!r} draws prompts from the training set, which needs a "
+                f"sampler={args.sampler_name!r} draws prompts from the training set, which needs a "
                 "map-style datasets.Dataset as train_dataset."
             )
         first = len(step.rows)
@@ -166,14 +172,14 @@ def settle(
     n, groups_of_n = args.num_generations, not args.replaces_grpo_advantages
     if not isinstance(selection, Selection):
         raise TypeError(
-            f"sampler={args.sampler!r}'s sample() returned {type(selection).__name__}: it must return a "
+            f"sampler={args.sampler_name!r}'s sample() returned {type(selection).__name__}: it must return a "
             "trl_ada.samplers.Selection (results, chosen) for the batch."
         )
     check_selection(selection, target, n, context.world_size, groups_of_n=groups_of_n)
     check_pools(step, selection, positive_rewards)
     if selection.advantages is not None and args.advantage_estimator != "grpo":
         logger.warning_once(
-            f"sampler={args.sampler!r} returned its own advantages: they replace advantage_estimator="
+            f"sampler={args.sampler_name!r} returned its own advantages: they replace advantage_estimator="
             f"{args.advantage_estimator!r}'s, which is not used."
         )
     if context.world_size > 1:

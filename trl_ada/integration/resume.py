@@ -144,7 +144,10 @@ def sampling_settings(args) -> dict:
         return {}
     grpo = {f.name for f in dataclasses.fields(GRPOConfig)}
     names = ["num_generations"] + [f.name for f in dataclasses.fields(args) if f.name not in grpo]
-    return json.loads(json.dumps({n: getattr(args, n) for n in names if hasattr(args, n)}, default=str))
+    settings = {n: getattr(args, n) for n in names if hasattr(args, n)}
+    if "sampler" in settings:  # by name: an instance's text holds its address, which differs in every run
+        settings["sampler"] = args.sampler_name
+    return json.loads(json.dumps(settings, default=str))
 
 
 def changed_settings(saved: dict, current: dict) -> dict:
@@ -206,11 +209,42 @@ def load_sampling_state(checkpoint: str, refill=None, group_prior=None, memory=N
     return state["prompts_drawn"]
 
 
+def non_text_keys(value) -> list:
+    """The dict keys in `value`, at any depth, that are not strings."""
+    if isinstance(value, dict):
+        return [k for k in value if not isinstance(k, str)] + [k for v in value.values() for k in non_text_keys(v)]
+    if isinstance(value, list | tuple):
+        return [k for v in value for k in non_text_keys(v)]
+    return []
+
+
+def sampler_state_text(sampler) -> str | None:
+    """`sampler.state_dict()` as the JSON text a checkpoint holds (None for a sampler without one). A state that JSON
+    cannot hand back as it was is an error naming the sampler and the fix; AdaGRPOTrainer asks once when it is built,
+    so that a sampler's initial state fails before training, not at the first checkpoint."""
+    if not callable(getattr(sampler, "state_dict", None)):
+        return None
+    state = sampler.state_dict()
+    name = f"{type(sampler).__module__}.{type(sampler).__qualname__}.state_dict()"
+    fix = "return a dict of JSON values (lists for sets, int and float for numpy numbers, strings as keys)"
+    if not isinstance(state, dict):
+        raise TypeError(f"{name} returned a {type(state).__name__}, not a dict: {fix}.")
+    keys = non_text_keys(state)
+    if keys:  # JSON writes a key as text: load_state_dict would get "5" back for 5
+        raise TypeError(f"{name} has the key {keys[0]!r}, which JSON hands back as text: {fix}.")
+    try:
+        return json.dumps(state)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{name} holds a value JSON cannot store ({error}): {fix}.") from None
+
+
 def save_sampler_state(folder: str, sampler) -> None:
-    """The sampler's own state (`sampler.state_dict()`, JSON), for a sampler that has one."""
-    if callable(getattr(sampler, "state_dict", None)):
+    """The sampler's own state (`sampler_state_text`), for a sampler that has one; made before the file is opened, so
+    a state that cannot be written leaves no file that a resume would read as damaged."""
+    text = sampler_state_text(sampler)
+    if text is not None:
         with open(os.path.join(folder, SAMPLER_STATE_FILE), "w") as f:
-            json.dump(sampler.state_dict(), f)
+            f.write(text)
 
 
 def load_sampler_state(checkpoint: str, sampler, warn) -> None:

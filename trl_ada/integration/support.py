@@ -82,7 +82,7 @@ def check_sampling_arguments(args, arguments: dict, draws: bool | None = None) -
     if dataset is None:
         if args.prompt_memory:  # asked for, or turned on by the config for a sampler that reads it (est, knapsack)
             raise ValueError(
-                f"prompt_memory needs a train_dataset (sampler={args.sampler!r} uses it): with environment-owned data "
+                f"prompt_memory needs a train_dataset (sampler={args.sampler_name!r} uses it): with environment-owned data "
                 "every row is the same placeholder and the task comes from reset(), so there is no prompt to "
                 "remember. Pass a train_dataset with a column per task (reset() receives the row), or choose a "
                 "sampler without prompt memory and set prompt_memory=False."
@@ -90,7 +90,7 @@ def check_sampling_arguments(args, arguments: dict, draws: bool | None = None) -
         return
     if draws is True and not isinstance(dataset, Dataset):
         raise ValueError(
-            f"sampler={args.sampler!r} draws replacement prompts by index (its draws_prompts), so train_dataset must "
+            f"sampler={args.sampler_name!r} draws replacement prompts by index (its draws_prompts), so train_dataset must "
             f"be a map-style datasets.Dataset (got {type(dataset).__name__}). Convert an IterableDataset with "
             "Dataset.from_generator, or use a sampler that draws nothing (sampler='grpo', 'est' or 'knapsack')."
         )
@@ -244,7 +244,7 @@ def positive_reward_index(args, names: list[str], sources: int | None = None) ->
         return names.index(name)
     if (len(names) if sources is None else sources) > 1 and args.reads_positives:
         raise ValueError(
-            f"{len(names)} reward functions {names} are summed into one reward, and sampler={args.sampler!r} "
+            f"{len(names)} reward functions {names} are summed into one reward, and sampler={args.sampler_name!r} "
             f"decides which samples are solved by that sum > positive_threshold={args.positive_threshold}: a "
             "wrong answer can pass on the other rewards (format, tags) alone. Set positive_reward_func to the one "
             f"that says an answer is correct, e.g. positive_reward_func={names[0]!r} (the advantages keep using "

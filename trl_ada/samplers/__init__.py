@@ -93,7 +93,7 @@ def sampler_class(name) -> type:
         name = sampler_name(name)
     elif name in BUILT_IN:
         found = getattr(importlib.import_module(BUILT_IN[name][0]), BUILT_IN[name][1])
-    elif "." in name:
+    elif "." in name or ":" in name:  # module.Class, or module:Class as tools and environments take it
         found = import_path(name, "sampler")
     else:
         raise ValueError(
@@ -146,11 +146,11 @@ def _constructor(args) -> tuple[type | None, dict]:
     except TypeError as error:
         if not kwargs:
             raise ValueError(
-                f"sampler={args.sampler!r} cannot be built as {cls.__name__}(args) ({error}): a sampler's __init__ "
+                f"sampler={args.sampler_name!r} cannot be built as {cls.__name__}(args) ({error}): a sampler's __init__ "
                 "takes the AdaGRPOConfig, then its sampler_kwargs (trl_ada.samplers.protocol)."
             ) from None
         raise ValueError(
-            f"sampler_kwargs={kwargs!r} do not fit sampler={args.sampler!r} ({error}): its arguments are "
+            f"sampler_kwargs={kwargs!r} do not fit sampler={args.sampler_name!r} ({error}): its arguments are "
             f"{inspect.signature(cls)}."
         ) from None
     return cls, kwargs

@@ -115,7 +115,8 @@ class SamplingContext:
     run_rounds: Callable[[list[int], EliminationRule], list[PromptResult]] | None = None
     """With `pipelined_rounds=True`: `run_rounds(prompts, rule)` runs successive elimination under `rule` (a
     `trl_ada.core.sampling.EliminationRule`) barrier-free on this rank's colocated engine, with the results
-    `run_adaptive_sampling` would give; None otherwise."""
+    `run_adaptive_sampling` would give; None otherwise (and for a user's sampler: the config accepts
+    `pipelined_rounds` with the built-in rounds only)."""
 
 
 @runtime_checkable
@@ -124,7 +125,10 @@ class Sampler(Protocol):
     loads: check your own fields there and raise a ValueError naming the field and the fix (`check_range` and
     `check_one_of` do). To fail earlier, when the config is built, as the built-ins do, give the class a static
     `check_fields(args)`: the config calls the selected sampler's, and every built-in's whichever sampler is selected
-    (the built-ins' fields live on `AdaGRPOConfig`: a value no setting could use is a mistake).
+    (the built-ins' fields live on `AdaGRPOConfig`: a value no setting could use is a mistake), once the fields the
+    config derives (`advantage_estimator`, `pool_baseline`, the prompt memory's prior) are set. A user's sampler is
+    checked as one that reads positives (`reward > positive_threshold`): several summed reward functions need
+    `positive_reward_func`.
 
     Optional, asked of any sampler alike:
     - `draws_prompts` (bool): whether it calls `context.draw`. True: an IterableDataset (it cannot be drawn from
@@ -136,8 +140,10 @@ class Sampler(Protocol):
       `num_generations` (GRPO's batch: one round of n, as Est, Knapsack and the budget ask).
     - `uses_prompt_memory` (bool, on the class): True turns `prompt_memory` on at the config's construction (the
       sampler reads `context.memory` or `context.pass_rate_posterior`). Absent or False: as the config says.
-    - `state_dict()` and `load_state_dict(state)`: its own state (JSON), written into every checkpoint and handed
-      back on resume (`ada_sampler_state.json`), so that a resumed run decides as the uninterrupted one."""
+    - `state_dict()` and `load_state_dict(state)`: its own state, a dict of JSON values with string keys, written
+      into every checkpoint and handed back on resume (`ada_sampler_state.json`), so that a resumed run decides as
+      the uninterrupted one. Asked once when the trainer is built: a state JSON cannot hand back as it was fails
+      then."""
 
     def sample(self, context: SamplingContext, target: int) -> Selection: ...
 
