@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from tests.helpers import launch_env
+from tests.helpers import ROOT, launch_env
 from trl_ada.cli import paired
 from trl_ada.cli.compare import main as compare_main
 
@@ -802,3 +802,61 @@ def test_field_compares_a_users_sampler_with_the_fields_rules_on_the_token_grid(
     assert all(report["arms"][arm]["equal_tokens"]["method"] == "grid" for arm in report["arms"])
     with pytest.raises(SystemExit):  # nothing to compare
         compare_main(["--config", str(recipe), "--max_steps", "1", "--output_dir", str(out)])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The comparisons the pages print, as printed: every flag, recipe, override and held-out set passes the checks compare
+# makes before its first run (docs/own-task.md's comparison trains in tests/cli/test_user_task.py).
+
+
+def documented_comparisons() -> list[tuple[str, str]]:
+    """(page, command) for every `trl-ada-compare` line in a shell block of docs/, continuation lines joined."""
+    import glob
+
+    found = []
+    for page in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
+        language, block = None, []  # the open fence's language (None outside a fence) and its lines
+        for line in open(page).read().splitlines():
+            if not line.startswith("```"):
+                block.append(line)
+            elif language is None:
+                language, block = line[3:].strip(), []
+            else:
+                if language in ("bash", "sh", ""):
+                    commands = "\n".join(block).replace("\\\n", " ").splitlines()
+                    found += [
+                        (os.path.basename(page), c.split("  #")[0].strip())
+                        for c in commands
+                        if "trl-ada-compare " in c
+                    ]
+                language = None
+    return found
+
+
+@pytest.mark.parametrize(
+    "page, command", [pytest.param(*found, id=f"{found[0]}-{i}") for i, found in enumerate(documented_comparisons())]
+)
+def test_every_comparison_the_docs_print_passes_the_checks_before_any_run(page, command, tmp_path, monkeypatch):
+    import shlex
+
+    from tests.samplers.test_samplers import docs_example
+    from trl_ada.cli.compare import parse_command
+
+    if "upper_ada.yaml" in command:
+        pytest.skip("docs/own-task.md's comparison runs on the files that page writes: tests/cli/test_user_task.py")
+    words = shlex.split(command)
+    words = words[next(i for i, w in enumerate(words) if w.endswith("trl-ada-compare")) + 1 :]
+    (tmp_path / "my_sampler.py").write_text(docs_example()[0])  # the user's file samplers.md writes first
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(ROOT)  # the pages' paths are from the root of a clone
+    out = tmp_path / "compare"  # the page's --output_dir, moved out of the clone
+    words = words + ["--output_dir", str(out)] if "--output_dir" not in words else words
+    words[words.index("--output_dir") + 1] = str(out)
+    args, arms = parse_command(words)
+    assert len(arms) >= 2 and os.path.isfile(args.config)
+    assert not (out / "results").exists()  # checked, nothing trained
+
+
+def test_the_docs_print_the_comparisons_the_test_above_checks():
+    pages = {page for page, _ in documented_comparisons()}
+    assert {"compare.md", "samplers.md"} <= pages and len(documented_comparisons()) >= 4

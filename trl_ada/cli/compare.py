@@ -405,8 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv=None) -> dict:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def parse_command(argv: list[str]) -> tuple[argparse.Namespace, list[Arm]]:
+    """The command's flags and arms, checked as far as they can be before anything trains (`check_inputs`)."""
     args = build_parser().parse_args(argv)
     resolve_eval_grid(args)
     field = [[name, *overrides] for name, overrides in FIELD_ARMS] if args.field else []
@@ -419,6 +419,13 @@ def main(argv=None) -> dict:
     args.set_argv = Arm("set", None, args.set).argv()
     if args.only is None and not args.report_only:
         check_inputs(args, arms)
+    return args, arms
+
+
+def main(argv=None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, arms = parse_command(argv)
+    names = [arm.name for arm in arms]
     torch.set_num_threads(args.threads)
     if args.only is not None:
         run_one(args, next(arm for arm in arms if arm.name == args.only[0]), int(args.only[1]))
