@@ -9,7 +9,8 @@
 `pilot` reads the pilot's records (what the plan's seeds and levels come from): each run's held-out curve on the
 token grid, its area, the paired difference per seed and their SD, each arm's CPU-hours. `run` is `trl-ada-compare`
 with the registered recipe, arms and seeds (a rerun skips finished runs and continues cut ones), from a clone pinned at
-the plan's commit. `analyse` computes the registered endpoints, writes `<out>.json` and `<out>.png`, prints the table.
+the plan's commit. `analyse` computes the registered endpoints, writes `<out>.json`, `<out>.png` and `<out>.md` (the
+README's table), prints the verdicts.
 
 The primary endpoint is the area under the held-out accuracy curve over generated tokens [0, BUDGET]: each question's
 greedy score, interpolated linearly between evaluations at every grid point 0, 8k, ..., 64k, integrated by the
@@ -298,6 +299,54 @@ def plot(results: dict[str, dict[int, dict]], report: dict | None, path: str) ->
     save(fig, path)
 
 
+def analyse(results: dict[str, dict[int, dict]]) -> tuple[dict, dict]:
+    """The registered analysis of the confirmatory records (pilot seeds left out): the records it used, and the
+    primary, secondary and descriptive endpoints with the registered runs it lacks."""
+    arms, seeds, _ = STAGES["confirm"]
+    results = {arm: {s: r for s, r in runs.items() if s in seeds} for arm, runs in results.items()}
+    report = {
+        "primary": primary(results, seeds),
+        "secondary": secondary(results, seeds),
+        "descriptive": descriptive(results),
+        "missing": {arm: [s for s in seeds if s not in results.get(arm, {})] for arm in arms},
+    }
+    return results, report
+
+
+def setting(arm: str) -> str:
+    """How a user selects the arm: its overrides of GRPOTrainer's defaults, as config fields."""
+    return ", ".join(f"`{o}`" for o in ARMS[arm]) or "GRPOTrainer"
+
+
+def interval(result: dict) -> str:
+    """A paired difference in points: its mean and 95% interval."""
+    return f"{100 * result['mean']:+.1f} [{100 * result['low']:+.1f}, {100 * result['high']:+.1f}]"
+
+
+def table(report: dict) -> str:
+    """The primary endpoint as the README's "Which sampling should I use?" rows (arm, regime, interval, verdict),
+    with the secondary endpoints beside it; every registered run not in the analysis is named under the table."""
+    regime = "the sampler bench: 96 questions revisited 6-8 times, area over [0, 64k] generated tokens"
+    lines = [
+        f"| arm vs `{BASELINE}` | regime | seeds | area difference, points: 95% [90%] | verdict | tokens to reach "
+        f"{LEVEL:.0%}, arm minus `{BASELINE}` | best checkpoint by validation, on test: 95% |",
+        "|---|---|---:|---|---|---:|---|",
+    ]
+    for arm, r in sorted(report["primary"]["arms"].items()):
+        second = report["secondary"].get(arm, {})
+        gap = second.get("tokens_to_level", {}).get("mean_gap")
+        best = second.get("best_by_validation")
+        lines.append(
+            f"| {arm} ({setting(arm)}) | {regime} | {r['seeds']} | {interval(r)} [{100 * r['low90']:+.1f}, "
+            f"{100 * r['high90']:+.1f}] | {r['verdict']} | {'-' if gap is None else f'{gap:+,.0f}'} | "
+            f"{'-' if best is None else interval(best)} |"
+        )
+    gaps = {arm: seeds for arm, seeds in report["missing"].items() if seeds}
+    gaps.update({f"{arm} (short of the budget)": seeds for arm, seeds in report["primary"]["short"].items()})
+    lines += [""] + [f"- not analysed: {arm}, seeds {seeds}" for arm, seeds in sorted(gaps.items())]
+    return "\n".join(lines).rstrip() + "\n"
+
+
 def command(stage: str, arms=None, seeds=None, jobs: int = 1, deadline_s=None, output_dir=None) -> list[str]:
     """The trl-ada-compare arguments of a stage, or of some of its arms and seeds; the baseline is always the first
     arm, so that compare's own report pairs against it."""
@@ -320,7 +369,7 @@ def main(argv=None):
     for action in ("pilot", "analyse"):
         p = sub.add_parser(action)
         p.add_argument("folder", help="a trl-ada-compare --output_dir, or a folder of its records")
-        p.add_argument("--out", required=True, help="writes <out>.json and <out>.png")
+        p.add_argument("--out", required=True, help="writes <out>.json and <out>.png (analyse: and <out>.md)")
     args = parser.parse_args(argv)
     if args.action in ("run", "command"):
         compare_argv = command(args.stage, args.arms, args.seeds, args.jobs, args.deadline_s, args.output_dir)
@@ -332,15 +381,10 @@ def main(argv=None):
         report = pilot(results)
         plot(results, None, f"{args.out}.png")
     else:
-        seeds = STAGES["confirm"][1]
-        results = {arm: {s: r for s, r in runs.items() if s in seeds} for arm, runs in results.items()}
-        report = {
-            "primary": primary(results, seeds),
-            "secondary": secondary(results, seeds),
-            "descriptive": descriptive(results),
-            "missing": {arm: [s for s in seeds if s not in results.get(arm, {})] for arm in STAGES["confirm"][0]},
-        }
+        results, report = analyse(results)
         plot(results, report, f"{args.out}.png")
+        with open(f"{args.out}.md", "w") as f:
+            f.write(table(report))
         for arm, r in sorted(report["primary"]["arms"].items()):
             print(
                 f"{arm:>14} vs {BASELINE}: {100 * r['mean']:+.1f} points, 95% [{100 * r['low']:+.1f}, "

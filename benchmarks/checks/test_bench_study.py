@@ -104,3 +104,31 @@ def test_the_registered_command_runs_the_baseline_first_and_refuses_what_is_not_
     assert "benchmarks/sampler_bench/test.jsonl" in argv and argv[argv.index("--seeds") + 1] == "400"
     with pytest.raises(ValueError, match="not registered"):
         study.command("confirm", seeds=[300])  # a pilot seed is never reused
+
+
+def test_the_analysis_writes_the_readme_table_with_every_verdict_and_every_run_it_lacks():
+    rng = np.random.default_rng(1)
+    seeds = list(range(400, 412))
+
+    def noisy(level):
+        return run([list(np.clip(level + rng.normal(0, 0.005, 40), 0, 1)) for _ in range(9)])
+
+    results = {
+        "grpo_n4": {s: noisy(0.30) for s in seeds},
+        "balanced": {s: noisy(0.40) for s in seeds},
+        "dapo": {s: noisy(0.30) for s in seeds[:-1]},  # seed 411 never ran
+        "maxrl": {s: noisy(0.20) for s in seeds} | {300: noisy(0.9)},  # a pilot seed is not analysed
+    }
+    used, report = study.analyse(results)
+    assert 300 not in used["maxrl"] and report["primary"]["arms"]["maxrl"]["seeds"] == 12
+    text = study.table(report)
+    rows = {line.split(" (")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert "ahead" in rows["balanced"] and "`reinforce_ada_choice=balanced`" in rows["balanced"]  # how to select it
+    assert "equivalent" in rows["dapo"] and "| 11 |" in rows["dapo"]
+    assert "behind" in rows["maxrl"]
+    for arm, result in report["primary"]["arms"].items():
+        assert study.interval(result) in rows[arm]  # the mean and 95% interval the verdict came from, in points
+    assert study.interval(report["primary"]["arms"]["balanced"]).startswith("+10.")
+    missing = [line for line in text.splitlines() if line.startswith("- not analysed")]
+    assert "- not analysed: dapo, seeds [411]" in missing
+    assert any(line.startswith("- not analysed: knapsack") for line in missing)  # registered, no record
