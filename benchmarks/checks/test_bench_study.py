@@ -28,6 +28,11 @@ def run(scores, tokens=None, validation=None):
     }
 
 
+def noisy_runs(rng):
+    """Runs whose 40 questions score about `level` (SD half a point) at every grid point, drawn from `rng`."""
+    return lambda level: run([list(np.clip(level + rng.normal(0, 0.005, 40), 0, 1)) for _ in range(9)])
+
+
 def flat(value, questions=4, points=9):
     return [[value] * questions] * points
 
@@ -61,11 +66,8 @@ def test_holm_and_the_verdicts():
 
 
 def test_the_primary_endpoint_tells_ahead_equivalent_and_too_few_seeds_apart():
-    rng = np.random.default_rng(0)
+    noisy = noisy_runs(np.random.default_rng(0))
     seeds = list(range(400, 408))
-
-    def noisy(level):
-        return run([list(np.clip(level + rng.normal(0, 0.005, 40), 0, 1)) for _ in range(9)])
 
     results = {
         "grpo_n4": {s: noisy(0.30) for s in seeds},
@@ -107,11 +109,8 @@ def test_the_registered_command_runs_the_baseline_first_and_refuses_what_is_not_
 
 
 def test_the_analysis_writes_the_readme_table_with_every_verdict_and_every_run_it_lacks():
-    rng = np.random.default_rng(1)
+    noisy = noisy_runs(np.random.default_rng(1))
     seeds = list(range(400, 412))
-
-    def noisy(level):
-        return run([list(np.clip(level + rng.normal(0, 0.005, 40), 0, 1)) for _ in range(9)])
 
     results = {
         "grpo_n4": {s: noisy(0.30) for s in seeds},
