@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from tests.helpers import ROOT, launch_env
+from tests.helpers import ROOT, documented_commands, launch_env
 from trl_ada.cli import paired
 from trl_ada.cli.compare import main as compare_main
 
@@ -809,48 +809,23 @@ def test_field_compares_a_users_sampler_with_the_fields_rules_on_the_token_grid(
 # makes before its first run (docs/own-task.md's comparison trains in tests/cli/test_user_task.py).
 
 
-def documented_comparisons() -> list[tuple[str, str]]:
-    """(page, command) for every `trl-ada-compare` line in a shell block of docs/, continuation lines joined."""
-    import glob
-
-    found = []
-    for page in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
-        language, block = None, []  # the open fence's language (None outside a fence) and its lines
-        for line in open(page).read().splitlines():
-            if not line.startswith("```"):
-                block.append(line)
-            elif language is None:
-                language, block = line[3:].strip(), []
-            else:
-                if language in ("bash", "sh", ""):
-                    commands = "\n".join(block).replace("\\\n", " ").splitlines()
-                    found += [
-                        (os.path.basename(page), c.split("  #")[0].strip())
-                        for c in commands
-                        if "trl-ada-compare " in c
-                    ]
-                language = None
-    return found
+COMPARISONS = documented_commands("trl-ada-compare")
 
 
 @pytest.mark.parametrize(
-    "page, command", [pytest.param(*found, id=f"{found[0]}-{i}") for i, found in enumerate(documented_comparisons())]
+    "page, words", [pytest.param(*found, id=f"{found[0]}-{i}") for i, found in enumerate(COMPARISONS)]
 )
-def test_every_comparison_the_docs_print_passes_the_checks_before_any_run(page, command, tmp_path, monkeypatch):
-    import shlex
-
+def test_every_comparison_the_docs_print_passes_the_checks_before_any_run(page, words, tmp_path, monkeypatch):
     from tests.samplers.test_samplers import docs_example
     from trl_ada.cli.compare import parse_command
 
-    if "upper_ada.yaml" in command:
+    if "upper_ada.yaml" in words:
         pytest.skip("docs/own-task.md's comparison runs on the files that page writes: tests/cli/test_user_task.py")
-    words = shlex.split(command)
-    words = words[next(i for i, w in enumerate(words) if w.endswith("trl-ada-compare")) + 1 :]
     (tmp_path / "my_sampler.py").write_text(docs_example()[0])  # the user's file samplers.md writes first
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(ROOT)  # the pages' paths are from the root of a clone
     out = tmp_path / "compare"  # the page's --output_dir, moved out of the clone
-    words = words + ["--output_dir", str(out)] if "--output_dir" not in words else words
+    words = words + ["--output_dir", str(out)] if "--output_dir" not in words else list(words)
     words[words.index("--output_dir") + 1] = str(out)
     args, arms = parse_command(words)
     assert len(arms) >= 2 and os.path.isfile(args.config)
@@ -858,5 +833,5 @@ def test_every_comparison_the_docs_print_passes_the_checks_before_any_run(page, 
 
 
 def test_the_docs_print_the_comparisons_the_test_above_checks():
-    pages = {page for page, _ in documented_comparisons()}
-    assert {"compare.md", "samplers.md"} <= pages and len(documented_comparisons()) >= 4
+    pages = {page for page, _ in COMPARISONS}
+    assert {"docs/compare.md", "docs/samplers.md"} <= pages and len(COMPARISONS) >= 4

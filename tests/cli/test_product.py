@@ -9,7 +9,7 @@ import pytest
 from datasets import Dataset
 from trl import ModelConfig, TrlParser
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, documented_commands
 from tests.helpers.data import small_tiny_recipe
 from trl_ada import AdaGRPOConfig
 from trl_ada.cli.train import ScriptArguments, load_train_dataset
@@ -208,6 +208,45 @@ def test_recipe_runs_one_step_offline(recipe, tmp_path, tiny_model):
     if (out / "adapter_config.json").exists():  # a LoRA run names its base by an absolute path: it loads from anywhere
         base = json.load(open(out / "adapter_config.json"))["base_model_name_or_path"]
         assert os.path.isabs(base) and os.path.isdir(base)
+
+
+TRAININGS = documented_commands("trl-ada-train") + documented_commands("trl_ada.cli.train")
+
+
+@pytest.mark.parametrize(
+    "page, words", [pytest.param(*found, id=f"{found[0]}-{i}") for i, found in enumerate(TRAININGS)]
+)
+def test_every_training_the_docs_print_parses_as_printed(page, words, tmp_path, monkeypatch):
+    """Each `trl-ada-train` or `-m trl_ada.cli.train` line of a shell block in the README or docs/ names a recipe that
+    exists, and its recipe and flags parse (on a GPU recipe too: parsing needs no GPU); its --output_dir moved out of
+    the clone. docs/own-task.md's lines run on the files that page writes: tests/cli/test_user_task.py trains them."""
+    import torch
+
+    from tests.samplers.test_samplers import docs_example
+    from trl_ada.cli.train import parse_recipe
+
+    if "upper_ada.yaml" in words:
+        pytest.skip("docs/own-task.md's trainings run on the files that page writes: tests/cli/test_user_task.py")
+    (tmp_path / "my_sampler.py").write_text(docs_example()[0])  # the user's file samplers.md writes first
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(ROOT)  # the pages' paths are from the root of a clone
+    words = words + ["--output_dir", "moved"] if "--output_dir" not in words else list(words)
+    words[words.index("--output_dir") + 1] = str(tmp_path / "out")
+    recipe = words[words.index("--config") + 1]
+    assert os.path.isfile(recipe)
+    # transformers refuses bf16 where there is no GPU, at parse time: a GPU recipe parses here as its CPU smoke test
+    on_cpu = ["--bf16", "false"] if "bf16: true" in open(recipe).read() and not torch.cuda.is_available() else []
+    script_args, training_args, model_args = parse_recipe(words + on_cpu)
+    assert training_args.output_dir == str(tmp_path / "out") and model_args.model_name_or_path
+    for flag, value in zip(words, words[1:]):  # what the line sets on top of its recipe is what the run gets
+        name = flag.removeprefix("--")
+        if flag.startswith("--") and name not in ("config", "output_dir"):
+            held = next(getattr(a, name) for a in (script_args, training_args, model_args) if hasattr(a, name))
+            assert str(held) == value or json.dumps(held) == value, (flag, held)
+
+
+def test_the_docs_print_the_trainings_the_test_above_parses():
+    assert {"docs/scaling.md", "docs/real-model.md", "docs/samplers.md", "docs/agents.md"} <= {p for p, _ in TRAININGS}
 
 
 def test_tools_and_environments_load_by_import_path():

@@ -5,7 +5,8 @@
 - `standin_engine`: a deterministic stand-in for the colocated vLLM engine;
 - `multiprocess_worker`, `fsdp_worker`: the scripts the multi-process tests launch (with PYTHONPATH at the root);
 - `processes`: what every test process does around its libraries (the collector, a worker's exit);
-- here: the environment and command lines of launched processes, and benchmark scripts loaded by path.
+- here: the environment and command lines of launched processes, benchmark scripts loaded by path, and the command
+  lines the pages print.
 """
 
 import importlib.util
@@ -55,6 +56,36 @@ def load_script(relative_path: str, name: str | None = None):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def documented_commands(program: str) -> list[tuple[str, list[str]]]:
+    """(page, arguments) for every line of a shell block in the README or docs/ that runs `program` (a console
+    script such as `trl-ada-compare`, or a module run with `-m`), continuation lines joined, comments dropped; the
+    arguments are the words after the program's."""
+    import glob
+    import shlex
+
+    pages = [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
+    found = []
+    for page in pages:
+        language, block = None, []  # the open fence's language (None outside a fence) and its lines
+        for line in open(page).read().splitlines():
+            if not line.startswith("```"):
+                block.append(line)
+                continue
+            if language is None:
+                language, block = line[3:].strip(), []
+                continue
+            if language in ("bash", "sh", ""):
+                for command in "\n".join(block).replace("\\\n", " ").splitlines():
+                    if program not in command:
+                        continue
+                    words = shlex.split(command, comments=True)
+                    at = [i for i, w in enumerate(words) if w == program or w.endswith("/" + program)]
+                    if at:
+                        found.append((os.path.relpath(page, ROOT), words[at[0] + 1 :]))
+            language = None
+    return found
 
 
 def sampling_keys(logs: list[dict]) -> list[str]:
